@@ -1,0 +1,17 @@
+"""yolo_data: a YOLOv5-compatible detection dataloader with a safe label cache and DDP done right.
+
+Data flow, one module each: sources (files) -> labels (verify a pair) -> scan (in parallel) ->
+store (flat arrays) -> cache (safe file) -> split (load or build) -> images / geometry (per item) ->
+dataset -> loader.
+"""
+from .dataset import LoadImagesAndLabels, YoloDataset
+from .distributed import ZeroFirstError, torch_distributed_zero_first, wait_for_the_master
+from .loader import create_dataloader
+from .torch_utils import init_torch_seeds, select_device, time_synchronized
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "create_dataloader", "torch_distributed_zero_first", "wait_for_the_master", "select_device",
+    "time_synchronized", "init_torch_seeds", "YoloDataset", "LoadImagesAndLabels", "ZeroFirstError",
+]

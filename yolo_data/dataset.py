@@ -1,0 +1,194 @@
+"""The dataset: a verified label store plus the per-item pipeline (load -> letterbox -> tensors).
+
+``YoloDataset`` keeps YOLOv5's attribute names (``im_files``, ``label_files``, ``labels``, ``shapes``,
+``segments``, ``batch``, ``batch_shapes``, ``indices``, ``n``) so training scripts that read them keep
+working.  Per-image sequences are views over one :class:`~yolo_data.store.LabelStore`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from . import distributed
+from .boxes import xywhn_to_xyxy, xyxy_to_xywhn
+from .geometry import letterbox, rect_plan
+from .images import LoadedImage, load_image
+from .sources import is_dataset_yaml, load_dataset_yaml
+from .split import SplitLabels, load_split
+from .store import ImageFiles, LabelFiles, Labels, LabelStore, Segments
+
+LOGGER = logging.getLogger("yolo_data")
+
+
+def resolve_split(path, split: Optional[str], augment: bool):
+    """(paths, names) for what ``path`` names.  A dataset yaml gives its ``split`` ('train' when
+    augmenting, else 'val', when not given) and its class names; anything else has no names."""
+    if not is_dataset_yaml(path):
+        return path, []
+    spec = load_dataset_yaml(path)
+    split = split or ("train" if augment else "val")
+    if split not in spec.splits:
+        raise ValueError(f"{path}: no '{split}' split (it has {', '.join(spec.splits) or 'none'})")
+    return spec.splits[split], spec.names
+
+
+def _progress_bar(prefix: str, enabled: bool):
+    """A callback (done, total) drawing a tqdm bar and telling waiting ranks how far the scan is."""
+    from tqdm import tqdm
+    bar = None
+
+    def update(done, total):
+        nonlocal bar
+        if enabled and bar is None:
+            bar = tqdm(total=total, desc=f"{prefix}Scanning labels", unit="img", leave=False)
+        if bar is not None:
+            bar.update(done - bar.n)
+            if done >= total:
+                bar.close()
+        distributed.report_progress(f"scanning {done:,}/{total:,}")
+    return update
+
+
+class YoloDataset(Dataset):
+    """Images and YOLO labels as YOLOv5's ``LoadImagesAndLabels`` serves them.
+
+    Each item is ``(img, targets, path, shapes)``: img uint8 (3, H, W) RGB tensor; targets float32
+    (n, 6) [0, class, x, y, w, h] normalised to the final image (column 0 is filled by the collate
+    function with the image's index in the batch); shapes ``((h0, w0), ((h / h0, w / w0), (padw, padh)))``.
+    """
+
+    def __init__(self, path, img_size: int = 640, batch_size: int = 16, augment: bool = False, hyp=None,
+                 rect: bool = False, image_weights: bool = False, cache_images=False, single_cls: bool = False,
+                 stride: int = 32, pad: float = 0.0, min_items: int = 0, prefix: str = "",
+                 workers: Optional[int] = None, split: Optional[str] = None, cache_dir=None):
+        if augment:
+            raise NotImplementedError("augment=True (mosaic, perspective, HSV, flips) is not implemented yet; "
+                                      "use augment=False")
+        self.img_size = int(img_size)
+        self.augment = augment
+        self.hyp = hyp
+        self.image_weights = image_weights
+        self.rect = False if image_weights else rect
+        self.mosaic = self.augment and not self.rect
+        self.stride = int(stride)
+        self.path = path
+        self.prefix = prefix
+
+        paths, self.names = resolve_split(path, split, augment)
+        show = distributed.get_local_rank(-1) in (-1, 0)
+        self.split_labels: SplitLabels = load_split(paths, nc=len(self.names) or None, cache_dir=cache_dir,
+                                                    workers=workers, progress=_progress_bar(prefix, show))
+        store = self.split_labels.store
+        if not len(store):
+            raise RuntimeError(f"{prefix}no usable images in {path}: "
+                               + "; ".join(str(p) for p in self.split_labels.problems[:5]))
+        if min_items:
+            keep = np.flatnonzero(np.diff(store.label_offsets) >= min_items)
+            LOGGER.info(f"{prefix}{len(store) - len(keep)}/{len(store)} images with fewer than {min_items} "
+                        "labels left out")
+            store = store.subset(keep)
+        if single_cls:
+            labels = store.labels.copy()
+            labels[:, 0] = 0
+            store = replace(store, labels=labels)
+
+        n = len(store)
+        self.batch = np.floor(np.arange(n) / batch_size).astype(int)
+        self.batch_shapes = None
+        if self.rect:
+            plan = rect_plan(store.shapes, batch_size, self.img_size, self.stride, pad)
+            store = store.subset(plan.order)
+            self.batch, self.batch_shapes = plan.batch_index, plan.batch_shapes
+        self.store = store
+        self.n = n
+        self.indices = range(n)
+
+        self.ims: List[Optional[LoadedImage]] = [None] * n
+        if cache_images:
+            self._cache_ram(cache_images)
+
+    # -- YOLOv5's attributes, as views over the store ----------------------------------------------
+    @property
+    def im_files(self) -> Sequence[str]:
+        return ImageFiles(self.store)
+
+    @property
+    def label_files(self) -> Sequence[str]:
+        return LabelFiles(self.store)
+
+    @property
+    def labels(self) -> Sequence[np.ndarray]:
+        """Per image an (n, 5) float32 read-only array [class, x, y, w, h] normalised."""
+        return Labels(self.store)
+
+    @property
+    def segments(self) -> Sequence[List[np.ndarray]]:
+        """Per image a list of (k, 2) float32 normalised polygons (empty when it has none)."""
+        return Segments(self.store)
+
+    @property
+    def shapes(self) -> np.ndarray:
+        """(n, 2) int64 [w, h] of each image as stored (EXIF orientation applied)."""
+        return self.store.shapes.astype(np.int64)
+
+    def __len__(self) -> int:
+        return self.n
+
+    # -- images ---------------------------------------------------------------------------------------
+    def _cache_ram(self, mode) -> None:
+        if mode not in (True, "ram"):
+            raise ValueError(f"cache={mode!r} is not supported yet; use cache='ram' (or True) or False")
+        with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
+            for i, im in enumerate(pool.map(self._read_image, range(self.n))):
+                self.ims[i] = im
+        nbytes = sum(im.img.nbytes for im in self.ims)
+        LOGGER.info(f"{self.prefix}cached {self.n} images in RAM ({nbytes / (1 << 30):.2f} GiB)")
+
+    def _read_image(self, i: int) -> LoadedImage:
+        return load_image(self.store.im_file(i), self.img_size, self.augment)
+
+    def load_image(self, i: int) -> Tuple[np.ndarray, Tuple[int, int], Tuple[int, int]]:
+        """YOLOv5's form: (img (h, w, 3) uint8 BGR resized, (h0, w0), (h, w))."""
+        li = self.ims[i] or self._read_image(i)
+        return li.img, li.hw0, li.hw
+
+    # -- one item ---------------------------------------------------------------------------------------
+    def __getitem__(self, index: int):
+        index = self.indices[index]
+        img, (h0, w0), (h, w) = self.load_image(index)
+        shape = self.batch_shapes[self.batch[index]] if self.rect else self.img_size
+        lb = letterbox(img, shape, auto=False, scaleup=self.augment)
+        shapes = (h0, w0), ((h / h0, w / w0), lb.pad)
+        labels = self.store.labels_of(index)
+        boxes = xywhn_to_xyxy(labels[:, 1:], lb.ratio[0] * w, lb.ratio[1] * h, padw=lb.pad[0], padh=lb.pad[1])
+        return to_tensors(lb.img, labels[:, 0], boxes, self.store.im_file(index), shapes)
+
+    @staticmethod
+    def collate_fn(batch):
+        """Stack images; concatenate targets with column 0 set to each image's index in the batch."""
+        ims, targets, paths, shapes = zip(*batch)
+        for i, t in enumerate(targets):
+            t[:, 0] = i
+        return torch.stack(ims, 0), torch.cat(targets, 0), paths, shapes
+
+
+def to_tensors(img: np.ndarray, classes: np.ndarray, boxes_xyxy: np.ndarray, path: str, shapes):
+    """The edge of the pipeline: BGR (H, W, 3) uint8 + pixel xyxy boxes -> (3, H, W) RGB uint8 tensor and
+    (n, 6) float32 targets [0, class, x, y, w, h] normalised, boxes clipped just inside the image."""
+    hh, ww = img.shape[:2]
+    targets = torch.zeros((len(classes), 6))
+    if len(classes):
+        targets[:, 1] = torch.tensor(np.asarray(classes, dtype=np.float32))
+        targets[:, 2:] = torch.from_numpy(xyxy_to_xywhn(boxes_xyxy, w=ww, h=hh, clip=True, eps=1e-3))
+    chw = np.ascontiguousarray(img.transpose((2, 0, 1))[::-1])
+    return torch.from_numpy(chw), targets, path, shapes
+
+
+LoadImagesAndLabels = YoloDataset  # YOLOv5's name

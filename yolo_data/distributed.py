@@ -1,0 +1,146 @@
+"""Rank 0 first: one process per node does the work, the others wait and then read its result.
+
+Rank, world size and local rank are asked of ``torch.distributed`` (or the environment) when a
+function is called, never at import.
+
+Waiting uses the process group's key-value store rather than a barrier: a barrier is a collective
+with the group's timeout (30 min by default, often 5-10 s in tests), which a long scan of a large
+dataset exceeds; and a barrier cannot tell the waiting ranks that rank 0 failed.  Local rank 0 writes
+``done`` or ``error: ...`` under a key for this block and node; the others poll for it with no time
+limit, log progress now and then, and raise at once if rank 0 failed.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+from contextlib import contextmanager
+from typing import Optional
+
+import torch.distributed as dist
+
+LOGGER = logging.getLogger("yolo_data")
+
+_block_ids = itertools.count()  # every rank enters the blocks in the same order, so ids agree
+_active = threading.local()  # the key local rank 0 reports progress under, while inside a block
+POLL_SECONDS = (0.01, 0.5)  # first and longest pause between store checks
+LOG_EVERY_SECONDS = 30.0
+
+
+class ZeroFirstError(RuntimeError):
+    """Local rank 0 failed inside ``torch_distributed_zero_first``; the message says how."""
+
+
+def is_initialized() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def get_rank() -> int:
+    """Global rank, or -1 when torch.distributed is not initialised."""
+    return dist.get_rank() if is_initialized() else -1
+
+
+def get_world_size() -> int:
+    return dist.get_world_size() if is_initialized() else 1
+
+
+def get_local_rank(default: int = -1) -> int:
+    """LOCAL_RANK as torchrun sets it, read now; ``default`` when absent."""
+    value = os.environ.get("LOCAL_RANK")
+    return int(value) if value not in (None, "") else default
+
+
+def _default_store():
+    try:  # the store torch.distributed was initialised with; private, so guarded
+        from torch.distributed.distributed_c10d import _get_default_store
+        return _get_default_store()
+    except Exception:
+        return None
+
+
+def _barrier() -> None:
+    if dist.get_backend() == "nccl":
+        import torch  # device ids only for a backend that takes them
+        dist.barrier(device_ids=[torch.cuda.current_device()])
+    else:
+        dist.barrier()
+
+
+def report_progress(text: str) -> None:
+    """Called by local rank 0 inside a block (the scan does): waiting ranks log ``text``."""
+    key = getattr(_active, "key", None)
+    store = getattr(_active, "store", None)
+    if key is None or store is None:
+        return
+    now = time.monotonic()
+    if now - getattr(_active, "last", 0.0) >= 1.0:  # a store round trip per second at most
+        _active.last = now
+        try:
+            store.set(key + "/progress", text)
+        except Exception:
+            pass
+
+
+def _wait_for(store, key: str, local_rank: int) -> None:
+    pause, start, last_log = POLL_SECONDS[0], time.monotonic(), time.monotonic()
+    while not store.check([key]):
+        time.sleep(pause)
+        pause = min(pause * 2, POLL_SECONDS[1])
+        if time.monotonic() - last_log >= LOG_EVERY_SECONDS:
+            last_log = time.monotonic()
+            progress = ""
+            if store.check([key + "/progress"]):
+                progress = ": " + store.get(key + "/progress").decode("utf-8", "replace")
+            LOGGER.info(f"local rank {local_rank}: waiting for local rank 0 "
+                        f"({time.monotonic() - start:.0f} s){progress}")
+    value = store.get(key).decode("utf-8", "replace")
+    if value != "done":
+        raise ZeroFirstError(f"local rank 0 failed inside torch_distributed_zero_first, so rank "
+                             f"{dist.get_rank()} stops too: {value[len('error: '):]}")
+
+
+@contextmanager
+def torch_distributed_zero_first(local_rank: int):
+    """Run the block on local rank 0 of each node first; the other local ranks wait, then run it.
+
+    A no-op when torch.distributed is not initialised or ``local_rank`` is -1.  If local rank 0 raises
+    inside the block, the others raise :class:`ZeroFirstError` with its message instead of running
+    the block.  Works for any backend (gloo, NCCL) and needs no collective.
+    """
+    if local_rank is None or local_rank < 0 or not is_initialized():
+        yield
+        return
+    block = next(_block_ids)
+    store = _default_store()
+    if store is None:  # fall back to YOLOv5's two barriers
+        if local_rank != 0:
+            _barrier()
+        yield
+        if local_rank == 0:
+            _barrier()
+        return
+    leader = dist.get_rank() - local_rank  # torchrun numbers ranks node by node
+    key = f"yolo_data/zero_first/{block}/{leader}"
+    if local_rank != 0:
+        _wait_for(store, key, local_rank)
+        yield
+        return
+    _active.key, _active.store, _active.last = key, store, 0.0
+    try:
+        yield
+    except BaseException as e:
+        store.set(key, f"error: {type(e).__name__}: {e}")
+        raise
+    else:
+        store.set(key, "done")
+    finally:
+        _active.key = _active.store = None
+
+
+@contextmanager
+def wait_for_the_master(local_rank: Optional[int] = None):
+    """YOLOX's name for the same thing; ``local_rank`` defaults to $LOCAL_RANK read now (0 if unset)."""
+    with torch_distributed_zero_first(get_local_rank(0) if local_rank is None else local_rank):
+        yield

@@ -1,0 +1,48 @@
+"""Decode an image and resize it so its long side is ``img_size`` (YOLOv5's ``load_image``)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Tuple
+
+import cv2
+import numpy as np
+
+
+class ImageReadError(OSError):
+    """An image that passed the scan could not be decoded now (deleted, replaced or damaged since)."""
+
+
+@dataclass
+class LoadedImage:
+    """``img``: (h, w, 3) uint8 BGR, resized.  ``hw0``: (h0, w0) as decoded.  ``hw``: (h, w) after resize."""
+    img: np.ndarray
+    hw0: Tuple[int, int]
+    hw: Tuple[int, int]
+
+
+def imread_bgr(path: str) -> np.ndarray:
+    """(h, w, 3) uint8 BGR with EXIF orientation applied (cv2.imread, as YOLOv5: gray, RGBA and 16-bit
+    images come out as 8-bit BGR).  Raises ImageReadError naming the file."""
+    im = cv2.imread(path)
+    if im is None:
+        raise ImageReadError(f"{path}: image cannot be read (missing, or not decodable)")
+    return im
+
+
+def resize_long_side(im: np.ndarray, img_size: int, augment: bool) -> np.ndarray:
+    """Scale so the long side is ``img_size``.  Interpolation as YOLOv5: linear when training or
+    enlarging, area when shrinking for evaluation; sizes rounded up."""
+    h0, w0 = im.shape[:2]
+    r = img_size / max(h0, w0)
+    if r == 1:
+        return im
+    interp = cv2.INTER_LINEAR if (augment or r > 1) else cv2.INTER_AREA
+    return cv2.resize(im, (math.ceil(w0 * r), math.ceil(h0 * r)), interpolation=interp)
+
+
+def load_image(path: str, img_size: int, augment: bool) -> LoadedImage:
+    im = imread_bgr(path)
+    hw0 = im.shape[:2]
+    im = resize_long_side(im, img_size, augment)
+    return LoadedImage(im, hw0, im.shape[:2])

@@ -1,0 +1,111 @@
+"""One split's labels: find the files, then load the cache or scan and write it.
+
+This is the step that runs under ``torch_distributed_zero_first``: local rank 0 scans and writes, the
+other ranks then find a fresh cache and only read it.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Union
+
+from . import cache
+from .labels import Problem
+from .scan import Progress, scan_pairs
+from .sources import default_cache_file, img2label_path, list_image_files
+from .store import LabelStore
+
+LOGGER = logging.getLogger("yolo_data")
+
+
+@dataclass
+class SplitLabels:
+    """The verified labels of one split and how they were obtained.
+
+    ``counts`` keys: found (images listed), ok, missing (no label file), empty (label file without
+    rows), corrupt (left out), boxes, backgrounds (kept images without boxes), warnings.
+    ``built``: True when this call scanned the files (False: read from ``cache_file``).
+    """
+    store: LabelStore
+    cache_file: Optional[Path]
+    built: bool
+    seconds: float
+    counts: Dict[str, int]
+    problems: List[Problem] = field(default_factory=list)
+
+
+def _counts(records, store: LabelStore) -> Dict[str, int]:
+    status = [r.status for r in records]
+    return {
+        "found": len(records),
+        "ok": status.count("ok"),
+        "missing": status.count("missing"),
+        "empty": status.count("empty"),
+        "corrupt": status.count("corrupt"),
+        "boxes": store.num_boxes(),
+        "backgrounds": store.num_backgrounds(),
+        "warnings": sum(not p.dropped for r in records for p in r.problems),
+    }
+
+
+def _candidates(default: Path, cache_dir: Optional[Union[str, Path]]) -> List[Path]:
+    """Cache files to try, in order.  An explicit cache_dir is the only place; otherwise beside the
+    labels first and the per-user cache folder second (used when the dataset folder is read-only)."""
+    if cache_dir is not None:
+        return [cache.folder_cache_file(default, Path(cache_dir))]
+    return [default, cache.folder_cache_file(default, cache.user_cache_dir())]
+
+
+def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional[int] = None,
+               force: bool = False, progress: Optional[Progress] = None, save: bool = True) -> SplitLabels:
+    """Labels of the images named by ``path`` (folder, .txt list, image, or a list of these).
+
+    ``nc``: number of class names when known (larger class ids are then errors).  ``force``: rescan
+    even if a fresh cache exists.  ``save=False`` scans without writing a cache.
+    """
+    t0 = time.perf_counter()
+    im_files = list_image_files(path)
+    if not im_files:
+        raise FileNotFoundError(f"no images found in {path}")
+    lb_files = [img2label_path(f) for f in im_files]
+    default = default_cache_file(path, lb_files[0])
+    fp = cache.fingerprint(im_files, lb_files, nc)
+    candidates = _candidates(default, cache_dir)
+
+    if not force:
+        for cfile in candidates:
+            try:
+                contents = cache.load(cfile)
+            except FileNotFoundError:
+                continue
+            except (cache.CacheError, OSError) as e:
+                LOGGER.warning(f"label cache {cfile}: {e}; rebuilding it")
+                continue
+            if contents.fingerprint != fp:
+                LOGGER.info(f"label cache {cfile} is stale (files or settings changed); rescanning")
+                continue
+            return SplitLabels(contents.store, cfile, False, time.perf_counter() - t0,
+                               contents.counts, contents.problems)
+
+    records = scan_pairs(im_files, lb_files, nc, workers=workers, progress=progress)
+    store = LabelStore.from_records(records)
+    problems = [p for r in records for p in r.problems]
+    counts = _counts(records, store)
+    for p in problems:
+        LOGGER.warning(str(p))
+    written = None
+    if save:
+        contents = cache.CacheContents(store, fp, counts, problems)
+        for i, cfile in enumerate(candidates):
+            try:
+                cfile.parent.mkdir(parents=True, exist_ok=True)
+                cache.save(cfile, contents)
+                written = cfile
+                break
+            except OSError as e:
+                nxt = candidates[i + 1] if i + 1 < len(candidates) else None
+                LOGGER.warning(f"cannot write label cache {cfile} ({e.strerror or e})"
+                               + (f"; using {nxt} instead" if nxt else "; labels were not cached"))
+    return SplitLabels(store, written, True, time.perf_counter() - t0, counts, problems)

@@ -1,0 +1,191 @@
+"""The labels of a whole split in a handful of flat NumPy arrays.
+
+A list with one Python object per image is copied page by page into every forked DataLoader worker
+as reference counts are touched (the detectron2 observation); a dataset of a million images then costs
+gigabytes per worker.  :class:`LabelStore` keeps everything in flat arrays with offsets instead, and
+the sequences below (``im_files``, ``labels``, ...) build per-image objects only when indexed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Dict, Iterable, List, Sequence
+
+import numpy as np
+
+from .labels import PairRecord
+from .sources import img2label_path
+
+
+def _offsets(counts: Iterable[int]) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(np.fromiter(counts, dtype=np.int64))]).astype(np.int64)
+
+
+def _gather(values: np.ndarray, offsets: np.ndarray, index: np.ndarray):
+    """Rows of ``values`` belonging to the items ``index`` (item i owns rows offsets[i]:offsets[i+1]).
+
+    Returns (gathered values, new offsets); vectorised, no per-item Python loop.
+    """
+    counts = offsets[index + 1] - offsets[index]
+    new_offsets = _offsets(counts)
+    rows = np.repeat(offsets[index] - new_offsets[:-1], counts) + np.arange(new_offsets[-1], dtype=np.int64)
+    return values[rows], new_offsets
+
+
+@dataclass
+class LabelStore:
+    """All images of a split that passed the scan.
+
+    path_bytes uint8 (B,) / path_offsets int64 (n+1,): UTF-8 image paths, concatenated.
+    shapes int32 (n, 2): [w, h] in pixels, EXIF orientation applied.
+    labels float32 (L, 5): [class, x, y, w, h] normalised; label_offsets int64 (n+1,) per image.
+    seg_points float32 (P, 2): normalised polygon points; seg_offsets int64 (L+1,) per label row
+    (a row without a polygon owns no points).
+    """
+    path_bytes: np.ndarray
+    path_offsets: np.ndarray
+    shapes: np.ndarray
+    labels: np.ndarray
+    label_offsets: np.ndarray
+    seg_points: np.ndarray
+    seg_offsets: np.ndarray
+
+    def __post_init__(self):
+        # Views handed to users must not write through into a store shared by workers and ranks.
+        for f in fields(self):
+            getattr(self, f.name).flags.writeable = False
+
+    @classmethod
+    def from_records(cls, records: Sequence[PairRecord]) -> "LabelStore":
+        """Build from scan results, in order, leaving out corrupt pairs."""
+        good = [r for r in records if r.status != "corrupt"]
+        encoded = [r.im_file.encode("utf-8") for r in good]
+        seg_counts = []
+        seg_arrays = []
+        for r in good:
+            if r.segments is None:
+                seg_counts.extend([0] * len(r.labels))
+            else:
+                seg_counts.extend(len(s) for s in r.segments)
+                seg_arrays.extend(r.segments)
+        return cls(
+            path_bytes=np.frombuffer(b"".join(encoded), dtype=np.uint8).copy(),
+            path_offsets=_offsets(len(e) for e in encoded),
+            shapes=np.array([r.shape for r in good], dtype=np.int32).reshape(-1, 2),
+            labels=np.concatenate([r.labels for r in good] + [np.zeros((0, 5), np.float32)]).astype(np.float32),
+            label_offsets=_offsets(len(r.labels) for r in good),
+            seg_points=np.concatenate(seg_arrays + [np.zeros((0, 2), np.float32)]).astype(np.float32),
+            seg_offsets=_offsets(seg_counts),
+        )
+
+    # -- serialisation helpers -------------------------------------------------------------------
+    def arrays(self) -> Dict[str, np.ndarray]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_arrays(cls, arrays: Dict[str, np.ndarray]) -> "LabelStore":
+        store = cls(**{f.name: arrays[f.name] for f in fields(cls)})
+        store.validate()
+        return store
+
+    def validate(self) -> None:
+        """Raise ValueError unless the arrays are consistent (a cache passed its checksum but may be
+        from another writer version; cheap O(1) and vectorised checks only)."""
+        n = len(self.shapes)
+        ok = (self.path_offsets.shape == (n + 1,) and self.label_offsets.shape == (n + 1,)
+              and self.path_offsets[-1] == len(self.path_bytes) and self.label_offsets[-1] == len(self.labels)
+              and self.labels.ndim == 2 and self.labels.shape[1] == 5
+              and self.seg_offsets.shape == (len(self.labels) + 1,) and self.seg_offsets[-1] == len(self.seg_points)
+              and self.shapes.ndim == 2 and self.shapes.shape[1] == 2)
+        if not ok:
+            raise ValueError("label store arrays are inconsistent")
+
+    # -- access ------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+    def im_file(self, i: int) -> str:
+        return self.path_bytes[self.path_offsets[i]:self.path_offsets[i + 1]].tobytes().decode("utf-8")
+
+    def labels_of(self, i: int) -> np.ndarray:
+        """(n, 5) float32 read-only view [class, x, y, w, h] normalised."""
+        return self.labels[self.label_offsets[i]:self.label_offsets[i + 1]]
+
+    def segments_of(self, i: int) -> List[np.ndarray]:
+        """Per label row a (k, 2) float32 normalised polygon, or [] when the image has no polygons.
+
+        Rows that are plain boxes in an image that also has polygons get their rectangle's corners,
+        so every row of such an image has a polygon to warp.
+        """
+        a, b = self.label_offsets[i], self.label_offsets[i + 1]
+        so = self.seg_offsets
+        if so[b] == so[a]:
+            return []
+        out = []
+        for row in range(a, b):
+            pts = self.seg_points[so[row]:so[row + 1]]
+            if not len(pts):
+                x, y, w, h = self.labels[row, 1:]
+                pts = np.array([[x - w / 2, y - h / 2], [x + w / 2, y - h / 2],
+                                [x + w / 2, y + h / 2], [x - w / 2, y + h / 2]], dtype=np.float32)
+            out.append(pts)
+        return out
+
+    def subset(self, index: np.ndarray) -> "LabelStore":
+        """A new store holding images ``index`` (any order, repeats allowed), all vectorised."""
+        index = np.asarray(index, dtype=np.int64)
+        path_bytes, path_offsets = _gather(self.path_bytes, self.path_offsets, index)
+        labels, label_offsets = _gather(self.labels, self.label_offsets, index)
+        rows, _ = _gather(np.arange(len(self.labels)), self.label_offsets, index)
+        seg_points, seg_offsets = _gather(self.seg_points, self.seg_offsets, rows)
+        return LabelStore(path_bytes, path_offsets, self.shapes[index], labels, label_offsets,
+                          seg_points, seg_offsets)
+
+    def num_boxes(self) -> int:
+        return len(self.labels)
+
+    def num_backgrounds(self) -> int:
+        return int(np.count_nonzero(np.diff(self.label_offsets) == 0))
+
+
+class _LazySequence(Sequence):
+    """A read-only sequence whose items are made on access from a LabelStore."""
+
+    def __init__(self, store: LabelStore):
+        self._store = store
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._item(j) for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} out of range for {n} images")
+        return self._item(i % n)
+
+    def _item(self, i: int):
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} of {len(self)} images>"
+
+
+class ImageFiles(_LazySequence):
+    def _item(self, i):
+        return self._store.im_file(i)
+
+
+class LabelFiles(_LazySequence):
+    def _item(self, i):
+        return img2label_path(self._store.im_file(i))
+
+
+class Labels(_LazySequence):
+    def _item(self, i):
+        return self._store.labels_of(i)
+
+
+class Segments(_LazySequence):
+    def _item(self, i):
+        return self._store.segments_of(i)

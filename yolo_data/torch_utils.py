@@ -1,0 +1,71 @@
+"""Small torch helpers YOLOv5 training scripts import: device choice, timing, seeding."""
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+
+import numpy as np
+import torch
+
+LOGGER = logging.getLogger("yolo_data")
+
+
+def _mps_available() -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps and mps.is_available())
+
+
+def select_device(device="", batch_size: int = 0) -> torch.device:
+    """``''`` (first CUDA device, else CPU), ``'cpu'``, ``'mps'``, ``'0'``, ``'0,1'``, ``'cuda:1'`` ->
+    a ``torch.device``.
+
+    With several CUDA ids the first one is returned (the training script spreads over the rest with
+    DDP), and ``batch_size`` must divide by their number.  Unlike YOLOv5 this never sets
+    CUDA_VISIBLE_DEVICES: ids are the ones torch sees now.  Raises ValueError naming what is missing.
+    """
+    spec = str(device).strip().lower().replace("cuda:", "").replace("none", "").replace(" ", "")
+    if spec == "cpu":
+        return torch.device("cpu")
+    if spec == "mps":
+        if not _mps_available():
+            raise ValueError("device 'mps' requested but Apple MPS is not available here")
+        return torch.device("mps")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if spec == "":
+        return torch.device("cuda:0") if count else torch.device("cpu")
+    if not re.fullmatch(r"\d+(,\d+)*", spec):
+        raise ValueError(f"invalid device {device!r}: use '', 'cpu', 'mps', '0', '0,1' or 'cuda:1'")
+    ids = [int(x) for x in spec.split(",")]
+    missing = [i for i in ids if i >= count]
+    if missing:
+        raise ValueError(f"CUDA device {device!r} requested but {count} CUDA device(s) are visible"
+                         + ("" if count else " (no CUDA here: use device='cpu')"))
+    if len(ids) > 1 and batch_size > 0 and batch_size % len(ids):
+        raise ValueError(f"batch_size {batch_size} is not a multiple of the {len(ids)} GPUs in {device!r}")
+    for i in ids:
+        p = torch.cuda.get_device_properties(i)
+        LOGGER.info(f"CUDA:{i} ({p.name}, {p.total_memory / (1 << 20):.0f} MiB)")
+    return torch.device(f"cuda:{ids[0]}")
+
+
+def time_synchronized() -> float:
+    """Seconds (a monotonic clock), after waiting for queued CUDA work when CUDA is in use."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def init_torch_seeds(seed: int = 0) -> None:
+    """Seed Python's, NumPy's and torch's global generators (for the user's own code: yolo_data's
+    augmentation draws from explicit generators and needs none of this).
+
+    As YOLOv5 v5.0: seed 0 asks cuDNN for deterministic kernels without benchmarking (slower,
+    reproducible); any other seed lets cuDNN benchmark (faster, less reproducible).
+    """
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = seed == 0
+    torch.backends.cudnn.benchmark = seed != 0
