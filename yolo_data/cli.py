@@ -1,0 +1,122 @@
+"""Command-line entry points: ``yolo-data-cache`` (= ``python tools/build_cache.py``) and the demo."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from .sources import is_dataset_yaml, load_dataset_yaml
+from .split import SplitLabels, load_split
+
+# The sample that ships in a source checkout (data/ is not part of an installed wheel).
+SAMPLE_YAML = Path(__file__).resolve().parents[1] / "data" / "sample.yaml"
+
+
+def _splits(data: str) -> Tuple[List[Tuple[str, object]], List[str]]:
+    """[(split name, paths)] and class names for a dataset yaml or an image path."""
+    if is_dataset_yaml(data):
+        spec = load_dataset_yaml(data)
+        if not spec.splits:
+            raise SystemExit(f"{data}: no train/val/test split listed")
+        return list(spec.splits.items()), spec.names
+    return [(Path(data).name or data, data)], []
+
+
+def _bar(name: str, enabled: bool):
+    from tqdm import tqdm
+    bar = None
+
+    def update(done, total):
+        nonlocal bar
+        if not enabled:
+            return
+        if bar is None:
+            bar = tqdm(total=total, desc=f"scanning {name}", unit="img", leave=False)
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+    return update
+
+
+def format_table(rows: List[Tuple[str, SplitLabels]]) -> str:
+    head = ("split", "images", "boxes", "backgrounds", "corrupt", "warnings", "cache", "seconds")
+    lines = [head]
+    for name, s in rows:
+        c = s.counts
+        where = f"{s.cache_file} ({'built' if s.built else 'reused'})" if s.cache_file else "(not written)"
+        lines.append((name, str(len(s.store)), str(c["boxes"]), str(c["backgrounds"]), str(c["corrupt"]),
+                      str(c["warnings"]), where, f"{s.seconds:.2f}"))
+    widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in lines)
+
+
+def build_caches(data: str, workers: Optional[int] = None, cache_dir=None, force: bool = False,
+                 progress: bool = True) -> List[Tuple[str, SplitLabels]]:
+    splits, names = _splits(data)
+    return [(name, load_split(paths, nc=len(names) or None, cache_dir=cache_dir, workers=workers, force=force,
+                              progress=_bar(name, progress and sys.stderr.isatty())))
+            for name, paths in splits]
+
+
+def report(rows: List[Tuple[str, SplitLabels]]) -> int:
+    """Print the table and the problems; return the exit status (1 when a split has no usable image)."""
+    print(format_table(rows))
+    for name, s in rows:
+        if s.problems:
+            print(f"\n{name}: {len(s.problems)} problem(s)")
+            for p in s.problems:
+                print(f"  {p}")
+    empty = [name for name, s in rows if not len(s.store)]
+    if empty:
+        print(f"\nno usable image in: {', '.join(empty)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def build_cache_main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="yolo-data-cache",
+        description="Build or refresh the label cache of every split of a dataset and report what was found.")
+    ap.add_argument("data", nargs="?", default=str(SAMPLE_YAML),
+                    help="dataset yaml or image path (folder, .txt list); default: the bundled sample")
+    ap.add_argument("--workers", type=int, default=None, help="scan processes (default: all cores)")
+    ap.add_argument("--cache-dir", default=None,
+                    help="write caches to this folder instead of beside the labels")
+    ap.add_argument("--force", action="store_true", help="rescan even when the cache is fresh")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR, format="%(message)s")  # problems go into the report below
+    try:
+        rows = build_caches(args.data, args.workers, args.cache_dir, args.force)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return report(rows)
+
+
+def demo_main(argv=None) -> int:
+    """Build the caches of a dataset (default: the bundled sample), then load one batch and describe it."""
+    ap = argparse.ArgumentParser(description=demo_main.__doc__)
+    ap.add_argument("data", nargs="?", default=str(SAMPLE_YAML))
+    ap.add_argument("--imgsz", type=int, default=320)
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--rect", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR, format="%(message)s")
+    status = report(build_caches(args.data))
+    if status:
+        return status
+    from .loader import create_dataloader
+    loader, dataset = create_dataloader(args.data, args.imgsz, args.batch_size, 32, rect=args.rect, workers=0,
+                                        split="train" if is_dataset_yaml(args.data) else None)
+    imgs, targets, paths, shapes = next(iter(loader))
+    print(f"\none batch of the {len(dataset)}-image train split at imgsz {args.imgsz}:")
+    print(f"  imgs     {tuple(imgs.shape)} {imgs.dtype} (RGB)")
+    print(f"  targets  {tuple(targets.shape)} {targets.dtype} [image, class, x, y, w, h]")
+    for row in targets[:4].tolist():
+        print("           " + " ".join(f"{v:.3f}" for v in row))
+    for p, s in zip(paths, shapes):
+        print(f"  {Path(p).name}: original (h0, w0)={s[0]}, ratio={tuple(round(r, 3) for r in s[1][0])}, "
+              f"pad={s[1][1]}")
+    return 0
