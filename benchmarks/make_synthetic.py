@@ -1,0 +1,318 @@
+"""Generate a synthetic, COCO-like YOLO detection dataset for benchmarks and tests.
+
+    python benchmarks/make_synthetic.py OUT --n 2000 [--val 0] [--seed 0] [--size 640] [--quality 90]
+
+Layout (YOLOv5 style)::
+
+    OUT/images/train/000000000000.jpg   OUT/labels/train/000000000000.txt
+    OUT/images/val/...                  OUT/labels/val/...          (only with --val N > 0)
+    OUT/data.yaml                       (path: ., train, val, names: the 80 COCO names)
+
+Images are meant to cost what real photos cost to read, decode and store: smooth gradients,
+low-frequency "scene" noise, textured and shaded shapes, optical blur and sensor grain, so that a
+640-px JPEG at quality 90 weighs roughly 120-180 KB like a COCO image (flat colours would compress to
+a few KB and make every I/O number look far too good).
+
+Every image has 1-15 objects.  Each label row is ``class x y w h`` (normalised, 6 decimals) and is the
+exact pixel extent of the shape as drawn, clipped to the image.  Class frequencies are skewed like
+COCO's (class 0 "person" is by far the most common).
+
+Randomness: each image gets its own ``numpy.random.Generator`` derived from (seed, split, index) with
+``SeedSequence``, so the output is identical whatever the number of worker processes or their order.
+No global random state is used.
+
+Importable: ``make_dataset(out, n, ...)`` returns the path of the written data.yaml.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import cv2
+import numpy as np
+
+COCO_NAMES = [
+    "person", "bicycle", "car", "motorcycle", "airplane", "bus", "train", "truck", "boat", "traffic light",
+    "fire hydrant", "stop sign", "parking meter", "bench", "bird", "cat", "dog", "horse", "sheep", "cow",
+    "elephant", "bear", "zebra", "giraffe", "backpack", "umbrella", "handbag", "tie", "suitcase", "frisbee",
+    "skis", "snowboard", "sports ball", "kite", "baseball bat", "baseball glove", "skateboard", "surfboard",
+    "tennis racket", "bottle", "wine glass", "cup", "fork", "knife", "spoon", "bowl", "banana", "apple",
+    "sandwich", "orange", "broccoli", "carrot", "hot dog", "pizza", "donut", "cake", "chair", "couch",
+    "potted plant", "bed", "dining table", "toilet", "tv", "laptop", "mouse", "remote", "keyboard",
+    "cell phone", "microwave", "oven", "toaster", "sink", "refrigerator", "book", "clock", "vase",
+    "scissors", "teddy bear", "hair drier", "toothbrush",
+]
+NC = len(COCO_NAMES)
+
+# (long side, short side) aspect ratios and how often they occur; COCO is mostly 640x480 / 640x427
+# landscape with a good share of portrait and some square images.
+_ASPECTS = [((1.0, 0.75), 0.36), ((1.0, 0.667), 0.22), ((0.75, 1.0), 0.16), ((0.667, 1.0), 0.08),
+            ((1.0, 1.0), 0.08), ((1.0, 0.5625), 0.06), ((0.781, 1.0), 0.04)]
+# Zipf-like class frequencies: COCO's "person" alone is about a quarter of all boxes.
+_CLASS_P = 1.0 / np.arange(1, NC + 1) ** 1.1
+_CLASS_P /= _CLASS_P.sum()
+
+MARKER = ".make_synthetic.json"  # written last: its presence means the dataset is complete
+
+# Tuned so that the mean JPEG at 640 px / quality 90 lands near 150 KB (see the module docstring).
+GRAIN_SIGMA = 3.0
+TEXTURE_AMPLITUDE = 26.0
+DETAIL_AMPLITUDE = 8.0
+DETAIL_CELLS = 200
+
+
+# -- image synthesis --------------------------------------------------------------------------------
+def _image_rng(seed: int, split_id: int, index: int) -> np.random.Generator:
+    """An independent generator per image, so results do not depend on worker count or order."""
+    return np.random.default_rng(np.random.SeedSequence(entropy=seed, spawn_key=(split_id, index)))
+
+
+def _image_size(rng: np.random.Generator, size: int) -> Tuple[int, int]:
+    """(w, h) with long side ``size`` and a COCO-like aspect ratio."""
+    ratios, weights = zip(*_ASPECTS)
+    rw, rh = ratios[rng.choice(len(ratios), p=np.array(weights) / sum(weights))]
+    return max(16, int(round(size * rw))), max(16, int(round(size * rh)))
+
+
+def _smooth_noise(rng: np.random.Generator, h: int, w: int, cells: int, channels: int = 3) -> np.ndarray:
+    """Band-limited noise: a coarse random grid (``cells`` along the long side) upsampled bicubically."""
+    gh = max(2, int(round(cells * h / max(h, w))))
+    gw = max(2, int(round(cells * w / max(h, w))))
+    grid = rng.standard_normal((gh, gw, channels)).astype(np.float32)
+    out = cv2.resize(grid, (w, h), interpolation=cv2.INTER_CUBIC)
+    return out.reshape(h, w, channels)
+
+
+def _background(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
+    """A lit scene: a linear colour gradient, several octaves of low-frequency noise (mostly in
+    brightness, as in real scenes, with weaker colour variation) and a fine "surface detail" octave."""
+    c0, c1 = rng.uniform(20, 235, 3), rng.uniform(20, 235, 3)
+    angle = rng.uniform(0, 2 * np.pi)
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    t = xx * np.cos(angle) + yy * np.sin(angle)
+    t = (t - t.min()) / max(float(t.max() - t.min()), 1e-6)
+    img = c0.astype(np.float32) * (1 - t[..., None]) + c1.astype(np.float32) * t[..., None]
+    for cells, amp in ((3, 30.0), (8, 18.0), (24, 10.0), (64, 6.0)):
+        img += amp * _smooth_noise(rng, h, w, cells, 1)
+        img += 0.4 * amp * _smooth_noise(rng, h, w, cells)
+    img += DETAIL_AMPLITUDE * rng.uniform(0.5, 1.5) * _smooth_noise(rng, h, w, DETAIL_CELLS, 1)
+    return img
+
+
+def _shape_mask(rng: np.random.Generator, kind: int, w: int, h: int, cx: float, cy: float,
+                bw: float, bh: float) -> np.ndarray:
+    """A uint8 0/255 full-image mask of one ellipse, rotated rectangle or polygon."""
+    mask = np.zeros((h, w), np.uint8)
+    angle = float(rng.uniform(0, 180))
+    if kind == 0:
+        cv2.ellipse(mask, (int(cx), int(cy)), (max(1, int(bw / 2)), max(1, int(bh / 2))), angle, 0, 360, 255, -1)
+    elif kind == 1:
+        box = cv2.boxPoints(((cx, cy), (bw, bh), angle if rng.random() < 0.5 else 0.0))
+        cv2.fillPoly(mask, [np.round(box).astype(np.int32)], 255)
+    else:
+        k = int(rng.integers(5, 12))
+        theta = np.sort(rng.uniform(0, 2 * np.pi, k))
+        radius = rng.uniform(0.55, 1.0, k)
+        pts = np.stack([cx + radius * bw / 2 * np.cos(theta), cy + radius * bh / 2 * np.sin(theta)], 1)
+        cv2.fillPoly(mask, [np.round(pts).astype(np.int32)], 255)
+    return mask
+
+
+def _texture(rng: np.random.Generator, hh: int, ww: int, base: np.ndarray) -> np.ndarray:
+    """Object surface for a (hh, ww) patch: base colour, shading ramp, mottling and optional stripes."""
+    yy, xx = np.mgrid[0:hh, 0:ww].astype(np.float32)
+    a = rng.uniform(0, 2 * np.pi)
+    ramp = (xx * np.cos(a) + yy * np.sin(a)) / max(hh, ww)
+    tex = base[None, None, :] * (0.75 + 0.5 * ramp[..., None])
+    cells = max(2, int(max(hh, ww) / rng.uniform(6, 20)))
+    tex += TEXTURE_AMPLITUDE * _smooth_noise(rng, hh, ww, cells)
+    if rng.random() < 0.35:  # striped or checked surfaces (zebras, shirts, keyboards...)
+        period = rng.uniform(4, 16)
+        b = rng.uniform(0, np.pi)
+        stripes = np.sin((xx * np.cos(b) + yy * np.sin(b)) * (2 * np.pi / period))
+        tex += rng.uniform(15, 40) * stripes[..., None]
+    return tex
+
+
+def _class_colour(rng: np.random.Generator, cls: int) -> np.ndarray:
+    """A BGR colour tied to the class (hue) with per-object jitter, so classes are learnable."""
+    hue = (cls * 37) % 180
+    hsv = np.uint8([[[hue, int(rng.integers(80, 230)), int(rng.integers(60, 240))]]])
+    return cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR)[0, 0].astype(np.float32)
+
+
+def _draw_object(rng: np.random.Generator, img: np.ndarray, cls: int) -> Optional[Tuple[int, int, int, int]]:
+    """Draw one object into ``img`` (float32, in place); return its pixel box x0, y0, x1, y1 (exclusive
+    ends) measured from the drawn mask, so the label is exactly where the shape is, clipped."""
+    h, w = img.shape[:2]
+    # COCO-like size spread: many small objects, some large (side as a fraction of the long side).
+    side = float(np.exp(rng.uniform(np.log(0.04), np.log(0.75)))) * max(w, h)
+    aspect = float(np.exp(rng.uniform(-0.9, 0.9)))
+    bw, bh = max(6.0, side * np.sqrt(aspect)), max(6.0, side / np.sqrt(aspect))
+    # Centres inside the image, so every object is at least partly visible; big ones get cut at edges.
+    cx, cy = rng.uniform(0, w - 1), rng.uniform(0, h - 1)
+    mask = _shape_mask(rng, cls % 3, w, h, cx, cy, bw, bh)
+    ys, xs = np.nonzero(mask.any(1))[0], np.nonzero(mask.any(0))[0]
+    if not len(ys):
+        return None
+    y0, y1, x0, x1 = int(ys[0]), int(ys[-1]) + 1, int(xs[0]), int(xs[-1]) + 1
+    # Soft (anti-aliased) edge inside the box only, so the label extent stays the hard mask's.
+    alpha = cv2.GaussianBlur(mask[y0:y1, x0:x1], (3, 3), 0).astype(np.float32)[..., None] / 255.0
+    alpha = np.maximum(alpha, (mask[y0:y1, x0:x1] > 0)[..., None] * 0.85)
+    tex = _texture(rng, y1 - y0, x1 - x0, _class_colour(rng, cls))
+    roi = img[y0:y1, x0:x1]
+    roi *= 1 - alpha
+    roi += alpha * tex
+    return x0, y0, x1, y1
+
+
+def synth_image(rng: np.random.Generator, size: int) -> Tuple[np.ndarray, List[Tuple[int, float, float, float, float]]]:
+    """One photo-like BGR uint8 image and its labels [(class, x, y, w, h) normalised]."""
+    w, h = _image_size(rng, size)
+    img = _background(rng, h, w)
+    labels = []
+    for cls in rng.choice(NC, size=int(rng.integers(1, 16)), p=_CLASS_P):
+        box = _draw_object(rng, img, int(cls))
+        if box is None:
+            continue
+        x0, y0, x1, y1 = box
+        labels.append((int(cls), (x0 + x1) / 2 / w, (y0 + y1) / 2 / h, (x1 - x0) / w, (y1 - y0) / h))
+    # Lens blur then sensor grain: the grain is what gives real JPEGs most of their bytes.
+    img = cv2.GaussianBlur(img, (0, 0), rng.uniform(0.5, 0.9))
+    img += rng.normal(0.0, GRAIN_SIGMA, img.shape).astype(np.float32)
+    return np.clip(img, 0, 255).astype(np.uint8), labels
+
+
+def label_text(labels: Sequence[Tuple[int, float, float, float, float]]) -> str:
+    """YOLO label file text: ``class x y w h`` per row, coordinates with 6 decimals, clipped to [0, 1]."""
+    rows = []
+    for cls, *xywh in labels:
+        rows.append(f"{cls} " + " ".join(f"{min(max(v, 0.0), 1.0):.6f}" for v in xywh))
+    return "\n".join(rows) + "\n"
+
+
+# -- writing ----------------------------------------------------------------------------------------
+def _write_one(args) -> Tuple[int, int]:
+    """Worker: synthesise, encode and write one image and its label file -> (jpeg bytes, boxes)."""
+    out, split, split_id, index, seed, size, quality = args
+    img, labels = synth_image(_image_rng(seed, split_id, index), size)
+    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
+    if not ok:
+        raise RuntimeError(f"JPEG encoding failed for image {index}")
+    stem = f"{index:012d}"
+    Path(out, "images", split, stem + ".jpg").write_bytes(buf.tobytes())
+    Path(out, "labels", split, stem + ".txt").write_text(label_text(labels), encoding="utf-8")
+    return len(buf), len(labels)
+
+
+def _init_worker() -> None:
+    # One OpenCV thread per process: the pool already uses every core, more threads only contend.
+    cv2.setNumThreads(1)
+
+
+def _write_yaml(out: Path, splits: Dict[str, int]) -> Path:
+    """data.yaml in YOLOv5 form; plain text (yaml-compatible), so no yaml writer is needed."""
+    lines = ["# synthetic COCO-like dataset written by benchmarks/make_synthetic.py", "path: .",
+             "train: images/train"]
+    if splits.get("val"):
+        lines.append("val: images/val")
+    lines.append(f"nc: {NC}")
+    lines.append("names:")
+    lines += [f"  {i}: {json.dumps(name)}" for i, name in enumerate(COCO_NAMES)]
+    path = out / "data.yaml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _prepare(out: Path, splits: Dict[str, int], overwrite: bool) -> None:
+    """Create the split folders; refuse to mix with an existing dataset unless ``overwrite``."""
+    for split in splits:
+        for kind in ("images", "labels"):
+            d = out / kind / split
+            if d.exists() and any(d.iterdir()):
+                if not overwrite:
+                    raise FileExistsError(f"{d} is not empty (use overwrite=True / --overwrite)")
+                shutil.rmtree(d)
+            d.mkdir(parents=True, exist_ok=True)
+    stale = [out / "labels" / f"{s}.cache" for s in splits]  # a label cache of older files
+    for f in stale + [out / MARKER]:
+        if f.exists():
+            f.unlink()
+
+
+def make_dataset(out, n: int, val: int = 0, seed: int = 0, size: int = 640, quality: int = 90,
+                 workers: int = 2, overwrite: bool = False, verbose: bool = False) -> Path:
+    """Write ``n`` train (and ``val`` val) images with labels into ``out``; return the data.yaml path.
+
+    ``workers`` processes share the work (1: in this process).  The output depends only on
+    (n, val, seed, size, quality), never on ``workers``.  A file ``out/.make_synthetic.json`` with the
+    settings and stats is written last, so its presence marks a complete dataset.
+    """
+    out = Path(out)
+    splits = {"train": int(n)} if not val else {"train": int(n), "val": int(val)}
+    _prepare(out, splits, overwrite)
+    t0 = time.perf_counter()
+    jobs = [(str(out), split, sid, i, int(seed), int(size), int(quality))
+            for sid, (split, count) in enumerate(splits.items()) for i in range(count)]
+    if workers > 1 and len(jobs) > 1:
+        # Default start method: fork on Linux; the worker function is importable for spawn elsewhere.
+        with mp.Pool(workers, initializer=_init_worker) as pool:
+            results = pool.map(_write_one, jobs, chunksize=8)
+    else:
+        results = [_write_one(j) for j in jobs]
+    seconds = time.perf_counter() - t0
+    yaml_path = _write_yaml(out, splits)
+    sizes = np.array([r[0] for r in results], dtype=np.int64)
+    boxes = int(sum(r[1] for r in results))
+    stats = {"images": len(results), "splits": splits, "seed": int(seed), "size": int(size),
+             "quality": int(quality), "bytes": int(sizes.sum()), "mean_kb": float(sizes.mean() / 1024),
+             "min_kb": float(sizes.min() / 1024), "max_kb": float(sizes.max() / 1024), "boxes": boxes,
+             "seconds": round(seconds, 2), "workers": int(workers)}
+    (out / MARKER).write_text(json.dumps(stats, indent=1) + "\n", encoding="utf-8")
+    if verbose:
+        print(f"{stats['images']} images ({', '.join(f'{k} {v}' for k, v in splits.items())}), "
+              f"{boxes} boxes ({boxes / len(results):.1f}/image) in {out}")
+        print(f"total {sizes.sum() / 1e6:.1f} MB, mean {stats['mean_kb']:.1f} KB/image "
+              f"(min {stats['min_kb']:.0f}, max {stats['max_kb']:.0f}), {seconds:.1f} s "
+              f"({len(results) / seconds:.0f} images/s, {workers} processes)")
+    return yaml_path
+
+
+def dataset_settings(out) -> Dict:
+    """The settings/stats a complete dataset in ``out`` was made with, or {} if incomplete/absent."""
+    try:
+        return json.loads(Path(out, MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("out", help="output folder (created)")
+    p.add_argument("--n", type=int, default=2000, help="train images (default 2000)")
+    p.add_argument("--val", type=int, default=0, help="val images (default 0: no val split)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--size", type=int, default=640, help="long side in pixels (default 640)")
+    p.add_argument("--quality", type=int, default=90, help="JPEG quality (default 90)")
+    p.add_argument("--workers", type=int, default=2, help="processes (default 2)")
+    p.add_argument("--overwrite", action="store_true", help="replace existing split folders in OUT")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    yaml_path = make_dataset(a.out, a.n, val=a.val, seed=a.seed, size=a.size, quality=a.quality,
+                             workers=a.workers, overwrite=a.overwrite, verbose=True)
+    print(f"wrote {yaml_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,315 @@
+"""Parity check: yolo_data's ``create_dataloader`` against YOLOv5 7.0's, with augment=False.
+
+For every dataset split and loader configuration this builds both loaders on the same files (each
+library on its own temporary copy of the dataset, since both write ``labels/<split>.cache``),
+iterates both fully with workers=0 and shuffle=False, and checks, per image of every batch:
+
+* image tensors exactly equal (``torch.equal``; otherwise the max abs pixel difference is reported),
+* targets exactly equal (otherwise whether they match after sorting the rows of each image),
+* paths equal (relative to each copy's root),
+* shapes ``((h0, w0), ((h/h0, w/w0), (padw, padh)))`` equal by value (Python vs NumPy number types
+  are allowed to differ, values are not),
+
+and, per dataset: ``len(dataset)``, ``dataset.im_files`` order, ``dataset.labels`` (per image, values
+and dtype), ``dataset.shapes`` and, with rect, ``dataset.batch_shapes``.
+
+It needs an environment with both ``yolov5`` (pip package 7.0.x) and yolo_data's dependencies; yolo_data
+itself is imported from this checkout.  Run from anywhere::
+
+    /work/bench-venv/bin/python benchmarks/parity_yolov5.py            # coco128 and bccd, all configs
+    /work/bench-venv/bin/python benchmarks/parity_yolov5.py --quick    # coco128 train, 2 configs
+    /work/bench-venv/bin/python benchmarks/parity_yolov5.py --datasets coco128 --root /path/to/datasets
+
+Exits 0 when everything is equal, 1 when anything differs.  Nothing outside a temporary folder is
+written (YOLOv5/Ultralytics settings and all caches go there too); network access is blocked.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import numbers
+import os
+import shutil
+import socket
+import stat
+import sys
+import tempfile
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_ROOT = Path("/work/shared/datasets")
+ALL_DATASETS = ("coco128", "bccd")
+STRIDE = 32
+MAX_DETAILS = 3  # mismatching images listed per check
+
+
+@dataclass(frozen=True)
+class Config:
+    imgsz: int
+    batch: int
+    rect: bool
+    pad: float = 0.0
+
+    def __str__(self):
+        return f"{self.imgsz} {'rect' if self.rect else 'sq'} pad{self.pad:g} b{self.batch}"
+
+
+CONFIGS = (
+    Config(640, 16, rect=False),
+    Config(640, 32, rect=True, pad=0.5),  # YOLOv5's val loader
+    Config(320, 8, rect=True, pad=0.0),
+    Config(416, 7, rect=False),
+)
+
+
+# -- environment: keep both libraries offline and inside the temp folder ---------------------------
+def isolate_environment(tmp: Path) -> None:
+    """Point settings/cache folders into ``tmp``, drop DDP variables, and refuse network connections."""
+    for var in ("YOLO_CONFIG_DIR", "YOLOV5_CONFIG_DIR", "MPLCONFIGDIR", "YOLO_DATA_CACHE_DIR"):
+        os.environ[var] = str(tmp / "config" / var.lower())
+        Path(os.environ[var]).mkdir(parents=True, exist_ok=True)
+    os.environ.update(YOLO_OFFLINE="1", YOLOv5_AUTOINSTALL="false", YOLOv5_VERBOSE="false")
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        os.environ.pop(var, None)
+
+    def refuse(self, address, *args, **kwargs):
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            raise OSError(f"parity_yolov5: network access blocked ({address})")
+        return real_connect(self, address, *args, **kwargs)
+
+    real_connect = socket.socket.connect
+    socket.socket.connect = refuse
+
+
+def import_loaders():
+    """(yolov5 create_dataloader, yolo_data create_dataloader)."""
+    try:
+        import pkg_resources  # noqa: F401  (yolov5.utils.general imports it; setuptools >= 81 lacks it)
+    except ImportError:
+        from packaging.version import parse
+        sys.modules["pkg_resources"] = types.SimpleNamespace(parse_version=parse)
+    from yolov5.utils.dataloaders import create_dataloader as v5_create
+    logging.getLogger("yolov5").setLevel(logging.ERROR)
+    sys.path.insert(0, str(REPO_ROOT))
+    from yolo_data import create_dataloader as yd_create
+    return v5_create, yd_create
+
+
+# -- dataset copies --------------------------------------------------------------------------------
+def copy_dataset(src: Path, dst: Path) -> Path:
+    """A writable copy of ``src`` (real copies, not links: YOLOv5 may rewrite a damaged JPEG in place)."""
+    shutil.copytree(src, dst, copy_function=shutil.copyfile, ignore=shutil.ignore_patterns("*.cache"))
+    for dirpath, dirnames, filenames in os.walk(dst):
+        for name in [dirpath, *(os.path.join(dirpath, f) for f in filenames + dirnames)]:
+            os.chmod(name, os.stat(name).st_mode | stat.S_IWUSR | stat.S_IRUSR | (stat.S_IXUSR if os.path.isdir(name) else 0))
+    return dst
+
+
+def splits_of(ds_root: Path) -> List[str]:
+    return sorted(p.name for p in (ds_root / "images").iterdir() if p.is_dir())
+
+
+# -- comparison helpers ----------------------------------------------------------------------------
+def same_value(a, b) -> bool:
+    """Nested tuples/lists/arrays of numbers equal by value (number types may differ)."""
+    import numpy as np
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        a, b = np.asarray(a), np.asarray(b)
+        return a.shape == b.shape and bool((a == b).all())
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, (numbers.Number, np.number)) and isinstance(b, (numbers.Number, np.number)):
+        return bool(a == b)
+    return a == b
+
+
+def sorted_rows(t):
+    """Rows of a (n, k) tensor in lexicographic order."""
+    import numpy as np
+    a = t.numpy()
+    return a[np.lexsort(a.T[::-1])] if len(a) else a
+
+
+def rel(path: str, root: Path) -> str:
+    return os.path.relpath(path, root)
+
+
+@dataclass
+class Result:
+    """Counts and notes for one (dataset/split, config) comparison."""
+    name: str
+    config: str
+    batches: int = 0
+    images: int = 0
+    img_eq: int = 0
+    tgt_eq: int = 0
+    tgt_sorted_eq: int = 0
+    shape_eq: int = 0
+    path_eq: int = 0
+    attrs: List[str] = field(default_factory=list)  # dataset-level mismatches
+    details: List[str] = field(default_factory=list)
+    error: Optional[str] = None
+
+    @property
+    def ok(self) -> bool:
+        n = self.images
+        return (self.error is None and not self.attrs and n > 0
+                and self.img_eq == self.tgt_eq == self.shape_eq == self.path_eq == n)
+
+    def note(self, kind: str, text: str) -> None:
+        if sum(d.startswith(kind) for d in self.details) < MAX_DETAILS:
+            self.details.append(f"{kind}: {text}")
+
+
+def compare_datasets(r: Result, v5, yd, root5: Path, rooty: Path, rect: bool) -> None:
+    """Dataset-level attributes: len, im_files order, labels, shapes, batch_shapes."""
+    import numpy as np
+    if len(v5) != len(yd):
+        r.attrs.append(f"len {len(v5)} vs {len(yd)}")
+    f5 = [rel(f, root5) for f in v5.im_files]
+    fy = [rel(f, rooty) for f in yd.im_files]
+    if f5 != fy:
+        only5, onlyy = sorted(set(f5) - set(fy)), sorted(set(fy) - set(f5))
+        first = next((i for i, (a, b) in enumerate(zip(f5, fy)) if a != b), min(len(f5), len(fy)))
+        r.attrs.append(f"im_files differ (first at {first}; only yolov5: {only5[:3]}; only yolo_data: {onlyy[:3]})")
+    pos_y = {f: i for i, f in enumerate(fy)}
+    bad_labels = [f for i, f in enumerate(f5) if f in pos_y and not (
+        v5.labels[i].dtype == yd.labels[pos_y[f]].dtype and np.array_equal(v5.labels[i], yd.labels[pos_y[f]]))]
+    if bad_labels:
+        r.attrs.append(f"labels differ for {len(bad_labels)} images, e.g. {bad_labels[:MAX_DETAILS]}")
+    s5, sy = np.asarray(v5.shapes), np.asarray(yd.shapes)
+    if s5.shape != sy.shape or not (s5 == sy).all():
+        rows = [f5[i] for i in np.flatnonzero((s5 != sy).any(1))] if s5.shape == sy.shape else ["(sizes differ)"]
+        r.attrs.append(f"shapes differ for {len(rows)} images, e.g. {rows[:MAX_DETAILS]}")
+    if rect and not same_value(v5.batch_shapes, yd.batch_shapes):
+        r.attrs.append(f"batch_shapes differ:\n  yolov5    {v5.batch_shapes.tolist()}\n"
+                       f"  yolo_data {np.asarray(yd.batch_shapes).tolist()}")
+
+
+def compare_image(r: Result, name: str, im5, imy, t5, ty, s5, sy) -> None:
+    """One image's tensor, targets and shapes."""
+    import torch
+    if im5.shape == imy.shape and im5.dtype == imy.dtype and torch.equal(im5, imy):
+        r.img_eq += 1
+    elif im5.shape != imy.shape:
+        r.note("image", f"{name}: size {tuple(im5.shape)} vs {tuple(imy.shape)}")
+    else:
+        diff = (im5.int() - imy.int()).abs()
+        r.note("image", f"{name}: max abs pixel diff {int(diff.max())}, {int((diff > 0).sum())} values differ")
+    if t5.shape == ty.shape and t5.dtype == ty.dtype and torch.equal(t5, ty):
+        r.tgt_eq += 1
+    elif t5.shape == ty.shape and (sorted_rows(t5) == sorted_rows(ty)).all():
+        r.tgt_sorted_eq += 1
+        r.note("targets", f"{name}: equal only after sorting rows")
+    elif t5.shape != ty.shape:
+        r.note("targets", f"{name}: {len(t5)} rows vs {len(ty)} rows")
+    else:
+        i = int((t5 != ty).any(1).nonzero()[0, 0])
+        r.note("targets", f"{name}: row {i} yolov5 {t5[i].tolist()} vs yolo_data {ty[i].tolist()} "
+                          f"(max abs diff {float((t5 - ty).abs().max()):.3g})")
+    if same_value(s5, sy):
+        r.shape_eq += 1
+    else:
+        r.note("shapes", f"{name}: yolov5 {s5} vs yolo_data {sy}")
+
+
+def compare_batches(r: Result, l5, ly, root5: Path, rooty: Path) -> None:
+    """Iterate both loaders fully; compare image by image."""
+    it5, ity = iter(l5), iter(ly)
+    for b5, by in zip(it5, ity):
+        r.batches += 1
+        (im5, t5, p5, s5), (imy, ty, py, sy) = b5, by
+        if len(p5) != len(py):
+            r.note("batch", f"batch {r.batches - 1}: {len(p5)} vs {len(py)} images")
+        for j in range(min(len(p5), len(py))):
+            r.images += 1
+            n5, ny = rel(p5[j], root5), rel(py[j], rooty)
+            r.path_eq += n5 == ny
+            if n5 != ny:
+                r.note("path", f"batch {r.batches - 1} image {j}: {n5} vs {ny}")
+            compare_image(r, n5, im5[j], imy[j], t5[t5[:, 0] == j], ty[ty[:, 0] == j], s5[j], sy[j])
+    rest5, resty = sum(1 for _ in it5), sum(1 for _ in ity)
+    if rest5 or resty:
+        r.note("batch", f"batch counts differ: {rest5} more in yolov5, {resty} more in yolo_data")
+        r.attrs.append("number of batches differs")
+
+
+def run_case(creators, ds: str, split: str, cfg: Config, roots) -> Result:
+    v5_create, yd_create = creators
+    r = Result(f"{ds}/{split}", str(cfg))
+    (root5, rooty) = roots
+    kw = dict(imgsz=cfg.imgsz, batch_size=cfg.batch, stride=STRIDE, augment=False, rect=cfg.rect, pad=cfg.pad,
+              workers=0, shuffle=False, cache=False, rank=-1)
+    try:
+        l5, d5 = v5_create(str(root5 / "images" / split), **kw)
+        ly, dy = yd_create(str(rooty / "images" / split), **kw)
+        compare_datasets(r, d5, dy, root5, rooty, cfg.rect)
+        compare_batches(r, l5, ly, root5, rooty)
+    except Exception as e:  # report and go on with the other cases
+        r.error = f"{type(e).__name__}: {e}"
+    return r
+
+
+# -- report ------------------------------------------------------------------------------------------
+def frac(k: int, n: int) -> str:
+    return f"{k}/{n}"
+
+
+def print_table(results: List[Result]) -> None:
+    head = ("dataset/split", "config", "batches", "images eq", "targets eq", "shapes eq", "paths eq", "dataset attrs")
+    rows = []
+    for r in results:
+        tgt = frac(r.tgt_eq, r.images) + (f" (+{r.tgt_sorted_eq} sorted)" if r.tgt_sorted_eq else "")
+        attrs = "ERROR" if r.error else ("ok" if not r.attrs else f"{len(r.attrs)} differ")
+        rows.append((r.name, r.config, str(r.batches), frac(r.img_eq, r.images), tgt,
+                     frac(r.shape_eq, r.images), frac(r.path_eq, r.images), attrs))
+    widths = [max(len(x[i]) for x in (head, *rows)) for i in range(len(head))]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    print(line(head))
+    print(line(["-" * w for w in widths]))
+    for row in rows:
+        print(line(row))
+    for r in results:
+        if r.ok:
+            continue
+        print(f"\n[{r.name} | {r.config}] MISMATCH")
+        for text in ([r.error] if r.error else []) + r.attrs + r.details:
+            print("  - " + text.replace("\n", "\n    "))
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--datasets", nargs="+", default=list(ALL_DATASETS), help="dataset folder names under --root")
+    p.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="folder holding the datasets (only read)")
+    p.add_argument("--quick", action="store_true", help="coco128 train only, 2 configs")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="parity_yolov5_") as tmp:
+        tmp = Path(tmp)
+        isolate_environment(tmp)
+        creators = import_loaders()
+        datasets = ["coco128"] if args.quick else args.datasets
+        configs = CONFIGS[:2] if args.quick else CONFIGS
+        results = []
+        for ds in datasets:
+            roots = tuple(copy_dataset(args.root / ds, tmp / lib / ds) for lib in ("yolov5", "yolo_data"))
+            splits = splits_of(roots[0])
+            for split in (splits[:1] if args.quick else splits):
+                for cfg in configs:
+                    results.append(run_case(creators, ds, split, cfg, roots))
+                    print(f"done {results[-1].name} {cfg}: {'equal' if results[-1].ok else 'DIFFERS'}",
+                          file=sys.stderr, flush=True)
+        print_table(results)
+    bad = [r for r in results if not r.ok]
+    print(f"\n{'ALL EQUAL' if not bad else f'{len(bad)} of {len(results)} cases differ'}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

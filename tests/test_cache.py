@@ -1,0 +1,185 @@
+"""The label cache: reuse, invalidation, damage, planted files, read-only folders, atomic writes."""
+import logging
+import multiprocessing as mp
+import os
+import pickle
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from yolo_data import cache
+from yolo_data.split import load_split
+from conftest import make_dataset, tree_digest
+
+
+def images(yaml_path):
+    return str(Path(yaml_path).parent / "images" / "train")
+
+
+def cache_file(yaml_path):
+    return Path(yaml_path).parent / "labels" / "train.cache"
+
+
+def same_labels(a, b):
+    sa, sb = a.store, b.store
+    return (len(sa) == len(sb) and all(sa.im_file(i) == sb.im_file(i) for i in range(len(sa)))
+            and np.array_equal(sa.labels, sb.labels) and np.array_equal(sa.shapes, sb.shapes)
+            and np.array_equal(sa.label_offsets, sb.label_offsets) and np.array_equal(sa.seg_points, sb.seg_points))
+
+
+def test_built_once_then_reused_and_dataset_untouched(small_dataset):
+    root = small_dataset.parent
+    before = tree_digest(root)
+    first = load_split(images(small_dataset), nc=3)
+    assert first.built and first.cache_file == cache_file(small_dataset)
+    assert first.counts == {"found": 6, "ok": 4, "missing": 1, "empty": 1, "corrupt": 0, "boxes": 6,
+                            "backgrounds": 2, "warnings": 0}
+    second = load_split(images(small_dataset), nc=3)
+    assert not second.built and second.counts == first.counts and same_labels(first, second)
+    after = tree_digest(root)
+    assert after.pop("labels/train.cache") and after == before  # only the cache file was added
+    assert not [p for p in root.rglob("*.tmp")]
+
+
+def test_edited_label_file_and_changed_settings_are_picked_up(small_dataset):
+    load_split(images(small_dataset), nc=3)
+    lb = small_dataset.parent / "labels" / "train" / "d.txt"
+    lb.write_text("1 0.3 0.3 0.2 0.2\n0 0.6 0.6 0.1 0.1\n")
+    again = load_split(images(small_dataset), nc=3)
+    assert again.built
+    i = [again.store.im_file(k).endswith("d.jpg") for k in range(len(again.store))].index(True)
+    np.testing.assert_array_equal(again.store.labels_of(i)[:, 0], [1, 0])
+    assert load_split(images(small_dataset), nc=3).built is False
+    narrower = load_split(images(small_dataset), nc=2)  # the class check depends on nc: a new scan
+    assert narrower.built and len(narrower.store) == 5 and "class 2" in narrower.problems[0].reason
+    new_image = small_dataset.parent / "images" / "train" / "g.jpg"
+    shutil.copy(small_dataset.parent / "images" / "train" / "a.jpg", new_image)
+    assert len(load_split(images(small_dataset), nc=3).store) == 7
+
+
+@pytest.mark.parametrize("damage", ["empty", "one byte", "10%", "50%", "minus one", "flip middle", "flip last"])
+def test_damaged_cache_is_reported_and_rebuilt(small_dataset, damage, caplog):
+    good = load_split(images(small_dataset), nc=3)
+    f = cache_file(small_dataset)
+    data = bytearray(f.read_bytes())
+    cut = {"empty": 0, "one byte": 1, "10%": len(data) // 10, "50%": len(data) // 2, "minus one": len(data) - 1}
+    if damage in cut:
+        data = data[:cut[damage]]
+    else:
+        data[len(data) // 2 if damage == "flip middle" else -1] ^= 0x40
+    f.write_bytes(bytes(data))
+    with pytest.raises(cache.CacheError):
+        cache.load(f)
+    with caplog.at_level(logging.WARNING, logger="yolo_data"):
+        rebuilt = load_split(images(small_dataset), nc=3)
+    assert rebuilt.built and same_labels(good, rebuilt)
+    assert any(str(f) in r.message and "rebuilding" in r.message for r in caplog.records)
+    cache.load(f)  # the rebuilt file is whole again
+
+
+class _Plant:
+    """Unpickling this would create a marker file: the cache loader must never get that far."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.mark.parametrize("kind", ["pickle", "numpy object array", "torch.save"])
+def test_planted_code_running_cache_is_never_executed(small_dataset, tmp_path, kind, caplog):
+    good = load_split(images(small_dataset), nc=3)
+    f, marker = cache_file(small_dataset), str(tmp_path / "pwned")
+    payload = {"labels": _Plant(marker)}
+    if kind == "pickle":
+        f.write_bytes(pickle.dumps(payload))
+    elif kind == "numpy object array":
+        with open(f, "wb") as fh:
+            np.save(fh, np.array([payload], dtype=object), allow_pickle=True)
+    else:
+        torch.save(payload, f)
+    with caplog.at_level(logging.WARNING, logger="yolo_data"):
+        rebuilt = load_split(images(small_dataset), nc=3)
+    assert not os.path.exists(marker)
+    assert rebuilt.built and same_labels(good, rebuilt)
+    assert any("was not loaded" in r.message for r in caplog.records)
+
+
+def test_encode_decode_round_trip_and_unsafe_dtype_rejected(small_dataset):
+    s = load_split(images(small_dataset), nc=3)
+    c = cache.CacheContents(s.store, "fp", s.counts, s.problems)
+    back = cache.decode(cache.encode(c))
+    assert back.fingerprint == "fp" and back.counts == s.counts
+    assert all(np.array_equal(a, back.store.arrays()[k]) for k, a in s.store.arrays().items())
+    assert back.store.labels.dtype == np.float32 and not back.store.labels.flags.writeable
+
+
+def test_stale_temp_files_of_dead_writers_are_removed(small_dataset):
+    load_split(images(small_dataset), nc=3)
+    f = cache_file(small_dataset)
+    dead = f.parent / f".{f.name}.{__import__('socket').gethostname()}.999999999.abc123.tmp"
+    alive = f.parent / f".{f.name}.{__import__('socket').gethostname()}.{os.getpid()}.def456.tmp"
+    dead.write_bytes(b"partial")
+    alive.write_bytes(b"partial")
+    load_split(images(small_dataset), nc=3, force=True)
+    assert not dead.exists() and alive.exists()
+
+
+def test_explicit_cache_dir_holds_the_cache(small_dataset, tmp_path):
+    d = tmp_path / "my_caches"
+    s = load_split(images(small_dataset), nc=3, cache_dir=d)
+    assert s.built and s.cache_file.parent == d and not cache_file(small_dataset).exists()
+    assert not load_split(images(small_dataset), nc=3, cache_dir=d).built
+
+
+def _scan_as_nobody(img_dir, queue):
+    """In a forked child: drop to user nobody, scan twice, report what happened."""
+    try:
+        if os.geteuid() == 0:
+            os.setgid(65534)
+            os.setuid(65534)
+        out = []
+        for _ in range(2):
+            s = load_split(img_dir, nc=3)
+            out.append((s.built, str(s.cache_file), len(s.store), s.counts["boxes"]))
+        queue.put(out)
+    except BaseException as e:  # report, do not hang the parent
+        queue.put(repr(e))
+
+
+def test_read_only_dataset_uses_the_user_cache_folder_and_reuses_it(small_dataset, caplog):
+    """Run as a non-root user (a forked child drops to 'nobody' when the suite runs as root)."""
+    base = Path(tempfile.mkdtemp(prefix="yolo_data_ro_"))
+    try:
+        data = base / "ds"
+        shutil.copytree(small_dataset.parent, data)
+        user_cache = base / "user_cache"
+        user_cache.mkdir()
+        os.chmod(base, 0o755)
+        os.chmod(user_cache, 0o777)
+        for p in [data, *data.rglob("*")]:
+            os.chmod(p, 0o555 if p.is_dir() else 0o444)
+        before = tree_digest(data)
+        os.environ["YOLO_DATA_CACHE_DIR"] = str(user_cache)  # restored by the autouse fixture
+        ctx = mp.get_context("fork")
+        q = ctx.SimpleQueue()
+        with caplog.at_level(logging.WARNING, logger="yolo_data"):
+            p = ctx.Process(target=_scan_as_nobody, args=(str(data / "images" / "train"), q))
+            p.start()
+            result = q.get()
+            p.join(30)
+        assert isinstance(result, list), result
+        (built1, file1, n1, boxes1), (built2, file2, n2, boxes2) = result
+        assert built1 and not built2 and file1 == file2 and Path(file1).parent == user_cache
+        assert (n1, boxes1) == (n2, boxes2) == (6, 6)
+        assert tree_digest(data) == before
+    finally:
+        for p in [base, *base.rglob("*")]:
+            if p.is_dir():
+                os.chmod(p, 0o755)
+        shutil.rmtree(base, ignore_errors=True)
