@@ -26,6 +26,7 @@ Importable: ``make_dataset(out, n, ...)`` returns the path of the written data.y
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -62,10 +63,11 @@ _CLASS_P /= _CLASS_P.sum()
 MARKER = ".make_synthetic.json"  # written last: its presence means the dataset is complete
 
 # Tuned so that the mean JPEG at 640 px / quality 90 lands near 150 KB (see the module docstring).
-GRAIN_SIGMA = 3.0
-TEXTURE_AMPLITUDE = 26.0
-DETAIL_AMPLITUDE = 8.0
-DETAIL_CELLS = 200
+SCENE_AMPLITUDE = 38.0  # std of the background's 1/f brightness texture (0-255 scale)
+SCENE_BETA = 0.9  # spectral slope: about 1 is typical of natural images; larger is smoother
+CHROMA_FRACTION = 0.3  # colour texture relative to brightness texture
+TEXTURE_AMPLITUDE = 32.0  # std of the objects' surface texture
+GRAIN_SIGMA = 2.5  # sensor noise std
 
 
 # -- image synthesis --------------------------------------------------------------------------------
@@ -81,28 +83,43 @@ def _image_size(rng: np.random.Generator, size: int) -> Tuple[int, int]:
     return max(16, int(round(size * rw))), max(16, int(round(size * rh)))
 
 
-def _smooth_noise(rng: np.random.Generator, h: int, w: int, cells: int, channels: int = 3) -> np.ndarray:
-    """Band-limited noise: a coarse random grid (``cells`` along the long side) upsampled bicubically."""
-    gh = max(2, int(round(cells * h / max(h, w))))
-    gw = max(2, int(round(cells * w / max(h, w))))
-    grid = rng.standard_normal((gh, gw, channels)).astype(np.float32)
-    out = cv2.resize(grid, (w, h), interpolation=cv2.INTER_CUBIC)
-    return out.reshape(h, w, channels)
+@functools.lru_cache(maxsize=64)
+def _spectral_filter(h: int, w: int, beta: float) -> np.ndarray:
+    """1/f**beta over the rfft2 frequency grid of an (h, w) image (cached: few distinct sizes)."""
+    fy = np.fft.fftfreq(h).astype(np.float32)[:, None]
+    fx = np.fft.rfftfreq(w).astype(np.float32)[None, :]
+    f = np.sqrt(fy * fy + fx * fx)
+    f[0, 0] = 1.0  # keep the mean term finite; the mean is removed afterwards anyway
+    return (1.0 / f ** beta).astype(np.float32)
+
+
+def _pink_noise(rng: np.random.Generator, h: int, w: int, beta: float = 1.0) -> np.ndarray:
+    """(h, w) float32 noise with a 1/f**beta amplitude spectrum, scaled to unit standard deviation.
+
+    Natural images have roughly a 1/f amplitude spectrum: detail at every scale, which is what makes
+    their JPEGs large.  White noise filtered in the Fourier domain gives the same statistics cheaply
+    (float32 in, so NumPy >= 2 transforms in single precision).
+    """
+    spectrum = np.fft.rfft2(rng.standard_normal((h, w), dtype=np.float32))
+    spectrum *= _spectral_filter(h, w, float(beta))
+    out = np.fft.irfft2(spectrum, s=(h, w))
+    out -= out.mean()
+    return (out / max(float(out.std()), 1e-6)).astype(np.float32, copy=False)
 
 
 def _background(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
-    """A lit scene: a linear colour gradient, several octaves of low-frequency noise (mostly in
-    brightness, as in real scenes, with weaker colour variation) and a fine "surface detail" octave."""
-    c0, c1 = rng.uniform(20, 235, 3), rng.uniform(20, 235, 3)
+    """A lit scene: a linear colour gradient plus 1/f texture, mostly in brightness (as in real
+    scenes) with weaker independent colour variation."""
+    c0, c1 = rng.uniform(30, 225, 3), rng.uniform(30, 225, 3)
     angle = rng.uniform(0, 2 * np.pi)
     yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
     t = xx * np.cos(angle) + yy * np.sin(angle)
     t = (t - t.min()) / max(float(t.max() - t.min()), 1e-6)
     img = c0.astype(np.float32) * (1 - t[..., None]) + c1.astype(np.float32) * t[..., None]
-    for cells, amp in ((3, 30.0), (8, 18.0), (24, 10.0), (64, 6.0)):
-        img += amp * _smooth_noise(rng, h, w, cells, 1)
-        img += 0.4 * amp * _smooth_noise(rng, h, w, cells)
-    img += DETAIL_AMPLITUDE * rng.uniform(0.5, 1.5) * _smooth_noise(rng, h, w, DETAIL_CELLS, 1)
+    amp = SCENE_AMPLITUDE * rng.uniform(0.7, 1.3)  # some scenes are busier than others
+    img += amp * _pink_noise(rng, h, w, SCENE_BETA)[..., None]
+    for c in range(3):
+        img[..., c] += CHROMA_FRACTION * amp * _pink_noise(rng, h, w, SCENE_BETA)
     return img
 
 
@@ -126,14 +143,14 @@ def _shape_mask(rng: np.random.Generator, kind: int, w: int, h: int, cx: float, 
 
 
 def _texture(rng: np.random.Generator, hh: int, ww: int, base: np.ndarray) -> np.ndarray:
-    """Object surface for a (hh, ww) patch: base colour, shading ramp, mottling and optional stripes."""
+    """Object surface for a (hh, ww) patch: base colour, a shading ramp, 1/f mottling and, for some
+    objects, stripes (zebras, shirts, keyboards...)."""
     yy, xx = np.mgrid[0:hh, 0:ww].astype(np.float32)
     a = rng.uniform(0, 2 * np.pi)
     ramp = (xx * np.cos(a) + yy * np.sin(a)) / max(hh, ww)
     tex = base[None, None, :] * (0.75 + 0.5 * ramp[..., None])
-    cells = max(2, int(max(hh, ww) / rng.uniform(6, 20)))
-    tex += TEXTURE_AMPLITUDE * _smooth_noise(rng, hh, ww, cells)
-    if rng.random() < 0.35:  # striped or checked surfaces (zebras, shirts, keyboards...)
+    tex += TEXTURE_AMPLITUDE * rng.uniform(0.5, 1.5) * _pink_noise(rng, hh, ww, SCENE_BETA)[..., None]
+    if rng.random() < 0.3:
         period = rng.uniform(4, 16)
         b = rng.uniform(0, np.pi)
         stripes = np.sin((xx * np.cos(b) + yy * np.sin(b)) * (2 * np.pi / period))
@@ -184,9 +201,9 @@ def synth_image(rng: np.random.Generator, size: int) -> Tuple[np.ndarray, List[T
             continue
         x0, y0, x1, y1 = box
         labels.append((int(cls), (x0 + x1) / 2 / w, (y0 + y1) / 2 / h, (x1 - x0) / w, (y1 - y0) / h))
-    # Lens blur then sensor grain: the grain is what gives real JPEGs most of their bytes.
-    img = cv2.GaussianBlur(img, (0, 0), rng.uniform(0.5, 0.9))
-    img += rng.normal(0.0, GRAIN_SIGMA, img.shape).astype(np.float32)
+    # A touch of lens blur (soft object edges), then sensor grain.
+    img = cv2.GaussianBlur(img, (0, 0), rng.uniform(0.3, 0.6))
+    img += GRAIN_SIGMA * rng.standard_normal(img.shape, dtype=np.float32)
     return np.clip(img, 0, 255).astype(np.uint8), labels
 
 

@@ -19,6 +19,7 @@ itself is imported from this checkout.  Run from anywhere::
     /work/bench-venv/bin/python benchmarks/parity_yolov5.py            # coco128 and bccd, all configs
     /work/bench-venv/bin/python benchmarks/parity_yolov5.py --quick    # coco128 train, 2 configs
     /work/bench-venv/bin/python benchmarks/parity_yolov5.py --datasets coco128 --root /path/to/datasets
+    (--verbose shows the libraries' own output: progress bars, cache and settings notices)
 
 Exits 0 when everything is equal, 1 when anything differs.  Nothing outside a temporary folder is
 written (YOLOv5/Ultralytics settings and all caches go there too); network access is blocked.
@@ -26,6 +27,8 @@ written (YOLOv5/Ultralytics settings and all caches go there too); network acces
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import logging
 import numbers
 import os
@@ -44,6 +47,7 @@ DEFAULT_ROOT = Path("/work/shared/datasets")
 ALL_DATASETS = ("coco128", "bccd")
 STRIDE = 32
 MAX_DETAILS = 3  # mismatching images listed per check
+LIBRARY_LOG = io.StringIO()  # what the libraries print (settings notices, progress bars); never closed
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,16 @@ def import_loaders():
     sys.path.insert(0, str(REPO_ROOT))
     from yolo_data import create_dataloader as yd_create
     return v5_create, yd_create
+
+
+def library_output(verbose: bool):
+    """Send what the libraries print to LIBRARY_LOG unless ``verbose``."""
+    if verbose:
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(contextlib.redirect_stdout(LIBRARY_LOG))
+    stack.enter_context(contextlib.redirect_stderr(LIBRARY_LOG))
+    return stack
 
 
 # -- dataset copies --------------------------------------------------------------------------------
@@ -237,19 +251,20 @@ def compare_batches(r: Result, l5, ly, root5: Path, rooty: Path) -> None:
         r.attrs.append("number of batches differs")
 
 
-def run_case(creators, ds: str, split: str, cfg: Config, roots) -> Result:
+def run_case(creators, ds: str, split: str, cfg: Config, roots, verbose: bool = False) -> Result:
     v5_create, yd_create = creators
     r = Result(f"{ds}/{split}", str(cfg))
     (root5, rooty) = roots
     kw = dict(imgsz=cfg.imgsz, batch_size=cfg.batch, stride=STRIDE, augment=False, rect=cfg.rect, pad=cfg.pad,
               workers=0, shuffle=False, cache=False, rank=-1)
-    try:
-        l5, d5 = v5_create(str(root5 / "images" / split), **kw)
-        ly, dy = yd_create(str(rooty / "images" / split), **kw)
-        compare_datasets(r, d5, dy, root5, rooty, cfg.rect)
-        compare_batches(r, l5, ly, root5, rooty)
-    except Exception as e:  # report and go on with the other cases
-        r.error = f"{type(e).__name__}: {e}"
+    with library_output(verbose):
+        try:
+            l5, d5 = v5_create(str(root5 / "images" / split), **kw)
+            ly, dy = yd_create(str(rooty / "images" / split), **kw)
+            compare_datasets(r, d5, dy, root5, rooty, cfg.rect)
+            compare_batches(r, l5, ly, root5, rooty)
+        except Exception as e:  # report and go on with the other cases
+            r.error = f"{type(e).__name__}: {e}"
     return r
 
 
@@ -285,6 +300,7 @@ def parse_args(argv=None):
     p.add_argument("--datasets", nargs="+", default=list(ALL_DATASETS), help="dataset folder names under --root")
     p.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="folder holding the datasets (only read)")
     p.add_argument("--quick", action="store_true", help="coco128 train only, 2 configs")
+    p.add_argument("--verbose", action="store_true", help="show what the libraries print (progress, warnings)")
     return p.parse_args(argv)
 
 
@@ -293,7 +309,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="parity_yolov5_") as tmp:
         tmp = Path(tmp)
         isolate_environment(tmp)
-        creators = import_loaders()
+        with library_output(args.verbose):
+            creators = import_loaders()
         datasets = ["coco128"] if args.quick else args.datasets
         configs = CONFIGS[:2] if args.quick else CONFIGS
         results = []
@@ -302,7 +319,7 @@ def main(argv=None) -> int:
             splits = splits_of(roots[0])
             for split in (splits[:1] if args.quick else splits):
                 for cfg in configs:
-                    results.append(run_case(creators, ds, split, cfg, roots))
+                    results.append(run_case(creators, ds, split, cfg, roots, args.verbose))
                     print(f"done {results[-1].name} {cfg}: {'equal' if results[-1].ok else 'DIFFERS'}",
                           file=sys.stderr, flush=True)
         print_table(results)

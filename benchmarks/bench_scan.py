@@ -1,0 +1,398 @@
+"""Benchmark yolo_data's label scan (no cache) against reloading the label cache.
+
+    python benchmarks/bench_scan.py [--n 2000] [--repeats 5] [--data DIR] [--cold] [--stages] [--profile]
+
+Without ``--data`` a synthetic COCO-like set (benchmarks/make_synthetic.py) of ``--n`` images is used;
+it is generated once under /tmp/yolo_data_bench/ and reused by later runs with the same settings.
+
+Each repeat times, in this order (alternating, so drift and background load hit both alike):
+
+* scan:   ``load_split(images, nc, force=True)``: list files, fingerprint, verify every pair in a
+          process pool, build the store, write the cache (what a first training run pays);
+* reload: ``load_split(images, nc)`` in a fresh call: list files, fingerprint, read and check the cache.
+
+The output is a paste-ready markdown report: environment, a table of median/min/max, the scan rate,
+the cache file's size, the split's counts and whether the files were in the page cache.
+
+Page cache: dropping it for the whole system needs root.  ``--cold`` instead asks the kernel to evict
+this dataset's own file pages before every measurement (``posix_fadvise(DONTNEED)`` after ``fsync``,
+no root needed); inodes and directory entries stay cached, and a virtual disk may still be served
+from the host's cache, so "cold" here is an upper bound on how cold.  Residency is measured with
+``mincore`` and reported either way.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import ctypes
+import ctypes.util
+import io
+import mmap
+import os
+import platform
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing yolo_data
+sys.path.insert(0, str(HERE))
+
+import numpy as np  # noqa: E402
+
+import yolo_data  # noqa: E402
+from yolo_data import cache  # noqa: E402
+from yolo_data.labels import verify_pair  # noqa: E402
+from yolo_data.scan import default_workers, scan_pairs  # noqa: E402
+from yolo_data.sources import (default_cache_file, img2label_path, list_image_files,  # noqa: E402
+                               load_dataset_yaml)
+from yolo_data.split import _counts, load_split  # noqa: E402
+from yolo_data.store import LabelStore  # noqa: E402
+
+import make_synthetic  # noqa: E402
+
+BENCH_ROOT = Path("/tmp/yolo_data_bench")
+
+
+# -- dataset ----------------------------------------------------------------------------------------
+def synthetic_dataset(n: int, seed: int, size: int, quality: int, root: Path = BENCH_ROOT) -> Path:
+    """The data.yaml of a generated set under ``root``, generating it only if it is not there yet."""
+    out = root / f"synthetic-n{n}-seed{seed}-{size}px-q{quality}"
+    want = {"splits": {"train": n}, "seed": seed, "size": size, "quality": quality}
+    have = make_synthetic.dataset_settings(out)
+    if have and all(have.get(k) == v for k, v in want.items()):
+        print(f"<!-- reusing {out} ({have['mean_kb']:.0f} KB/image, generated in {have['seconds']} s) -->")
+        return out / "data.yaml"
+    print(f"<!-- generating {n} images into {out} ... -->", flush=True)
+    yaml_path = make_synthetic.make_dataset(out, n, seed=seed, size=size, quality=quality,
+                                            workers=min(2, os.cpu_count() or 1), overwrite=True)
+    st = make_synthetic.dataset_settings(out)
+    print(f"<!-- generated in {st['seconds']} s, {st['mean_kb']:.0f} KB/image -->")
+    return yaml_path
+
+
+def resolve_images(data: str) -> Tuple[str, Optional[int]]:
+    """(image folder or list, nc) from a data.yaml (its train split), a dataset root holding
+    images/train, or an image folder / .txt list."""
+    p = Path(data)
+    if p.suffix.lower() in (".yaml", ".yml"):
+        spec = load_dataset_yaml(p)
+        train = spec.splits["train"]
+        return (train[0] if len(train) == 1 else train), (spec.nc or None)
+    if (p / "data.yaml").is_file():
+        return resolve_images(str(p / "data.yaml"))
+    if (p / "images" / "train").is_dir():
+        return str(p / "images" / "train"), None
+    return str(p), None
+
+
+# -- page cache -------------------------------------------------------------------------------------
+class PageCache:
+    """Residency (mincore) and eviction (posix_fadvise) of individual files; Linux only."""
+
+    def __init__(self):
+        self.ok = sys.platform.startswith("linux") and hasattr(os, "posix_fadvise")
+        if self.ok:
+            libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+            libc.mmap.restype = ctypes.c_void_p
+            libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                                  ctypes.c_int, ctypes.c_long]
+            libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+            libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+            self.libc = libc
+        self.page = mmap.PAGESIZE
+
+    def resident(self, files: Sequence[str]) -> Optional[float]:
+        """Fraction of the files' bytes (in pages) now in the page cache, or None if unknown."""
+        if not self.ok:
+            return None
+        total = cached = 0
+        for f in files:
+            try:
+                fd = os.open(f, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                size = os.fstat(fd).st_size
+                if not size:
+                    continue
+                addr = self.libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+                if addr in (None, ctypes.c_void_p(-1).value):
+                    return None
+                try:
+                    pages = (size + self.page - 1) // self.page
+                    vec = (ctypes.c_ubyte * pages)()
+                    if self.libc.mincore(addr, size, vec) != 0:
+                        return None
+                    total += pages
+                    cached += sum(b & 1 for b in vec)
+                finally:
+                    self.libc.munmap(addr, size)
+            finally:
+                os.close(fd)
+        return cached / total if total else None
+
+    def evict(self, files: Sequence[str]) -> None:
+        """Ask the kernel to drop the files' pages (dirty pages are written first, or they would stay)."""
+        if not self.ok:
+            return
+        for f in files:
+            try:
+                fd = os.open(f, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+# -- measurements -----------------------------------------------------------------------------------
+def timed(fn: Callable[[], object]) -> Tuple[float, object]:
+    """(wall seconds, result) of one call."""
+    t0 = time.perf_counter()
+    res = fn()
+    return time.perf_counter() - t0, res
+
+
+def run_pairs(images, nc, repeats: int, warmup: int, workers: Optional[int], files: List[str],
+              cache_file: Path, pc: PageCache, cold: bool) -> Dict[str, list]:
+    """Alternate scan and reload ``warmup + repeats`` times; keep the last ``repeats`` of each."""
+    out = {"scan": [], "reload": [], "resident_scan": [], "resident_reload": [], "last_scan": None,
+           "last_reload": None}
+    for i in range(warmup + repeats):
+        keep = i >= warmup
+        if cold:
+            pc.evict(files + [str(cache_file)])
+        res_before = pc.resident(files)
+        t, scan = timed(lambda: load_split(images, nc=nc, workers=workers, force=True))
+        assert scan.built and scan.cache_file == cache_file, (scan.built, scan.cache_file)
+        if keep:
+            out["scan"].append(t)
+            out["resident_scan"].append(res_before)
+            out["last_scan"] = scan
+        if cold:
+            pc.evict(files + [str(cache_file)])
+        res_before = pc.resident(files)
+        t, reload = timed(lambda: load_split(images, nc=nc, workers=workers))
+        assert not reload.built and reload.cache_file == cache_file, (reload.built, reload.cache_file)
+        if keep:
+            out["reload"].append(t)
+            out["resident_reload"].append(res_before)
+            out["last_reload"] = reload
+    return out
+
+
+def run_stages(images, nc, repeats: int, workers: Optional[int], cache_file: Path) -> Dict[str, List[float]]:
+    """Time the scan's steps one by one, as load_split runs them (same functions, same order)."""
+    times: Dict[str, List[float]] = {}
+
+    def add(name, t):
+        times.setdefault(name, []).append(t)
+
+    for _ in range(repeats):
+        t, im_files = timed(lambda: list_image_files(images))
+        add("list image files (os.walk + sort)", t)
+        t, lb_files = timed(lambda: [img2label_path(f) for f in im_files])
+        add("image -> label paths", t)
+        t, fp = timed(lambda: cache.fingerprint(im_files, lb_files, nc))
+        add("fingerprint (2 stat per pair + sha256)", t)
+        t, records = timed(lambda: scan_pairs(im_files, lb_files, nc, workers=workers))
+        add(f"verify pairs ({workers or default_workers()} processes)", t)
+        t, store = timed(lambda: LabelStore.from_records(records))
+        add("LabelStore.from_records", t)
+        counts = _counts(records, store)
+        problems = [p for r in records for p in r.problems]
+        contents = cache.CacheContents(store, fp, counts, problems)
+        t, data = timed(lambda: cache.encode(contents))
+        add("cache encode (+ sha256)", t)
+        t, _ = timed(lambda: cache.save(cache_file, contents))
+        add("cache save (encode + write + fsync + rename)", t)
+        t, _ = timed(lambda: cache.load(cache_file))
+        add("cache load (read + sha256 + decode)", t)
+    return times
+
+
+def profile_serial(images, nc, top: int = 10) -> str:
+    """cProfile of a serial scan (the pool's workers are invisible to a profiler in the parent).
+
+    Runs the steps of load_split with every pair verified in this process, so the profile shows the
+    real per-pair costs; returns the top functions by own time and by cumulative time.
+    """
+    def serial():
+        im_files = list_image_files(images)
+        lb_files = [img2label_path(f) for f in im_files]
+        fp = cache.fingerprint(im_files, lb_files, nc)
+        records = [verify_pair(i, l, nc) for i, l in zip(im_files, lb_files)]
+        store = LabelStore.from_records(records)
+        cache.encode(cache.CacheContents(store, fp, _counts(records, store), []))
+
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.runcall(serial)
+    wall = time.perf_counter() - t0
+    buf = io.StringIO()
+    stats = pstats.Stats(prof, stream=buf).strip_dirs()
+    buf.write(f"serial scan under cProfile: {wall:.2f} s wall (profiler overhead included)\n")
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
+    return buf.getvalue()
+
+
+# -- report -----------------------------------------------------------------------------------------
+def _versions() -> str:
+    parts = [f"yolo_data {yolo_data.__version__}", f"numpy {np.__version__}"]
+    for mod in ("PIL", "yaml"):
+        with contextlib.suppress(Exception):
+            m = __import__(mod)
+            parts.append(f"{'Pillow' if mod == 'PIL' else 'PyYAML'} {m.__version__}")
+    return ", ".join(parts)
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def _fs_type(path: Path) -> str:
+    """Filesystem type of ``path`` from /proc/mounts (longest matching mount point)."""
+    best, kind = "", "unknown"
+    with contextlib.suppress(OSError):
+        real = str(path.resolve())
+        for line in open("/proc/mounts", encoding="utf-8"):
+            dev, mnt, fs = line.split()[:3]
+            if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best):
+                best, kind = mnt, f"{fs} on {dev}"
+    return kind
+
+
+def _mem_gb() -> str:
+    with contextlib.suppress(OSError, ValueError):
+        for line in open("/proc/meminfo", encoding="utf-8"):
+            if line.startswith("MemTotal"):
+                return f"{int(line.split()[1]) / 2**20:.0f} GB"
+    return "unknown"
+
+
+def environment(images, load_before: Tuple[float, ...]) -> List[Tuple[str, str]]:
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    return [
+        ("CPU", f"{_cpu_model()}, {os.cpu_count()} logical cores ({usable} usable)"),
+        ("RAM", _mem_gb()),
+        ("OS", platform.platform()),
+        ("Python", f"{platform.python_implementation()} {platform.python_version()}"),
+        ("Packages", _versions()),
+        ("Data", f"{images} ({_fs_type(Path(images if isinstance(images, str) else images[0]))})"),
+        ("Load average before", " / ".join(f"{x:.2f}" for x in load_before) + " (1 / 5 / 15 min)"),
+    ]
+
+
+def _fmt_s(t: float) -> str:
+    return f"{t * 1000:.1f} ms" if t < 1 else f"{t:.3f} s"
+
+
+def _residency_note(values: List[Optional[float]]) -> str:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return "unknown"
+    lo, hi = min(vals), max(vals)
+    return f"{lo:.0%}" if abs(hi - lo) < 0.005 else f"{lo:.0%}-{hi:.0%}"
+
+
+def report(args, images, nc, env, res, stages, cache_file: Path, gen_stats: dict,
+           load_after: Tuple[float, ...]) -> str:
+    """The markdown report."""
+    scan, reload = res["last_scan"], res["last_reload"]
+    n = scan.counts["found"]
+    lines = [f"### yolo_data label scan: {n} images, {args.repeats} repeats"
+             f"{' (cold: file pages evicted before each run)' if args.cold else ''}", "",
+             "| | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in env]
+    lines += [f"| Load average after | {' / '.join(f'{x:.2f}' for x in load_after)} |"]
+    if gen_stats:
+        lines.append(f"| Dataset | synthetic COCO-like, {gen_stats['images']} JPEGs, mean "
+                     f"{gen_stats['mean_kb']:.0f} KB ({gen_stats['bytes'] / 1e6:.0f} MB), "
+                     f"{gen_stats['size']} px, q{gen_stats['quality']}, seed {gen_stats['seed']} |")
+    lines += ["", "| measurement | median | min | max | images/s (median) | page cache before |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for key, label in (("scan", f"scan, `force=True` ({args.workers or default_workers()} workers, writes cache)"),
+                       ("reload", "reload, fresh `load_split` (reads cache)")):
+        ts = res[key]
+        med = statistics.median(ts)
+        lines.append(f"| {label} | {_fmt_s(med)} | {_fmt_s(min(ts))} | {_fmt_s(max(ts))} | "
+                     f"{n / med:,.0f} | {_residency_note(res['resident_' + key])} |")
+    ratio = statistics.median(res["scan"]) / statistics.median(res["reload"])
+    c = scan.counts
+    lines += ["",
+              f"- reload is {ratio:.0f}x faster than a scan; warm-up pairs run first and not counted: "
+              f"{args.warmup}",
+              f"- cache file: `{cache_file.name}`, {cache_file.stat().st_size / 1024:.1f} KB "
+              f"({cache_file.stat().st_size / n:.0f} B/image)",
+              f"- counts: found {c['found']}, ok {c['ok']}, missing {c['missing']}, empty {c['empty']}, "
+              f"corrupt {c['corrupt']}, boxes {c['boxes']}, backgrounds {c['backgrounds']}, "
+              f"warnings {c['warnings']}" + ("" if reload.counts == c else " (reload counts DIFFER)"),
+              f"- page cache: {'warm' if not args.cold else 'evicted per run'}; share of image+label "
+              "pages resident before each run shown above (mincore). Root is needed to drop all caches; "
+              "inodes/dentries stay cached in any case."]
+    if stages:
+        lines += ["", "| scan step (same calls as load_split) | median | min | max |", "|---|---:|---:|---:|"]
+        for name, ts in stages.items():
+            lines.append(f"| {name} | {_fmt_s(statistics.median(ts))} | {_fmt_s(min(ts))} | {_fmt_s(max(ts))} |")
+    return "\n".join(lines)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", help="data.yaml, dataset root (images/train) or image folder; "
+                                  "default: a generated synthetic set")
+    p.add_argument("--n", type=int, default=2000, help="synthetic images (default 2000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--size", type=int, default=640)
+    p.add_argument("--quality", type=int, default=90)
+    p.add_argument("--root", type=Path, default=BENCH_ROOT, help=f"where generated sets are kept ({BENCH_ROOT})")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=1, help="uncounted scan+reload pairs first (default 1)")
+    p.add_argument("--workers", type=int, default=None, help="scan processes (default: all cores)")
+    p.add_argument("--cold", action="store_true", help="evict the dataset's file pages before each run")
+    p.add_argument("--stages", action="store_true", help="also time the scan's steps separately")
+    p.add_argument("--profile", action="store_true", help="also print a cProfile top-10 of a serial scan")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    gen_stats = {}
+    if args.data:
+        images, nc = resolve_images(args.data)
+    else:
+        yaml_path = synthetic_dataset(args.n, args.seed, args.size, args.quality, args.root)
+        gen_stats = make_synthetic.dataset_settings(yaml_path.parent)
+        images, nc = resolve_images(str(yaml_path))
+    im_files = list_image_files(images)
+    lb_files = [img2label_path(f) for f in im_files]
+    cache_file = default_cache_file(images, lb_files[0])
+    pc = PageCache()
+    load_before = os.getloadavg()
+    env = environment(images, load_before)
+    res = run_pairs(images, nc, args.repeats, args.warmup, args.workers, im_files + lb_files,
+                    cache_file, pc, args.cold)
+    stages = run_stages(images, nc, args.repeats, args.workers, cache_file) if args.stages else None
+    print(report(args, images, nc, env, res, stages, cache_file, gen_stats, os.getloadavg()))
+    if args.profile:
+        print("\n```\n" + profile_serial(images, nc).rstrip() + "\n```")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

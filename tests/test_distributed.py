@@ -1,0 +1,100 @@
+"""Rank 0 first with real processes (gloo on loopback)."""
+import hashlib
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+import torch.multiprocessing as tmp
+
+from yolo_data import ZeroFirstError, torch_distributed_zero_first, wait_for_the_master
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(fn, world, *args):
+    """world real processes (forked: fast, and nothing distributed exists in the parent yet)."""
+    tmp.start_processes(fn, args=(world, free_port(), *args), nprocs=world, join=True, start_method="fork")
+
+
+def init(rank, world, port, timeout_s=60):
+    from datetime import timedelta
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=timeout_s))
+
+
+def _loader_worker(rank, world, port, yaml, out_dir):
+    os.environ["LOCAL_RANK"] = str(rank)  # what torchrun would set; single node
+    init(rank, world, port)
+    try:
+        from yolo_data import create_dataloader
+        loader, ds = create_dataloader(yaml, 64, 2, 32, rank=rank, workers=0, split="train")
+        h = hashlib.sha256()
+        for k, a in ds.store.arrays().items():
+            h.update(k.encode() + a.tobytes())
+        batch_paths = [p for _, _, paths, _ in loader for p in paths]
+        cache = ds.split_labels.cache_file
+        Path(out_dir, f"{rank}.json").write_text(json.dumps({
+            "built": ds.split_labels.built, "cache": str(cache), "labels": h.hexdigest(),
+            "mtime": os.stat(cache).st_mtime_ns, "paths": batch_paths}))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_three_ranks_only_local_rank_0_scans_and_all_get_the_same_labels(small_dataset, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    run(_loader_worker, 3, str(small_dataset), str(out))
+    res = [json.loads((out / f"{r}.json").read_text()) for r in range(3)]
+    assert [r["built"] for r in res] == [True, False, False]
+    assert len({r["cache"] for r in res}) == 1 and len({r["labels"] for r in res}) == 1
+    assert len({r["mtime"] for r in res}) == 1  # nobody rewrote the file after rank 0
+    seen = [p for r in res for p in r["paths"]]
+    assert len(seen) == 6 and len(set(seen)) == 6  # DistributedSampler: disjoint shares of 6 images
+
+
+def _failing_rank0_worker(rank, world, port, out_dir):
+    init(rank, world, port, timeout_s=60)
+    t0 = time.monotonic()
+    outcome = "passed"
+    try:
+        with torch_distributed_zero_first(rank):
+            if rank == 0:
+                time.sleep(0.5)
+                raise OSError("disk full while writing the cache")
+    except ZeroFirstError as e:
+        outcome = f"ZeroFirstError: {e}"
+    except OSError as e:
+        outcome = f"own error: {e}"  # rank 0's script catches it and carries on
+    Path(out_dir, f"{rank}.json").write_text(json.dumps({"outcome": outcome, "s": time.monotonic() - t0}))
+    dist.barrier()  # later collectives still line up
+    dist.destroy_process_group()
+
+
+def test_failing_rank_0_makes_the_others_raise_promptly(tmp_path):
+    run(_failing_rank0_worker, 3, str(tmp_path))
+    res = [json.loads((tmp_path / f"{r}.json").read_text()) for r in range(3)]
+    assert res[0]["outcome"] == "own error: disk full while writing the cache"
+    for r in res[1:]:
+        assert r["outcome"].startswith("ZeroFirstError") and "disk full while writing the cache" in r["outcome"]
+        assert r["s"] < 10  # seconds, not the 60 s process-group timeout
+
+
+def test_no_op_without_torch_distributed(monkeypatch):
+    ran = []
+    with torch_distributed_zero_first(0):
+        ran.append(1)
+    with torch_distributed_zero_first(-1):
+        ran.append(2)
+    monkeypatch.setenv("LOCAL_RANK", "1")  # read at call time; still a no-op without a process group
+    with wait_for_the_master():
+        ran.append(3)
+    assert ran == [1, 2, 3]
