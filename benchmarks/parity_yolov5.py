@@ -39,6 +39,7 @@ import sys
 import tempfile
 import types
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 from typing import List, Optional
 
@@ -163,6 +164,7 @@ class Result:
     tgt_sorted_eq: int = 0
     shape_eq: int = 0
     path_eq: int = 0
+    batch_tgt_eq: int = 0  # batches whose whole targets tensors are equal
     attrs: List[str] = field(default_factory=list)  # dataset-level mismatches
     details: List[str] = field(default_factory=list)
     error: Optional[str] = None
@@ -171,7 +173,8 @@ class Result:
     def ok(self) -> bool:
         n = self.images
         return (self.error is None and not self.attrs and n > 0
-                and self.img_eq == self.tgt_eq == self.shape_eq == self.path_eq == n)
+                and self.img_eq == self.tgt_eq == self.shape_eq == self.path_eq == n
+                and self.batch_tgt_eq == self.batches)
 
     def note(self, kind: str, text: str) -> None:
         if sum(d.startswith(kind) for d in self.details) < MAX_DETAILS:
@@ -179,7 +182,8 @@ class Result:
 
 
 def compare_datasets(r: Result, v5, yd, root5: Path, rooty: Path, rect: bool) -> None:
-    """Dataset-level attributes: len, im_files order, labels, shapes, batch_shapes."""
+    """Dataset-level attributes: len, im_files order, and per image (matched by path) labels and shapes;
+    batch_shapes when rect."""
     import numpy as np
     if len(v5) != len(yd):
         r.attrs.append(f"len {len(v5)} vs {len(yd)}")
@@ -188,24 +192,31 @@ def compare_datasets(r: Result, v5, yd, root5: Path, rooty: Path, rect: bool) ->
     if f5 != fy:
         only5, onlyy = sorted(set(f5) - set(fy)), sorted(set(fy) - set(f5))
         first = next((i for i, (a, b) in enumerate(zip(f5, fy)) if a != b), min(len(f5), len(fy)))
-        r.attrs.append(f"im_files differ (first at {first}; only yolov5: {only5[:3]}; only yolo_data: {onlyy[:3]})")
+        r.attrs.append(f"im_files differ (first at index {first}: {f5[first:first + 1]} vs {fy[first:first + 1]}; "
+                       f"only in yolov5: {only5[:5]}; only in yolo_data: {onlyy[:5]})")
     pos_y = {f: i for i, f in enumerate(fy)}
-    bad_labels = [f for i, f in enumerate(f5) if f in pos_y and not (
-        v5.labels[i].dtype == yd.labels[pos_y[f]].dtype and np.array_equal(v5.labels[i], yd.labels[pos_y[f]]))]
-    if bad_labels:
-        r.attrs.append(f"labels differ for {len(bad_labels)} images, e.g. {bad_labels[:MAX_DETAILS]}")
+    both = [(f, i, pos_y[f]) for i, f in enumerate(f5) if f in pos_y]
+    bad = [f for f, i, j in both if not (v5.labels[i].dtype == yd.labels[j].dtype
+                                         and np.array_equal(v5.labels[i], yd.labels[j]))]
+    for f in bad[:MAX_DETAILS]:
+        i, j = f5.index(f), pos_y[f]
+        r.attrs.append(f"labels of {f}:\n  yolov5    {v5.labels[i].tolist()}\n  yolo_data {yd.labels[j].tolist()}")
+    if len(bad) > MAX_DETAILS:
+        r.attrs.append(f"labels differ for {len(bad)} images in all")
     s5, sy = np.asarray(v5.shapes), np.asarray(yd.shapes)
-    if s5.shape != sy.shape or not (s5 == sy).all():
-        rows = [f5[i] for i in np.flatnonzero((s5 != sy).any(1))] if s5.shape == sy.shape else ["(sizes differ)"]
-        r.attrs.append(f"shapes differ for {len(rows)} images, e.g. {rows[:MAX_DETAILS]}")
+    bad = [(f, s5[i].tolist(), sy[j].tolist()) for f, i, j in both if not (s5[i] == sy[j]).all()]
+    if bad:
+        r.attrs.append(f"shapes (w, h) differ for {len(bad)} images: "
+                       + ", ".join(f"{f} {a} vs {b}" for f, a, b in bad[:MAX_DETAILS]))
     if rect and not same_value(v5.batch_shapes, yd.batch_shapes):
         r.attrs.append(f"batch_shapes differ:\n  yolov5    {v5.batch_shapes.tolist()}\n"
                        f"  yolo_data {np.asarray(yd.batch_shapes).tolist()}")
 
 
-def compare_image(r: Result, name: str, im5, imy, t5, ty, s5, sy) -> None:
-    """One image's tensor, targets and shapes."""
+def compare_image(r: Result, name: str, a, b) -> None:
+    """One image's tensor, targets and shapes; ``a``/``b`` are (image, targets, shapes)."""
     import torch
+    (im5, t5, s5), (imy, ty, sy) = a, b
     if im5.shape == imy.shape and im5.dtype == imy.dtype and torch.equal(im5, imy):
         r.img_eq += 1
     elif im5.shape != imy.shape:
@@ -213,6 +224,7 @@ def compare_image(r: Result, name: str, im5, imy, t5, ty, s5, sy) -> None:
     else:
         diff = (im5.int() - imy.int()).abs()
         r.note("image", f"{name}: max abs pixel diff {int(diff.max())}, {int((diff > 0).sum())} values differ")
+    t5, ty = t5[:, 1:], ty[:, 1:]  # column 0 (index in batch) is compared through the positions
     if t5.shape == ty.shape and t5.dtype == ty.dtype and torch.equal(t5, ty):
         r.tgt_eq += 1
     elif t5.shape == ty.shape and (sorted_rows(t5) == sorted_rows(ty)).all():
@@ -222,7 +234,7 @@ def compare_image(r: Result, name: str, im5, imy, t5, ty, s5, sy) -> None:
         r.note("targets", f"{name}: {len(t5)} rows vs {len(ty)} rows")
     else:
         i = int((t5 != ty).any(1).nonzero()[0, 0])
-        r.note("targets", f"{name}: row {i} yolov5 {t5[i].tolist()} vs yolo_data {ty[i].tolist()} "
+        r.note("targets", f"{name}: row {i} [cls x y w h] yolov5 {t5[i].tolist()} vs yolo_data {ty[i].tolist()} "
                           f"(max abs diff {float((t5 - ty).abs().max()):.3g})")
     if same_value(s5, sy):
         r.shape_eq += 1
@@ -230,25 +242,52 @@ def compare_image(r: Result, name: str, im5, imy, t5, ty, s5, sy) -> None:
         r.note("shapes", f"{name}: yolov5 {s5} vs yolo_data {sy}")
 
 
+def items(loader, root: Path, batch_targets: dict):
+    """(batch number, position in batch, relative path, (image, targets, shapes)) for every image;
+    each batch's whole targets tensor goes into ``batch_targets``."""
+    for k, (ims, targets, paths, shapes) in enumerate(loader):
+        batch_targets[k] = targets
+        for j in range(len(paths)):
+            yield k, j, rel(paths[j], root), (ims[j], targets[targets[:, 0] == j], shapes[j])
+
+
 def compare_batches(r: Result, l5, ly, root5: Path, rooty: Path) -> None:
-    """Iterate both loaders fully; compare image by image."""
-    it5, ity = iter(l5), iter(ly)
-    for b5, by in zip(it5, ity):
-        r.batches += 1
-        (im5, t5, p5, s5), (imy, ty, py, sy) = b5, by
-        if len(p5) != len(py):
-            r.note("batch", f"batch {r.batches - 1}: {len(p5)} vs {len(py)} images")
-        for j in range(min(len(p5), len(py))):
+    """Iterate both loaders fully and compare image by image.  Images are matched by path, so one
+    image present in only one loader is reported once instead of shifting every later comparison;
+    "paths eq" counts images found at the same batch and position in both.  Each batch's whole targets
+    tensor (column 0 included) is compared too."""
+    import torch
+    pending5, pendingy, bt5, bty = {}, {}, {}, {}
+    nb5 = nby = 0
+    for a, b in zip_longest(items(l5, root5, bt5), items(ly, rooty, bty)):
+        for item, mine, other, is5 in ((a, pending5, pendingy, True), (b, pendingy, pending5, False)):
+            if item is None:
+                continue
+            k, j, name, data = item
+            if is5:
+                nb5 = max(nb5, k + 1)
+            else:
+                nby = max(nby, k + 1)
+            if name not in other:
+                mine[name] = (k, j, data)
+                continue
+            ko, jo, odata = other.pop(name)
+            (k5, j5, d5), (ky, jy, dy) = ((k, j, data), (ko, jo, odata)) if is5 else ((ko, jo, odata), (k, j, data))
             r.images += 1
-            n5, ny = rel(p5[j], root5), rel(py[j], rooty)
-            r.path_eq += n5 == ny
-            if n5 != ny:
-                r.note("path", f"batch {r.batches - 1} image {j}: {n5} vs {ny}")
-            compare_image(r, n5, im5[j], imy[j], t5[t5[:, 0] == j], ty[ty[:, 0] == j], s5[j], sy[j])
-    rest5, resty = sum(1 for _ in it5), sum(1 for _ in ity)
-    if rest5 or resty:
-        r.note("batch", f"batch counts differ: {rest5} more in yolov5, {resty} more in yolo_data")
-        r.attrs.append("number of batches differs")
+            r.path_eq += (k5, j5) == (ky, jy)
+            if (k5, j5) != (ky, jy):
+                r.note("position", f"{name}: batch {k5} image {j5} in yolov5, batch {ky} image {jy} in yolo_data")
+            compare_image(r, name, d5, dy)
+    r.batches = min(nb5, nby)
+    r.batch_tgt_eq = sum(torch.equal(bt5[k], bty[k]) for k in range(r.batches))
+    if nb5 != nby:
+        r.attrs.append(f"number of batches {nb5} vs {nby}")
+    for name, (k, j, _) in sorted(pending5.items())[:MAX_DETAILS]:
+        r.note("only in yolov5", f"{name} (batch {k} image {j})")
+    for name, (k, j, _) in sorted(pendingy.items())[:MAX_DETAILS]:
+        r.note("only in yolo_data", f"{name} (batch {k} image {j})")
+    if pending5 or pendingy:
+        r.attrs.append(f"images served by one loader only: {len(pending5)} yolov5, {len(pendingy)} yolo_data")
 
 
 def run_case(creators, ds: str, split: str, cfg: Config, roots, verbose: bool = False) -> Result:
@@ -274,19 +313,22 @@ def frac(k: int, n: int) -> str:
 
 
 def print_table(results: List[Result]) -> None:
-    head = ("dataset/split", "config", "batches", "images eq", "targets eq", "shapes eq", "paths eq", "dataset attrs")
+    head = ("dataset/split", "config", "batches", "images eq", "targets eq", "batch targets eq", "shapes eq",
+            "paths eq", "dataset attrs")
     rows = []
     for r in results:
         tgt = frac(r.tgt_eq, r.images) + (f" (+{r.tgt_sorted_eq} sorted)" if r.tgt_sorted_eq else "")
         attrs = "ERROR" if r.error else ("ok" if not r.attrs else f"{len(r.attrs)} differ")
         rows.append((r.name, r.config, str(r.batches), frac(r.img_eq, r.images), tgt,
-                     frac(r.shape_eq, r.images), frac(r.path_eq, r.images), attrs))
+                     frac(r.batch_tgt_eq, r.batches), frac(r.shape_eq, r.images), frac(r.path_eq, r.images), attrs))
     widths = [max(len(x[i]) for x in (head, *rows)) for i in range(len(head))]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
     print(line(head))
     print(line(["-" * w for w in widths]))
     for row in rows:
         print(line(row))
+    print("(images/targets/shapes eq: per image, matched by path; paths eq: same image at the same batch and "
+          "position; batch targets eq: whole (N, 6) targets tensor of the batch)")
     for r in results:
         if r.ok:
             continue
