@@ -112,24 +112,31 @@ def _background(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
     scenes) with weaker independent colour variation."""
     c0, c1 = rng.uniform(30, 225, 3), rng.uniform(30, 225, 3)
     angle = rng.uniform(0, 2 * np.pi)
-    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
-    t = xx * np.cos(angle) + yy * np.sin(angle)
+    # Broadcast a row and a column instead of materialising coordinate grids.
+    t = (np.arange(w, dtype=np.float32)[None, :] * np.float32(np.cos(angle))
+         + np.arange(h, dtype=np.float32)[:, None] * np.float32(np.sin(angle)))
     t = (t - t.min()) / max(float(t.max() - t.min()), 1e-6)
-    img = c0.astype(np.float32) * (1 - t[..., None]) + c1.astype(np.float32) * t[..., None]
+    img = c0.astype(np.float32) + (c1 - c0).astype(np.float32) * t[..., None]
     amp = SCENE_AMPLITUDE * rng.uniform(0.7, 1.3)  # some scenes are busier than others
     img += amp * _pink_noise(rng, h, w, SCENE_BETA)[..., None]
-    for c in range(3):
-        img[..., c] += CHROMA_FRACTION * amp * _pink_noise(rng, h, w, SCENE_BETA)
+    # Colour texture at half resolution: cheaper, and JPEG keeps chroma at half resolution anyway.
+    hh, hw = (h + 1) // 2, (w + 1) // 2
+    chroma = np.stack([_pink_noise(rng, hh, hw, SCENE_BETA) for _ in range(3)], -1)
+    img += CHROMA_FRACTION * amp * cv2.resize(chroma, (w, h), interpolation=cv2.INTER_LINEAR)
     return img
 
 
-def _shape_mask(rng: np.random.Generator, kind: int, w: int, h: int, cx: float, cy: float,
-                bw: float, bh: float) -> np.ndarray:
-    """A uint8 0/255 full-image mask of one ellipse, rotated rectangle or polygon."""
-    mask = np.zeros((h, w), np.uint8)
+def _shape_mask(rng: np.random.Generator, kind: int, cx: float, cy: float, bw: float, bh: float,
+                region: Tuple[int, int, int, int]) -> np.ndarray:
+    """A uint8 0/255 mask of one ellipse, rotated rectangle or polygon, drawn into the image window
+    ``region`` = (x0, y0, x1, y1) only (drawing outside it is clipped, as in the full image)."""
+    x0, y0, x1, y1 = region
+    mask = np.zeros((y1 - y0, x1 - x0), np.uint8)
+    cx, cy = cx - x0, cy - y0  # window coordinates
     angle = float(rng.uniform(0, 180))
     if kind == 0:
-        cv2.ellipse(mask, (int(cx), int(cy)), (max(1, int(bw / 2)), max(1, int(bh / 2))), angle, 0, 360, 255, -1)
+        cv2.ellipse(mask, (int(round(cx)), int(round(cy))), (max(1, int(bw / 2)), max(1, int(bh / 2))),
+                    angle, 0, 360, 255, -1)
     elif kind == 1:
         box = cv2.boxPoints(((cx, cy), (bw, bh), angle if rng.random() < 0.5 else 0.0))
         cv2.fillPoly(mask, [np.round(box).astype(np.int32)], 255)
@@ -145,9 +152,10 @@ def _shape_mask(rng: np.random.Generator, kind: int, w: int, h: int, cx: float, 
 def _texture(rng: np.random.Generator, hh: int, ww: int, base: np.ndarray) -> np.ndarray:
     """Object surface for a (hh, ww) patch: base colour, a shading ramp, 1/f mottling and, for some
     objects, stripes (zebras, shirts, keyboards...)."""
-    yy, xx = np.mgrid[0:hh, 0:ww].astype(np.float32)
+    yy = np.arange(hh, dtype=np.float32)[:, None]
+    xx = np.arange(ww, dtype=np.float32)[None, :]
     a = rng.uniform(0, 2 * np.pi)
-    ramp = (xx * np.cos(a) + yy * np.sin(a)) / max(hh, ww)
+    ramp = (xx * np.float32(np.cos(a)) + yy * np.float32(np.sin(a))) / np.float32(max(hh, ww))
     tex = base[None, None, :] * (0.75 + 0.5 * ramp[..., None])
     tex += TEXTURE_AMPLITUDE * rng.uniform(0.5, 1.5) * _pink_noise(rng, hh, ww, SCENE_BETA)[..., None]
     if rng.random() < 0.3:
@@ -175,14 +183,19 @@ def _draw_object(rng: np.random.Generator, img: np.ndarray, cls: int) -> Optiona
     bw, bh = max(6.0, side * np.sqrt(aspect)), max(6.0, side / np.sqrt(aspect))
     # Centres inside the image, so every object is at least partly visible; big ones get cut at edges.
     cx, cy = rng.uniform(0, w - 1), rng.uniform(0, h - 1)
-    mask = _shape_mask(rng, cls % 3, w, h, cx, cy, bw, bh)
-    ys, xs = np.nonzero(mask.any(1))[0], np.nonzero(mask.any(0))[0]
+    # Draw in a window that surely holds the shape at any rotation (half-diagonal + rounding margin).
+    r = int(np.ceil(np.hypot(bw, bh) / 2)) + 2
+    wx0, wy0 = max(0, int(cx) - r), max(0, int(cy) - r)
+    wx1, wy1 = min(w, int(cx) + r + 2), min(h, int(cy) + r + 2)
+    win = _shape_mask(rng, cls % 3, cx, cy, bw, bh, (wx0, wy0, wx1, wy1))
+    ys, xs = np.nonzero(win.any(1))[0], np.nonzero(win.any(0))[0]
     if not len(ys):
         return None
-    y0, y1, x0, x1 = int(ys[0]), int(ys[-1]) + 1, int(xs[0]), int(xs[-1]) + 1
+    y0, y1, x0, x1 = wy0 + int(ys[0]), wy0 + int(ys[-1]) + 1, wx0 + int(xs[0]), wx0 + int(xs[-1]) + 1
+    mask = win[y0 - wy0:y1 - wy0, x0 - wx0:x1 - wx0]
     # Soft (anti-aliased) edge inside the box only, so the label extent stays the hard mask's.
-    alpha = cv2.GaussianBlur(mask[y0:y1, x0:x1], (3, 3), 0).astype(np.float32)[..., None] / 255.0
-    alpha = np.maximum(alpha, (mask[y0:y1, x0:x1] > 0)[..., None] * 0.85)
+    alpha = cv2.GaussianBlur(mask, (3, 3), 0).astype(np.float32)[..., None] / 255.0
+    alpha = np.maximum(alpha, (mask > 0)[..., None] * 0.85)
     tex = _texture(rng, y1 - y0, x1 - x0, _class_colour(rng, cls))
     roi = img[y0:y1, x0:x1]
     roi *= 1 - alpha

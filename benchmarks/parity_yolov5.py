@@ -5,13 +5,16 @@ library on its own temporary copy of the dataset, since both write ``labels/<spl
 iterates both fully with workers=0 and shuffle=False, and checks, per image of every batch:
 
 * image tensors exactly equal (``torch.equal``; otherwise the max abs pixel difference is reported),
-* targets exactly equal (otherwise whether they match after sorting the rows of each image),
-* paths equal (relative to each copy's root),
+* targets exactly equal, per image and as each batch's whole (N, 6) tensor (a mismatch says whether
+  the rows are equal after sorting them within each image),
+* paths: the same image (relative to each copy's root) at the same batch and position,
 * shapes ``((h0, w0), ((h/h0, w/w0), (padw, padh)))`` equal by value (Python vs NumPy number types
-  are allowed to differ, values are not),
+  are allowed to differ, values are not).
 
-and, per dataset: ``len(dataset)``, ``dataset.im_files`` order, ``dataset.labels`` (per image, values
-and dtype), ``dataset.shapes`` and, with rect, ``dataset.batch_shapes``.
+Images are paired by path, so an image that only one library keeps is reported once rather than
+shifting every later comparison.  Also compared per dataset: ``len(dataset)``, ``dataset.im_files``
+order, ``dataset.labels`` (per image, values and dtype), ``dataset.shapes`` and, with rect,
+``dataset.batch_shapes``.
 
 It needs an environment with both ``yolov5`` (pip package 7.0.x) and yolo_data's dependencies; yolo_data
 itself is imported from this checkout.  Run from anywhere::
@@ -34,7 +37,6 @@ import numbers
 import os
 import shutil
 import socket
-import stat
 import sys
 import tempfile
 import types
@@ -42,6 +44,9 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
 from typing import List, Optional
+
+import numpy as np
+import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = Path("/work/shared/datasets")
@@ -98,6 +103,7 @@ def import_loaders():
         sys.modules["pkg_resources"] = types.SimpleNamespace(parse_version=parse)
     from yolov5.utils.dataloaders import create_dataloader as v5_create
     logging.getLogger("yolov5").setLevel(logging.ERROR)
+    sys.dont_write_bytecode = True  # leave no __pycache__ in the checkout
     sys.path.insert(0, str(REPO_ROOT))
     from yolo_data import create_dataloader as yd_create
     return v5_create, yd_create
@@ -117,9 +123,10 @@ def library_output(verbose: bool):
 def copy_dataset(src: Path, dst: Path) -> Path:
     """A writable copy of ``src`` (real copies, not links: YOLOv5 may rewrite a damaged JPEG in place)."""
     shutil.copytree(src, dst, copy_function=shutil.copyfile, ignore=shutil.ignore_patterns("*.cache"))
-    for dirpath, dirnames, filenames in os.walk(dst):
-        for name in [dirpath, *(os.path.join(dirpath, f) for f in filenames + dirnames)]:
-            os.chmod(name, os.stat(name).st_mode | stat.S_IWUSR | stat.S_IRUSR | (stat.S_IXUSR if os.path.isdir(name) else 0))
+    for dirpath, _, filenames in os.walk(dst):  # the source folders are read-only; copytree keeps that
+        os.chmod(dirpath, 0o755)
+        for f in filenames:
+            os.chmod(os.path.join(dirpath, f), 0o644)
     return dst
 
 
@@ -130,7 +137,6 @@ def splits_of(ds_root: Path) -> List[str]:
 # -- comparison helpers ----------------------------------------------------------------------------
 def same_value(a, b) -> bool:
     """Nested tuples/lists/arrays of numbers equal by value (number types may differ)."""
-    import numpy as np
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         a, b = np.asarray(a), np.asarray(b)
         return a.shape == b.shape and bool((a == b).all())
@@ -143,7 +149,6 @@ def same_value(a, b) -> bool:
 
 def sorted_rows(t):
     """Rows of a (n, k) tensor in lexicographic order."""
-    import numpy as np
     a = t.numpy()
     return a[np.lexsort(a.T[::-1])] if len(a) else a
 
@@ -184,7 +189,6 @@ class Result:
 def compare_datasets(r: Result, v5, yd, root5: Path, rooty: Path, rect: bool) -> None:
     """Dataset-level attributes: len, im_files order, and per image (matched by path) labels and shapes;
     batch_shapes when rect."""
-    import numpy as np
     if len(v5) != len(yd):
         r.attrs.append(f"len {len(v5)} vs {len(yd)}")
     f5 = [rel(f, root5) for f in v5.im_files]
@@ -215,7 +219,6 @@ def compare_datasets(r: Result, v5, yd, root5: Path, rooty: Path, rect: bool) ->
 
 def compare_image(r: Result, name: str, a, b) -> None:
     """One image's tensor, targets and shapes; ``a``/``b`` are (image, targets, shapes)."""
-    import torch
     (im5, t5, s5), (imy, ty, sy) = a, b
     if im5.shape == imy.shape and im5.dtype == imy.dtype and torch.equal(im5, imy):
         r.img_eq += 1
@@ -256,7 +259,6 @@ def compare_batches(r: Result, l5, ly, root5: Path, rooty: Path) -> None:
     image present in only one loader is reported once instead of shifting every later comparison;
     "paths eq" counts images found at the same batch and position in both.  Each batch's whole targets
     tensor (column 0 included) is compared too."""
-    import torch
     pending5, pendingy, bt5, bty = {}, {}, {}, {}
     nb5 = nby = 0
     for a, b in zip_longest(items(l5, root5, bt5), items(ly, rooty, bty)):
@@ -341,7 +343,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--datasets", nargs="+", default=list(ALL_DATASETS), help="dataset folder names under --root")
     p.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="folder holding the datasets (only read)")
-    p.add_argument("--quick", action="store_true", help="coco128 train only, 2 configs")
+    p.add_argument("--quick", action="store_true", help="coco128 train only, 2 configs (ignores --datasets)")
     p.add_argument("--verbose", action="store_true", help="show what the libraries print (progress, warnings)")
     return p.parse_args(argv)
 

@@ -18,8 +18,14 @@ from torch.utils.data import Dataset
 
 from . import distributed
 from .boxes import xywhn_to_xyxy, xyxy_to_xywhn
+from .albument import AlbumentationsStep
+from .collate import collate_fn
 from .geometry import letterbox, rect_plan
+from .hyp import AugmentConfig, load_hyp
 from .images import LoadedImage, load_image
+from .pipeline import finish, item_rng, mosaic_with_mixup, single_image_geometry
+from .sample import Sample
+from .sampling import SharedEpoch
 from .sources import is_dataset_yaml, load_dataset_yaml
 from .split import SplitLabels, load_split
 from .store import ImageFiles, LabelFiles, Labels, LabelStore, Segments
@@ -67,13 +73,15 @@ class YoloDataset(Dataset):
     def __init__(self, path, img_size: int = 640, batch_size: int = 16, augment: bool = False, hyp=None,
                  rect: bool = False, image_weights: bool = False, cache_images=False, single_cls: bool = False,
                  stride: int = 32, pad: float = 0.0, min_items: int = 0, prefix: str = "",
-                 workers: Optional[int] = None, split: Optional[str] = None, cache_dir=None):
-        if augment:
-            raise NotImplementedError("augment=True (mosaic, perspective, HSV, flips) is not implemented yet; "
-                                      "use augment=False")
+                 workers: Optional[int] = None, split: Optional[str] = None, cache_dir=None, seed: int = 0):
         self.img_size = int(img_size)
         self.augment = augment
         self.hyp = hyp
+        self.cfg: AugmentConfig = load_hyp(hyp)
+        self.albumentations = AlbumentationsStep() if augment and self.cfg.albumentations else None
+        self.seed = int(seed)
+        # Set by the sampler in the main process, read by persistent workers: new augmentation each epoch.
+        self.shared_epoch = SharedEpoch()
         self.image_weights = image_weights
         self.rect = False if image_weights else rect
         self.mosaic = self.augment and not self.rect
@@ -141,6 +149,14 @@ class YoloDataset(Dataset):
     def __len__(self) -> int:
         return self.n
 
+    @property
+    def epoch(self) -> int:
+        return self.shared_epoch.get()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Augmentation of every item depends on (seed, epoch, index); the sampler calls this."""
+        self.shared_epoch.set(epoch)
+
     # -- images ---------------------------------------------------------------------------------------
     def _cache_ram(self, mode) -> None:
         if mode not in (True, "ram"):
@@ -160,23 +176,43 @@ class YoloDataset(Dataset):
         return li.img, li.hw0, li.hw
 
     # -- one item ---------------------------------------------------------------------------------------
-    def __getitem__(self, index: int):
-        index = self.indices[index]
+    def _letterboxed(self, index: int):
+        """Image ``index`` letterboxed to its final shape: (Sample with pixel boxes, YOLOv5 shapes)."""
         img, (h0, w0), (h, w) = self.load_image(index)
         shape = self.batch_shapes[self.batch[index]] if self.rect else self.img_size
         lb = letterbox(img, shape, auto=False, scaleup=self.augment)
-        shapes = (h0, w0), ((h / h0, w / w0), lb.pad)
         labels = self.store.labels_of(index)
         boxes = xywhn_to_xyxy(labels[:, 1:], lb.ratio[0] * w, lb.ratio[1] * h, padw=lb.pad[0], padh=lb.pad[1])
-        return to_tensors(lb.img, labels[:, 0], boxes, self.store.im_file(index), shapes)
+        scale = np.array([lb.ratio[0] * w, lb.ratio[1] * h], np.float32)
+        segments = [seg * scale + np.array(lb.pad, np.float32) for seg in self.store.segments_of(index)]
+        shapes = (h0, w0), ((h / h0, w / w0), lb.pad)
+        return Sample(lb.img, labels[:, 0].copy(), boxes, segments), shapes
 
-    @staticmethod
-    def collate_fn(batch):
-        """Stack images; concatenate targets with column 0 set to each image's index in the batch."""
-        ims, targets, paths, shapes = zip(*batch)
-        for i, t in enumerate(targets):
-            t[:, 0] = i
-        return torch.stack(ims, 0), torch.cat(targets, 0), paths, shapes
+    def _resized(self, index: int) -> Sample:
+        """Image ``index`` with its long side at img_size and pixel boxes (a mosaic tile)."""
+        img, _, (h, w) = self.load_image(index)
+        labels = self.store.labels_of(index)
+        boxes = xywhn_to_xyxy(labels[:, 1:], w, h)
+        segments = [seg * np.array([w, h], np.float32) for seg in self.store.segments_of(index)]
+        return Sample(img, labels[:, 0].copy(), boxes, segments)
+
+    def __getitem__(self, index: int):
+        index = self.indices[index]
+        path = self.store.im_file(index)
+        if not self.augment:
+            sample, shapes = self._letterboxed(index)
+            return to_tensors(sample.img, sample.cls, sample.boxes, path, shapes)
+        rng = item_rng(self.seed, self.epoch, index)
+        if self.mosaic and rng.random() < self.cfg.mosaic:
+            sample = mosaic_with_mixup(self._resized, self.n, index, self.img_size, self.cfg, rng)
+            shapes = None
+        else:
+            sample, shapes = self._letterboxed(index)
+            sample = single_image_geometry(sample, self.cfg, rng)
+        sample = finish(sample, self.cfg, rng, self.albumentations)
+        return to_tensors(sample.img, sample.cls, sample.boxes, path, shapes)
+
+    collate_fn = staticmethod(collate_fn)  # YOLOv5 scripts use LoadImagesAndLabels.collate_fn
 
 
 def to_tensors(img: np.ndarray, classes: np.ndarray, boxes_xyxy: np.ndarray, path: str, shapes):

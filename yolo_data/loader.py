@@ -5,13 +5,14 @@ import logging
 import os
 
 import torch
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader
 
 from . import distributed
+from .collate import QuadCollate, collate_fn
 from .dataset import YoloDataset
+from .sampling import YoloSampler
 
 LOGGER = logging.getLogger("yolo_data")
-_SEED_BASE = 6148914691236517205  # YOLOv5's generator offset, so shuffles match for the same seed
 
 
 def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=None, augment=False, cache=False,
@@ -24,24 +25,29 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
     under DDP (-1 otherwise): the dataset is built inside ``torch_distributed_zero_first(rank)``, so
     only local rank 0 scans and writes the label cache.  ``cache_dir``: where label caches go
     (default: beside the labels, or the per-user cache folder when that is read-only).
+
+    The loader's sampler (``loader.sampler``, a :class:`YoloSampler`) gives each rank a disjoint share
+    that changes with ``set_epoch``; with ``rect`` and ``shuffle`` it shuffles whole batches.  Workers
+    persist across epochs.  Augmentation depends only on (seed, epoch, item), not on ``workers``.
     """
-    if quad:
-        raise NotImplementedError("quad=True (YOLOv5's collate_fn4) is not implemented yet")
-    if rect and shuffle:
-        LOGGER.warning(f"{prefix}rect=True keeps images in aspect-ratio order; shuffle=False is used")
-        shuffle = False
     with distributed.torch_distributed_zero_first(rank):
         dataset = YoloDataset(path, imgsz, batch_size, augment=augment, hyp=hyp, rect=rect,
                               image_weights=image_weights, cache_images=cache, single_cls=single_cls,
                               stride=int(stride), pad=pad, min_items=min_items, prefix=prefix,
-                              split=split, cache_dir=cache_dir)
+                              split=split, cache_dir=cache_dir, seed=seed)
     batch_size = min(batch_size, len(dataset))
+    if quad and batch_size % 4:
+        raise ValueError(f"quad=True needs a batch size divisible by 4, got {batch_size}")
     nd = torch.cuda.device_count() if torch.cuda.is_available() else 0
     nw = min((os.cpu_count() or 1) // max(nd, 1), batch_size if batch_size > 1 else 0, workers)
-    sampler = None if rank == -1 else DistributedSampler(dataset, shuffle=shuffle, seed=seed)
-    generator = torch.Generator()
-    generator.manual_seed(_SEED_BASE + seed + max(distributed.get_rank(), 0))
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle and sampler is None, num_workers=nw,
-                        sampler=sampler, pin_memory=torch.cuda.is_available(),
-                        collate_fn=YoloDataset.collate_fn, generator=generator, persistent_workers=nw > 0)
+    ddp = rank != -1 and distributed.is_initialized()
+    sampler = YoloSampler(len(dataset), batch_size, shuffle=shuffle, seed=seed,
+                          rank=distributed.get_rank() if ddp else 0,
+                          world_size=distributed.get_world_size() if ddp else 1,
+                          batch_index=dataset.batch if dataset.rect else None, drop_last=quad,
+                          on_epoch=dataset.shared_epoch.set)
+    collate = QuadCollate(seed, dataset.shared_epoch) if quad else collate_fn
+    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=nw,
+                        pin_memory=torch.cuda.is_available(), collate_fn=collate, drop_last=quad,
+                        persistent_workers=nw > 0)
     return loader, dataset

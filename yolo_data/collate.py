@@ -1,0 +1,52 @@
+"""Turn a list of items into a batch: YOLOv5's collate_fn and its 'quad' variant."""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def collate_fn(batch):
+    """Stack images (B, 3, H, W) uint8; concatenate targets (N, 6) with column 0 set to each image's
+    index in the batch; paths and shapes as tuples."""
+    ims, targets, paths, shapes = zip(*batch)
+    for i, t in enumerate(targets):
+        t[:, 0] = i
+    return torch.stack(ims, 0), torch.cat(targets, 0), paths, shapes
+
+
+class QuadCollate:
+    """YOLOv5's collate_fn4: each group of 4 items becomes one image of twice the size, either the
+    first item upsampled 2x (bilinear) or the 4 tiled 2x2, with even odds.  B items -> B // 4 images.
+
+    The coin for a group is drawn from (seed, epoch, the group's paths), never from global state, so
+    the batch is the same whichever worker collates it.  ``epoch``: the dataset's SharedEpoch.
+    """
+
+    def __init__(self, seed: int, epoch):
+        self.seed, self.epoch = seed, epoch
+
+    def __call__(self, batch):
+        ims, targets, paths, shapes = zip(*batch)
+        n = len(ims) // 4
+        out_ims, out_targets = [], []
+        down = torch.tensor([[0.0, 0, 0, 1, 0, 0]])  # one image height lower (y + 1 before halving)
+        right = torch.tensor([[0.0, 0, 1, 0, 0, 0]])
+        half = torch.tensor([[1, 1, 0.5, 0.5, 0.5, 0.5]])
+        for g in range(n):
+            i = 4 * g
+            key = zlib.crc32("\0".join(paths[i:i + 4]).encode("utf-8", "surrogateescape"))
+            if np.random.default_rng([self.seed, self.epoch.get(), key]).random() < 0.5:
+                im = F.interpolate(ims[i][None].float(), scale_factor=2.0, mode="bilinear", align_corners=False)
+                out_ims.append(im[0].round().clamp(0, 255).to(ims[i].dtype))
+                out_targets.append(targets[i])
+            else:
+                # layout [[0, 2], [1, 3]]: items 1 and 3 sit one image lower, 2 and 3 one image right
+                out_ims.append(torch.cat((torch.cat((ims[i], ims[i + 1]), 1), torch.cat((ims[i + 2], ims[i + 3]), 1)), 2))
+                out_targets.append(torch.cat((targets[i], targets[i + 1] + down, targets[i + 2] + right,
+                                              targets[i + 3] + down + right), 0) * half)
+        for k, t in enumerate(out_targets):
+            t[:, 0] = k
+        return torch.stack(out_ims, 0), torch.cat(out_targets, 0), paths[:n], shapes[:n]

@@ -1,0 +1,144 @@
+"""Multi-image augmentations: 4- and 9-image mosaics, mixup and copy-paste (YOLOv5's numbers).
+
+Every function takes `Sample`s whose boxes are pixel xyxy float32 on their own image and returns a
+new `Sample`; inputs are never modified.  Random decisions come from an explicit generator; the
+choice of which images to combine belongs to the caller.
+"""
+from __future__ import annotations
+
+from typing import List, Sequence, Tuple
+
+import cv2
+import numpy as np
+
+from .boxes import bbox_ioa
+from .geometry import PAD_VALUE
+from .sample import Sample
+
+
+def mosaic_border(img_size: int) -> Tuple[int, int]:
+    """(bh, bw) border for `random_perspective` that crops a (2s, 2s) mosaic canvas back to (s, s)."""
+    return -img_size // 2, -img_size // 2
+
+
+def mosaic_centre(rng: np.random.Generator, img_size: int) -> Tuple[int, int]:
+    """(xc, yc) int mosaic centre on the (2s, 2s) canvas, each U(s/2, 3s/2) truncated to int.
+
+    Drawn y first, then x, as YOLOv5 does.  Keeping the centre away from the canvas edges makes each
+    of the four tiles show up in the s x s crop that the perspective step later keeps."""
+    lo = -mosaic_border(img_size)[0]
+    yc = int(rng.uniform(lo, 2 * img_size - lo))
+    xc = int(rng.uniform(lo, 2 * img_size - lo))
+    return xc, yc
+
+
+def _shifted(part: Sample, dx: float, dy: float, size: float) -> Sample:
+    """``part``'s boxes and polygons moved by (dx, dy) and clipped to [0, size] (new arrays)."""
+    shift = np.array([dx, dy], np.float32)
+    boxes = (part.boxes + np.tile(shift, 2)).clip(0, size).astype(np.float32)
+    segments = [(s + shift).clip(0, size).astype(np.float32) for s in part.segments]
+    return Sample(part.img, part.cls, boxes, segments)
+
+
+def _canvas(parts: Sequence[Sample], side: int) -> np.ndarray:
+    return np.full((side, side, parts[0].img.shape[2]), PAD_VALUE, dtype=np.uint8)
+
+
+def mosaic4(parts: List[Sample], img_size: int, centre: Tuple[int, int]) -> Sample:
+    """Four samples on one (2s, 2s, 3) uint8 canvas (s = ``img_size``) filled with PAD_VALUE.
+
+    ``parts``: 4 Samples, each already resized so its long side is s.  ``centre``: (xc, yc) int, where
+    the four tiles meet (see `mosaic_centre`).  Part 0 goes top-left of the centre, 1 top-right,
+    2 bottom-left, 3 bottom-right; each tile keeps the corner that touches the centre and is cut by the
+    canvas edge.  Boxes and polygons are shifted onto the canvas and clipped to [0, 2s]; boxes cut to
+    nothing are kept (the perspective step that follows drops them, as in YOLOv5).
+    """
+    if len(parts) != 4:
+        raise ValueError(f"mosaic4 needs 4 samples, got {len(parts)}")
+    s2 = 2 * img_size
+    xc, yc = int(centre[0]), int(centre[1])
+    canvas = _canvas(parts, s2)
+    placed = []
+    for i, part in enumerate(parts):
+        h, w = part.img.shape[:2]
+        # Where the full tile would sit on the canvas (its top-left corner), before cutting.
+        left = xc - w if i in (0, 2) else xc
+        top = yc - h if i in (0, 1) else yc
+        x1, y1 = max(left, 0), max(top, 0)
+        x2, y2 = min(left + w, s2), min(top + h, s2)
+        canvas[y1:y2, x1:x2] = part.img[y1 - top:y2 - top, x1 - left:x2 - left]
+        placed.append(_shifted(part, left, top, s2))
+    return Sample.concat(placed, canvas)
+
+
+def mosaic9(parts: List[Sample], img_size: int, rng: np.random.Generator) -> Sample:
+    """Nine samples in a 3x3 layout on a (3s, 3s) canvas, then a random (2s, 2s, 3) uint8 crop.
+
+    ``parts``: 9 Samples resized to long side s.  Part 0 sits at (s, s); then, clockwise from the top:
+    1 above it, 2 top-right, 3 right, 4 bottom-right, 5 below, 6 bottom-left, 7 left, 8 top-left, each
+    laid against its neighbours as YOLOv5 does (so tiles of different sizes leave gaps of PAD_VALUE).
+    The crop's top-left corner is (int U(0, s), int U(0, s)), drawn y first.  Boxes and polygons are
+    shifted into the crop and clipped to [0, 2s].
+    """
+    if len(parts) != 9:
+        raise ValueError(f"mosaic9 needs 9 samples, got {len(parts)}")
+    s = img_size
+    canvas = _canvas(parts, 3 * s)
+    h0, w0 = parts[0].img.shape[:2]
+    hp = wp = 0  # size of the previous tile, which the next one is laid against
+    origins = []
+    for i, part in enumerate(parts):
+        h, w = part.img.shape[:2]
+        left, top = [(s, s), (s, s - h), (s + wp, s - h), (s + w0, s), (s + w0, s + hp),
+                     (s + w0 - w, s + h0), (s + w0 - wp - w, s + h0), (s - w, s + h0 - h),
+                     (s - w, s + h0 - hp - h)][i]
+        # Tiles never pass the far edges of the 3s canvas (every side is <= s); only the near ones.
+        x1, y1 = max(left, 0), max(top, 0)
+        canvas[y1:top + h, x1:left + w] = part.img[y1 - top:, x1 - left:]
+        origins.append((left, top))
+        hp, wp = h, w
+    yc, xc = int(rng.uniform(0, s)), int(rng.uniform(0, s))
+    crop = np.ascontiguousarray(canvas[yc:yc + 2 * s, xc:xc + 2 * s])
+    placed = [_shifted(p, left - xc, top - yc, 2 * s) for p, (left, top) in zip(parts, origins)]
+    return Sample.concat(placed, crop)
+
+
+def mixup(a: Sample, b: Sample, rng: np.random.Generator) -> Sample:
+    """Blend two samples of the same image shape: img = a * r + b * (1 - r), truncated to uint8, with
+    r ~ Beta(32, 32) (so r stays near 0.5), and the boxes of both.  Returns a new Sample."""
+    if a.img.shape != b.img.shape:
+        raise ValueError(f"mixup needs images of one shape, got {a.img.shape} and {b.img.shape}")
+    r = rng.beta(32.0, 32.0)
+    img = (a.img * r + b.img * (1 - r)).astype(np.uint8)
+    return Sample.concat([a, b], img)
+
+
+def copy_paste(sample: Sample, p: float, rng: np.random.Generator) -> Sample:
+    """Copy-paste (Ghiasi et al. 2021) as YOLOv5 does it: objects mirrored left-right in place.
+
+    ``sample``: pixel xyxy boxes with one polygon each (without polygons, or with ``p`` 0, the sample
+    is returned as is).  A random ``round(p * n)`` of the n objects, in random order, are candidates;
+    a candidate's mirrored box (x -> W - x) is added, with its class and mirrored polygon, when it
+    would cover less than 30% of every box present so far; the image pixels inside each accepted
+    mirrored polygon are taken from the mirrored image.  Returns a new Sample (new image array).
+    """
+    n = len(sample.segments)
+    if not p or not n:
+        return sample
+    h, w = sample.img.shape[:2]
+    cls, boxes, segments = list(sample.cls), list(sample.boxes), list(sample.segments)
+    mask = np.zeros((h, w), np.uint8)  # filled source polygons; mirrored below with the image
+    for j in rng.choice(n, size=round(p * n), replace=False):
+        x1, y1, x2, y2 = sample.boxes[j]
+        box = np.array([w - x2, y1, w - x1, y2], np.float32)
+        if (bbox_ioa(box, np.array(boxes)) < 0.30).all():
+            cls.append(sample.cls[j])
+            boxes.append(box)
+            seg = sample.segments[j]
+            segments.append(np.stack([w - seg[:, 0], seg[:, 1]], 1).astype(np.float32))
+            cv2.drawContours(mask, [seg.astype(np.int32)], -1, 1, cv2.FILLED)
+    img = sample.img.copy()
+    paste = mask[:, ::-1].astype(bool)
+    img[paste] = sample.img[:, ::-1][paste]
+    return Sample(img, np.array(cls, np.float32).reshape(-1), np.array(boxes, np.float32).reshape(-1, 4),
+                  segments)

@@ -1,0 +1,71 @@
+"""The training pipeline for one item (augment=True), as YOLOv5 runs it, with explicit randomness.
+
+    mosaic (4 or 9 images) -> copy-paste -> random perspective [-> mixup with a second mosaic]
+    or: one image -> letterbox -> random perspective
+    then: Albumentations (optional) -> HSV -> flips
+
+Every random choice is drawn from one generator made from (seed, epoch, index): the item is the same
+whichever worker makes it, and whatever the number of workers.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .hyp import AugmentConfig
+from .mosaic import copy_paste, mixup, mosaic4, mosaic9, mosaic_centre
+from .perspective import flip_lr, flip_ud, random_perspective
+from .photometric import augment_hsv
+from .sample import Sample
+
+LoadFn = Callable[[int], Sample]  # image i resized to img_size long side, pixel boxes on it
+
+
+def item_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
+    """The generator for every random decision about dataset item ``index`` in ``epoch``."""
+    return np.random.default_rng([seed, epoch, index])
+
+
+def mosaic_sample(load: LoadFn, n: int, index: int, img_size: int, cfg: AugmentConfig,
+                  rng: np.random.Generator) -> Sample:
+    """Item ``index`` with 3 (or 8) random others on a 2x canvas, copy-paste, then the random
+    perspective that crops the canvas back to img_size x img_size."""
+    if cfg.mosaic9 and rng.random() < cfg.mosaic9:
+        ids = np.concatenate([[index], rng.integers(0, n, 8)])
+        rng.shuffle(ids)
+        sample = mosaic9([load(int(i)) for i in ids], img_size, rng)
+    else:
+        ids = np.concatenate([[index], rng.integers(0, n, 3)])
+        rng.shuffle(ids)
+        sample = mosaic4([load(int(i)) for i in ids], img_size, mosaic_centre(rng, img_size))
+    sample = copy_paste(sample, cfg.copy_paste, rng)
+    border = -(img_size // 2)
+    return random_perspective(sample, rng, cfg.degrees, cfg.translate, cfg.scale, cfg.shear, cfg.perspective,
+                              border=(border, border))
+
+
+def mosaic_with_mixup(load: LoadFn, n: int, index: int, img_size: int, cfg: AugmentConfig,
+                      rng: np.random.Generator) -> Sample:
+    sample = mosaic_sample(load, n, index, img_size, cfg, rng)
+    if cfg.mixup and rng.random() < cfg.mixup:
+        sample = mixup(sample, mosaic_sample(load, n, int(rng.integers(0, n)), img_size, cfg, rng), rng)
+    return sample
+
+
+def single_image_geometry(sample: Sample, cfg: AugmentConfig, rng: np.random.Generator) -> Sample:
+    """The non-mosaic branch (rect training, or when the mosaic probability says no)."""
+    return random_perspective(sample, rng, cfg.degrees, cfg.translate, cfg.scale, cfg.shear, cfg.perspective)
+
+
+def finish(sample: Sample, cfg: AugmentConfig, rng: np.random.Generator, extra=None) -> Sample:
+    """Photometric steps and flips, after the geometry.  ``extra``: an optional callable
+    (sample, rng) -> sample (the Albumentations step)."""
+    if extra is not None:
+        sample = extra(sample, rng)
+    augment_hsv(sample.img, rng, cfg.hsv_h, cfg.hsv_s, cfg.hsv_v)
+    if cfg.flipud and rng.random() < cfg.flipud:
+        sample = flip_ud(sample)
+    if cfg.fliplr and rng.random() < cfg.fliplr:
+        sample = flip_lr(sample)
+    return sample
