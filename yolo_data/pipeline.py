@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from .hyp import AugmentConfig
-from .mosaic import copy_paste, mixup, mosaic4, mosaic9, mosaic_centre
+from .mosaic import copy_paste, mixup, mosaic4, mosaic9, mosaic_border, mosaic_centre
 from .perspective import flip_lr, flip_ud, random_perspective
 from .photometric import augment_hsv
 from .sample import Sample
@@ -40,9 +40,8 @@ def mosaic_sample(load: LoadFn, n: int, index: int, img_size: int, cfg: AugmentC
         rng.shuffle(ids)
         sample = mosaic4([load(int(i)) for i in ids], img_size, mosaic_centre(rng, img_size))
     sample = copy_paste(sample, cfg.copy_paste, rng)
-    border = -(img_size // 2)
     return random_perspective(sample, rng, cfg.degrees, cfg.translate, cfg.scale, cfg.shear, cfg.perspective,
-                              border=(border, border))
+                              border=mosaic_border(img_size))
 
 
 def mosaic_with_mixup(load: LoadFn, n: int, index: int, img_size: int, cfg: AugmentConfig,
