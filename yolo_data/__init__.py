@@ -7,11 +7,12 @@ dataset -> loader.
 from .dataset import LoadImagesAndLabels, YoloDataset
 from .distributed import ZeroFirstError, torch_distributed_zero_first, wait_for_the_master
 from .loader import create_dataloader
-from .torch_utils import init_torch_seeds, select_device, time_synchronized
+from .torch_utils import init_torch_seeds, select_device, smart_DDP, time_synchronized
 
 __version__ = "0.1.0"
 
 __all__ = [
     "create_dataloader", "torch_distributed_zero_first", "wait_for_the_master", "select_device",
-    "time_synchronized", "init_torch_seeds", "YoloDataset", "LoadImagesAndLabels", "ZeroFirstError",
+    "time_synchronized", "init_torch_seeds", "smart_DDP", "YoloDataset", "LoadImagesAndLabels",
+    "ZeroFirstError",
 ]

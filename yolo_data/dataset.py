@@ -53,7 +53,7 @@ def _progress_bar(prefix: str, enabled: bool):
     def update(done, total):
         nonlocal bar
         if enabled and bar is None:
-            bar = tqdm(total=total, desc=f"{prefix}Scanning labels", unit="img", leave=False)
+            bar = tqdm(total=total, desc=f"{prefix}Scanning labels", unit="img", leave=False, disable=None)
         if bar is not None:
             bar.update(done - bar.n)
             if done >= total:

@@ -69,3 +69,13 @@ def init_torch_seeds(seed: int = 0) -> None:
     torch.manual_seed(seed)
     torch.backends.cudnn.deterministic = seed == 0
     torch.backends.cudnn.benchmark = seed != 0
+
+
+def smart_DDP(model: torch.nn.Module) -> torch.nn.Module:
+    """Wrap ``model`` in DistributedDataParallel: with its device id when it lives on a CUDA device
+    (NCCL), without device ids on the CPU (gloo), where passing them is an error."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    device = next(model.parameters()).device
+    if device.type == "cuda":
+        return DDP(model, device_ids=[device.index], output_device=device.index)
+    return DDP(model)
