@@ -1,0 +1,52 @@
+"""Draw a batch as one picture (what YOLOv5 saves as train_batch0.jpg)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional, Sequence
+
+import cv2
+import numpy as np
+import torch
+
+_PALETTE = [(56, 56, 255), (151, 157, 255), (31, 112, 255), (29, 178, 255), (49, 210, 207), (10, 249, 72),
+            (23, 204, 146), (134, 219, 61), (52, 147, 26), (187, 212, 0), (168, 153, 44), (255, 194, 0),
+            (147, 69, 52), (255, 115, 100), (236, 24, 0), (255, 56, 132), (133, 0, 82), (255, 56, 203),
+            (200, 149, 255), (199, 55, 255)]  # BGR
+
+
+def class_colour(c: int):
+    return _PALETTE[int(c) % len(_PALETTE)]
+
+
+def draw_batch(imgs: torch.Tensor, targets: torch.Tensor, paths: Sequence[str], names: Optional[Sequence[str]] = None,
+               max_side: int = 1920) -> np.ndarray:
+    """imgs (B, 3, H, W) uint8 RGB; targets (N, 6) [image, class, x, y, w, h] normalised -> a BGR uint8
+    grid (about ``max_side`` px on its long side) with each image's boxes, class names and file name."""
+    b, _, h, w = imgs.shape
+    cols = math.ceil(math.sqrt(b))
+    rows = math.ceil(b / cols)
+    scale = min(1.0, max_side / max(cols * w, rows * h))
+    th, tw = int(h * scale), int(w * scale)
+    grid = np.full((rows * th, cols * tw, 3), 255, np.uint8)
+    t = targets.cpu().numpy()
+    for i in range(b):
+        img = np.ascontiguousarray(imgs[i].cpu().numpy().transpose(1, 2, 0)[..., ::-1])  # RGB -> BGR
+        img = cv2.resize(img, (tw, th), interpolation=cv2.INTER_AREA) if scale < 1 else img.copy()
+        for _, cls, x, y, bw, bh in t[t[:, 0] == i]:
+            x1, y1 = int((x - bw / 2) * tw), int((y - bh / 2) * th)
+            x2, y2 = int((x + bw / 2) * tw), int((y + bh / 2) * th)
+            colour = class_colour(cls)
+            cv2.rectangle(img, (x1, y1), (x2, y2), colour, 2)
+            label = names[int(cls)] if names and int(cls) < len(names) else str(int(cls))
+            (lw, lh), _ = cv2.getTextSize(label, cv2.FONT_HERSHEY_SIMPLEX, 0.45, 1)
+            ty = max(y1, lh + 4)
+            cv2.rectangle(img, (x1, ty - lh - 4), (x1 + lw + 2, ty), colour, -1)
+            cv2.putText(img, label, (x1 + 1, ty - 3), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (255, 255, 255), 1,
+                        cv2.LINE_AA)
+        cv2.putText(img, Path(paths[i]).name[:40], (4, th - 6), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (255, 255, 255), 1,
+                    cv2.LINE_AA)
+        cv2.rectangle(img, (0, 0), (tw - 1, th - 1), (255, 255, 255), 2)
+        r, c = divmod(i, cols)
+        grid[r * th:(r + 1) * th, c * tw:(c + 1) * tw] = img
+    return grid
