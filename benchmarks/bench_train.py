@@ -1,0 +1,592 @@
+"""Training-loader throughput: yolo_data against YOLOv5 7.0 and Ultralytics 8.x, same data, same settings.
+
+    /work/bench-venv/bin/python benchmarks/bench_train.py                 # full run (about 10-15 min, 2 cores)
+    /work/bench-venv/bin/python benchmarks/bench_train.py --quick         # smoke test (coco128, tiny)
+    /work/bench-venv/bin/python benchmarks/bench_train.py --datasets coco128 --workers 2 --images 160 --repeats 5
+
+What is measured, per dataset x workers x library:
+
+* the training loader as each library's own ``create_dataloader`` / ``build_dataloader`` makes it:
+  augment=True with hyp.scratch-low (mosaic 1.0, mixup 0, copy-paste 0, HSV, translate 0.1, scale 0.5,
+  fliplr 0.5), imgsz 640, batch 16, shuffle, no image cache, rect False;
+* one measurement = a fresh dataset + loader (built from the label cache, which a priming pass wrote
+  first), ``--warmup`` batches consumed and not timed (worker start-up, first reads), then
+  ``--images`` images consumed and timed: img/s = images / seconds.  Batches are taken the way a
+  training loop takes them: ``for batch in loader`` again and again, one pass per epoch (YOLOv5's and
+  Ultralytics' InfiniteDataLoader, yolo_data's persistent-worker DataLoader, no set_epoch calls);
+* afterwards the loader's workers are shut down and joined (and the script checks that no child
+  process is left) before the next measurement starts;
+* libraries alternate within each repeat round, and the order rotates between rounds
+  (round 1: yolo_data, yolov5, ultralytics; round 2: yolov5, ultralytics, yolo_data; ...), so drift
+  and background load hit all three alike.  Reported: median, min and max over ``--repeats`` rounds,
+  and the ratio of medians yolo_data / peer;
+* also the validation-style loader (augment=False, rect=True, pad=0.5, batch 32, ``--val-workers``
+  workers, no shuffle; for Ultralytics its 'val' mode dataset with rect=True), on the same (train)
+  images, measured the same way;
+* decodes per image: ``cv2.imread`` / ``cv2.imdecode`` calls during the timed window (counted in a
+  shared counter, workers included) divided by the images timed.  Approximate (prefetching shifts the
+  window by a few batches), but it shows whether a library re-decodes the 3 extra mosaic tiles.
+  Ultralytics keeps recently loaded images in a per-worker RAM buffer and draws mosaic partners from it.
+* first batch: seconds from starting to build the dataset + loader until the first batch arrives
+  (label-cache load, worker start-up, first items).
+
+Datasets: coco128 (``--root``, only read) and a generated COCO-like set of ``--synthetic-n`` images
+(benchmarks/make_synthetic.py; reused from /tmp/yolo_data_bench/ when a complete one with the same
+settings is there, generated otherwise).  Each library gets its own copy of each dataset inside a
+temporary folder (all three write ``labels/<split>.cache`` beside the labels): labels and yaml are
+copied; images are hard links for the generated set and real copies for datasets under /work/shared
+(YOLOv5 rewrites a damaged JPEG in place, and a link would let it write into the shared folder).  The
+copies' pages are read once before measuring, so every library starts with a warm page cache.
+
+Isolation: YOLOv5/Ultralytics settings, matplotlib and yolo_data caches go to the temporary folder,
+YOLO_OFFLINE=1, and outgoing network connections are refused.  The temporary folder is deleted at the
+end.  Note that importing yolov5 / ultralytics calls ``cv2.setNumThreads(0)`` for the whole process,
+so all three libraries run with OpenCV single-threaded here (the machine line says so).
+
+Output: a paste-ready markdown report on stdout; progress on stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import io
+import logging
+import multiprocessing
+import os
+import platform
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parent
+DEFAULT_ROOT = Path("/work/shared/datasets")
+SHARED = Path("/work/shared")
+BENCH_ROOT = Path("/tmp/yolo_data_bench")
+HYP_FILE = REPO_ROOT / "data" / "hyps" / "hyp.scratch-low.yaml"
+LIBS = ("yolo_data", "yolov5", "ultralytics")
+STRIDE = 32
+IMGSZ = 640
+TRAIN_BATCH = 16
+VAL_BATCH = 32
+AUG_KEYS = ("hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective", "flipud",
+            "fliplr", "mosaic", "mixup", "copy_paste")
+LIBRARY_LOG = io.StringIO()  # what the libraries print (progress bars, notices); never closed
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# -- environment: keep the libraries offline and inside the temp folder ----------------------------
+def isolate_environment(tmp: Path) -> None:
+    """Settings/cache folders into ``tmp``, no DDP variables, no network.  Must run before the imports."""
+    for var in ("YOLO_CONFIG_DIR", "YOLOV5_CONFIG_DIR", "MPLCONFIGDIR", "YOLO_DATA_CACHE_DIR"):
+        os.environ[var] = str(tmp / "config" / var.lower())
+        Path(os.environ[var]).mkdir(parents=True, exist_ok=True)
+    os.environ.update(YOLO_OFFLINE="1", YOLOv5_AUTOINSTALL="false", YOLOv5_VERBOSE="false")
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        os.environ.pop(var, None)
+
+    def refuse(self, address, *args, **kwargs):
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            raise OSError(f"bench_train: network access blocked ({address})")
+        return real_connect(self, address, *args, **kwargs)
+
+    real_connect = socket.socket.connect
+    socket.socket.connect = refuse
+
+
+def library_output(verbose: bool):
+    """Send what the libraries print to LIBRARY_LOG unless ``verbose``."""
+    if verbose:
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(contextlib.redirect_stdout(LIBRARY_LOG))
+    stack.enter_context(contextlib.redirect_stderr(LIBRARY_LOG))
+    return stack
+
+
+@dataclass
+class Libs:
+    yd_create: Callable
+    v5_create: Callable
+    ul_build_dataset: Callable
+    ul_build_loader: Callable
+    ul_get_cfg: Callable
+    ul_default_cfg: object
+    versions: Dict[str, str]
+
+
+def import_libraries(libs) -> Libs:
+    import cv2
+    real_imread = cv2.imread
+    try:
+        import pkg_resources  # noqa: F401  (yolov5.utils.general imports it; setuptools >= 81 lacks it)
+    except ImportError:
+        from packaging.version import parse
+        sys.modules["pkg_resources"] = types.SimpleNamespace(parse_version=parse)
+    sys.dont_write_bytecode = True  # leave no __pycache__ in the checkout
+    import yolov5
+    from yolov5.utils.dataloaders import create_dataloader as v5_create
+    import ultralytics
+    from ultralytics.cfg import DEFAULT_CFG, get_cfg
+    from ultralytics.data.build import build_dataloader, build_yolo_dataset
+    for name in ("yolov5", "ultralytics"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    sys.path.insert(0, str(REPO_ROOT))
+    import yolo_data
+    from yolo_data import create_dataloader as yd_create
+    # yolo_data's warnings stay visible (on the real stderr), the others' notices go to LIBRARY_LOG
+    handler = logging.StreamHandler(sys.__stderr__)
+    handler.setFormatter(logging.Formatter("yolo_data %(levelname)s: %(message)s"))
+    handler.setLevel(logging.WARNING)
+    ylog = logging.getLogger("yolo_data")
+    ylog.addHandler(handler)
+    ylog.propagate = False
+    if cv2.imread is not real_imread:
+        log("warning: an import replaced cv2.imread; all libraries now use the replacement")
+    versions = {"yolo_data": getattr(yolo_data, "__version__", "?") + " (this checkout)",
+                "yolov5": getattr(yolov5, "__version__", "?"), "ultralytics": ultralytics.__version__}
+    return Libs(yd_create, v5_create, build_yolo_dataset, build_dataloader, get_cfg, DEFAULT_CFG, versions)
+
+
+# -- decode counter ------------------------------------------------------------------------------------
+class DecodeCounter:
+    """Counts cv2.imread/cv2.imdecode calls in this process and in forked DataLoader workers (the patched
+    functions and the shared counter are inherited at fork)."""
+
+    def __init__(self):
+        import cv2
+        self.cv2 = cv2
+        self.value = multiprocessing.get_context("fork").Value("q", 0)
+        self.originals = {name: getattr(cv2, name) for name in ("imread", "imdecode")}
+        counter = self.value
+
+        def counting(fn):
+            def wrapper(*args, **kwargs):
+                with counter.get_lock():
+                    counter.value += 1
+                return fn(*args, **kwargs)
+            return wrapper
+
+        for name, fn in self.originals.items():
+            setattr(cv2, name, counting(fn))
+
+    def reset(self) -> None:
+        with self.value.get_lock():
+            self.value.value = 0
+
+    def get(self) -> int:
+        return int(self.value.value)
+
+    def uninstall(self) -> None:
+        for name, fn in self.originals.items():
+            setattr(self.cv2, name, fn)
+
+
+class NoCounter:
+    def reset(self): pass
+    def get(self): return -1
+    def uninstall(self): pass
+
+
+# -- datasets -----------------------------------------------------------------------------------------
+@dataclass
+class DatasetCopy:
+    name: str
+    images: Path  # the train image folder of this copy
+    names: Dict[int, str]
+    n_images: int
+
+
+@dataclass
+class Source:
+    name: str
+    yaml: Path
+    images: Path  # train image folder
+    labels: Path
+    names: Dict[int, str]
+    link: bool  # hard-link the images (else copy them)
+    note: str = ""
+
+
+def synthetic_source(n: int, seed: int = 0, size: int = 640, quality: int = 90) -> Path:
+    """The data.yaml of a generated set under BENCH_ROOT (reused when complete with these settings)."""
+    sys.path.insert(0, str(HERE))
+    import make_synthetic
+    out = BENCH_ROOT / f"synthetic-n{n}-seed{seed}-{size}px-q{quality}"
+    want = {"splits": {"train": n}, "seed": seed, "size": size, "quality": quality}
+    have = make_synthetic.dataset_settings(out)
+    if have and all(have.get(k) == v for k, v in want.items()) \
+            and len(list((out / "images" / "train").iterdir())) == n:
+        log(f"reusing {out} ({have['mean_kb']:.0f} KB/image)")
+        return out / "data.yaml"
+    log(f"generating {n} images into {out} (a few minutes) ...")
+    yaml_path = make_synthetic.make_dataset(out, n, seed=seed, size=size, quality=quality,
+                                            workers=min(2, os.cpu_count() or 1), overwrite=True)
+    return Path(yaml_path)
+
+
+def source_from_yaml(name: str, yaml_path: Path, link: bool) -> Source:
+    import yaml
+    spec = yaml.safe_load(yaml_path.read_text(encoding="utf-8"))
+    root = (yaml_path.parent / (spec.get("path") or ".")).resolve()
+    train = spec["train"]
+    if not isinstance(train, str):
+        raise ValueError(f"{yaml_path}: 'train' must be one folder for this benchmark")
+    images = (root / train).resolve()
+    parts = list(images.parts)
+    k = len(parts) - 1 - parts[::-1].index("images")  # YOLOv5's rule: the last /images/ -> /labels/
+    labels = Path(*parts[:k], "labels", *parts[k + 1:])
+    names = spec["names"]
+    names = dict(enumerate(names)) if isinstance(names, list) else {int(k): v for k, v in names.items()}
+    return Source(name, yaml_path, images, labels, names, link)
+
+
+def resolve_sources(datasets, root: Path, synthetic_n: int) -> List[Source]:
+    out = []
+    for ds in datasets:
+        if ds == "synthetic":
+            out.append(source_from_yaml(f"synthetic{synthetic_n}", synthetic_source(synthetic_n), link=True))
+        else:
+            d = root / ds
+            yamls = sorted(d.glob("*.yaml"))
+            if not yamls:
+                raise FileNotFoundError(f"{d}: no dataset yaml")
+            out.append(source_from_yaml(ds, yamls[0], link=False))
+    for s in out:
+        if s.link and SHARED in s.images.parents:
+            s.link = False  # never hard-link into /work/shared
+    return out
+
+
+def copy_for(src: Source, dst_root: Path) -> DatasetCopy:
+    """dst_root/images/<split> (links or copies), dst_root/labels/<split> (copies, no caches), the yaml."""
+    split = src.images.name
+    img_dst, lbl_dst = dst_root / "images" / split, dst_root / "labels" / split
+    img_dst.mkdir(parents=True)
+    lbl_dst.mkdir(parents=True)
+    n = 0
+    for f in sorted(src.images.iterdir()):
+        if f.is_file():
+            (os.link if src.link else shutil.copyfile)(f, img_dst / f.name)
+            n += 1
+    if src.labels.is_dir():
+        for f in src.labels.iterdir():
+            if f.is_file() and f.suffix != ".cache":
+                shutil.copyfile(f, lbl_dst / f.name)
+    shutil.copyfile(src.yaml, dst_root / src.yaml.name)
+    return DatasetCopy(src.name, img_dst, src.names, n)
+
+
+def warm_page_cache(folder: Path) -> None:
+    for f in folder.iterdir():
+        with open(f, "rb") as fh:
+            while fh.read(1 << 20):
+                pass
+
+
+# -- building loaders --------------------------------------------------------------------------------
+def build_loader(libs: Libs, lib: str, ds: DatasetCopy, mode: str, workers: int, hyp: dict):
+    """(loader, dataset) as the library's own training (mode 'train') or validation ('val') code makes it."""
+    train = mode == "train"
+    batch = TRAIN_BATCH if train else VAL_BATCH
+    if lib in ("yolo_data", "yolov5"):
+        kw = dict(single_cls=False, cache=False, rank=-1, workers=workers, image_weights=False, quad=False,
+                  seed=0)
+        if train:
+            kw.update(hyp=str(HYP_FILE) if lib == "yolo_data" else dict(hyp), augment=True, pad=0.0, rect=False,
+                      shuffle=True, prefix="train: ")
+        else:
+            kw.update(hyp=None, augment=False, pad=0.5, rect=True, shuffle=False, prefix="val: ")
+        create = libs.yd_create if lib == "yolo_data" else libs.v5_create
+        return create(str(ds.images), IMGSZ, batch, STRIDE, **kw)
+    # ultralytics: the trainer's build_dataset + get_dataloader, without the trainer
+    import torch
+    overrides = dict(task="detect", mode="train", imgsz=IMGSZ, batch=batch, workers=workers, cache=False,
+                     rect=not train, single_cls=False, fraction=1.0, close_mosaic=0, cutmix=0.0, bgr=0.0,
+                     copy_paste_mode="flip", classes=None)
+    overrides.update({k: hyp[k] for k in AUG_KEYS})
+    cfg = libs.ul_get_cfg(libs.ul_default_cfg, overrides)
+    data = {"names": dict(ds.names), "nc": len(ds.names), "channels": 3, "path": str(ds.images.parents[1])}
+    dataset = libs.ul_build_dataset(cfg, str(ds.images), batch, data, mode="train" if train else "val",
+                                    rect=not train, stride=STRIDE)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    loader = libs.ul_build_loader(dataset, batch, workers, shuffle=train, rank=-1, device=device)
+    return loader, dataset
+
+
+def batch_size_of(batch) -> int:
+    return int(batch["img"].shape[0]) if isinstance(batch, dict) else int(batch[0].shape[0])
+
+
+def epochs(loader):
+    """Batches as a training loop takes them: one ``for batch in loader`` pass per epoch, forever."""
+    while True:
+        got = False
+        for b in loader:
+            got = True
+            yield b
+        if not got:
+            raise RuntimeError("loader yielded no batch")
+
+
+def shutdown(loader) -> None:
+    """Stop and join the loader's worker processes (persistent workers would otherwise keep running)."""
+    if hasattr(loader, "close") and callable(loader.close):  # ultralytics InfiniteDataLoader
+        with contextlib.suppress(Exception):
+            loader.close()
+    for attr in ("_iterator", "iterator"):  # torch persistent workers / YOLOv5 InfiniteDataLoader
+        it = getattr(loader, attr, None)
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            with contextlib.suppress(Exception):
+                it._shutdown_workers()
+
+
+def wait_for_children(timeout: float = 15.0) -> int:
+    """Wait until this process has no child process left; terminate (by pid) what remains after
+    ``timeout``.  Returns how many had to be terminated."""
+    import psutil
+    me = psutil.Process()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        kids = [p for p in me.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+        if not kids:
+            return 0
+        time.sleep(0.05)
+    kids = me.children(recursive=True)
+    for p in kids:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    psutil.wait_procs(kids, timeout=5)
+    return len(kids)
+
+
+@dataclass
+class Measurement:
+    ips: float
+    first_batch_s: float
+    decodes_per_img: float
+    images: int
+    seconds: float
+
+
+def measure(libs: Libs, lib: str, ds: DatasetCopy, mode: str, workers: int, hyp: dict, images: int,
+            warmup: int, counter, verbose: bool) -> Measurement:
+    gc.collect()
+    t0 = time.perf_counter()
+    with library_output(verbose):
+        loader, dataset = build_loader(libs, lib, ds, mode, workers, hyp)
+    it = epochs(loader)
+    try:
+        next(it)
+        first = time.perf_counter() - t0
+        for _ in range(max(warmup - 1, 0)):
+            next(it)
+        counter.reset()
+        n, t0 = 0, time.perf_counter()
+        while n < images:
+            n += batch_size_of(next(it))
+        dt = time.perf_counter() - t0
+        decodes = counter.get()
+    finally:
+        it.close()
+        shutdown(loader)
+        del it, loader, dataset
+        gc.collect()
+        left = wait_for_children()
+        if left:
+            log(f"warning: {left} leftover child process(es) after {lib} {mode} workers={workers}; terminated")
+    return Measurement(n / dt, first, decodes / n if decodes >= 0 else float("nan"), n, dt)
+
+
+# -- report -------------------------------------------------------------------------------------------
+def machine_line(libs: Libs) -> str:
+    import cv2
+    import numpy as np
+    import torch
+    cpu = "?"
+    with contextlib.suppress(OSError):
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem = "?"
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in open("/proc/meminfo", encoding="utf-8"):
+            if line.startswith("MemTotal"):
+                mem = f"{int(line.split()[1]) / (1 << 20):.0f} GiB"
+    return (f"{platform.system()} {platform.machine()}, {cpu}, {os.cpu_count()} cores, {mem} RAM, "
+            f"Python {platform.python_version()}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+            f"cv2 {cv2.__version__} (cv2 threads {cv2.getNumThreads()}), numpy {np.__version__}; "
+            + ", ".join(f"{k} {v}" for k, v in libs.versions.items()))
+
+
+def fmt_cell(vals: List[float]) -> str:
+    if not vals:
+        return "n/a"
+    med = statistics.median(vals)
+    return f"{med:.1f} ({min(vals):.1f}–{max(vals):.1f})" if len(vals) > 1 else f"{med:.1f}"
+
+
+def ratio(a: List[float], b: List[float]) -> str:
+    if not a or not b:
+        return "n/a"
+    return f"{statistics.median(a) / statistics.median(b):.2f}×"
+
+
+def report(results: Dict[Tuple[str, str], Dict[str, List[Measurement]]], errors: List[str], libs_used,
+           args, machine: str, loads: Tuple[str, str], sources: List[Source], n_images: Dict[str, int]) -> None:
+    print("### Training dataloader throughput (img/s, higher is better)\n")
+    print(f"**Machine:** {machine}  ")
+    print(f"Load average (1/5/15 min) at start {loads[0]}, at end {loads[1]}.  ")
+    print(f"**Train loader:** augment, hyp.scratch-low (mosaic 1.0, mixup 0, copy-paste 0), imgsz {IMGSZ}, "
+          f"batch {TRAIN_BATCH}, shuffle, no image cache, rect False.  **Val loader:** augment off, rect, pad 0.5, "
+          f"batch {VAL_BATCH}, {args.val_workers} workers, same images.  ")
+    print(f"Each measurement: fresh dataset + loader, {args.warmup} warm-up batches untimed, then ≥{args.images} "
+          f"images timed; {args.repeats} rounds with the libraries alternating (order rotated each round); "
+          "cells are median (min–max) img/s.  ")
+    print("Datasets: " + ", ".join(f"{s.name} ({n_images[s.name]} images)" for s in sources) + ".\n")
+    peers = [l for l in libs_used if l != "yolo_data"]
+    head = ["dataset", "loader"] + list(libs_used)
+    if "yolo_data" in libs_used:
+        head += [f"yolo_data / {p}" for p in peers]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|")
+    for (ds, cfg), per_lib in results.items():
+        ips = {l: [m.ips for m in per_lib.get(l, [])] for l in libs_used}
+        row = [ds, cfg] + [fmt_cell(ips[l]) for l in libs_used]
+        if "yolo_data" in libs_used:
+            row += [ratio(ips["yolo_data"], ips[p]) for p in peers]
+        print("| " + " | ".join(row) + " |")
+    print("\nDecodes per image (cv2.imread/imdecode calls in the timed window ÷ images; approximate) and "
+          "time to first batch (build dataset + loader from the label cache, start workers, first batch; "
+          "median s):\n")
+    head = ["dataset", "loader"] + [f"{l} decodes/img" for l in libs_used] + [f"{l} first batch s" for l in libs_used]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|")
+    for (ds, cfg), per_lib in results.items():
+        dec, first = [], []
+        for l in libs_used:
+            ms = per_lib.get(l, [])
+            d = [m.decodes_per_img for m in ms if m.decodes_per_img == m.decodes_per_img]
+            dec.append(f"{statistics.median(d):.2f}" if d else "n/a")
+            first.append(f"{statistics.median([m.first_batch_s for m in ms]):.2f}" if ms else "n/a")
+        print("| " + " | ".join([ds, cfg] + dec + first) + " |")
+    if errors:
+        print("\n**Errors:**\n")
+        for e in errors:
+            print(f"- {e}")
+    print(f"\n<sub>benchmarks/bench_train.py {' '.join(sys.argv[1:])}</sub>")
+
+
+# -- main ----------------------------------------------------------------------------------------------
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--datasets", nargs="+", default=["coco128", "synthetic"],
+                   help="'synthetic' (generated set) and/or folder names under --root (default: coco128 synthetic)")
+    p.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="folder holding coco128 etc. (only read)")
+    p.add_argument("--synthetic-n", type=int, default=2000, help="images in the generated set (default 2000)")
+    p.add_argument("--workers", type=int, nargs="+", default=[2, 0], help="training loader workers (default: 2 0)")
+    p.add_argument("--images", type=int, default=320, help="images timed per measurement (default 320)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed batches before timing (default 2)")
+    p.add_argument("--repeats", type=int, default=3, help="rounds; medians are over these (default 3)")
+    p.add_argument("--libraries", nargs="+", default=list(LIBS), choices=LIBS)
+    p.add_argument("--val-workers", type=int, default=2, help="workers of the validation-style loader (default 2)")
+    p.add_argument("--no-val", action="store_true", help="skip the validation-style loader")
+    p.add_argument("--no-count-decodes", action="store_true", help="do not wrap cv2.imread/imdecode")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke test: coco128 only, 32 images, 1 warm-up batch, 1 round (overrides those options)")
+    p.add_argument("--verbose", action="store_true", help="show what the libraries print")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.datasets, args.images, args.warmup, args.repeats = ["coco128"], 32, 1, 1
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    t_start = time.perf_counter()
+    loads = [" / ".join(f"{x:.2f}" for x in os.getloadavg())]
+    tmp = Path(tempfile.mkdtemp(prefix="bench_train_"))
+    counter = NoCounter()
+    try:
+        isolate_environment(tmp)
+        import yaml
+        with library_output(args.verbose):
+            libs = import_libraries(args.libraries)
+        hyp = yaml.safe_load(HYP_FILE.read_text(encoding="utf-8"))
+        machine = machine_line(libs)
+        sources = resolve_sources(args.datasets, args.root, args.synthetic_n)
+        copies: Dict[Tuple[str, str], DatasetCopy] = {}
+        errors: List[str] = []
+        n_images: Dict[str, int] = {}
+        for src in sources:
+            for lib in args.libraries:
+                c = copies[(src.name, lib)] = copy_for(src, tmp / "data" / lib / src.name)
+                n_images[src.name] = c.n_images
+                warm_page_cache(c.images)
+                t0 = time.perf_counter()  # priming: write each library's label cache (untimed)
+                try:
+                    with library_output(args.verbose):
+                        loader, _ = build_loader(libs, lib, c, "train", 0, hyp)
+                    shutdown(loader)
+                    del loader
+                except Exception as e:
+                    errors.append(f"{lib} on {src.name}: building the loader failed: {type(e).__name__}: {e}")
+                log(f"prepared {src.name} for {lib} ({c.n_images} images, label cache in "
+                    f"{time.perf_counter() - t0:.1f} s, {'linked' if src.link else 'copied'} images)")
+        gc.collect()
+        if not args.no_count_decodes:
+            counter = DecodeCounter()
+
+        plan = [(src, "train", w) for src in sources for w in args.workers]
+        if not args.no_val:
+            plan += [(src, "val", args.val_workers) for src in sources]
+        results: Dict[Tuple[str, str], Dict[str, List[Measurement]]] = {}
+        failed = set()
+        for src, mode, workers in plan:
+            cfg = f"train, workers {workers}" if mode == "train" else f"val (rect, pad 0.5, b{VAL_BATCH}), workers {workers}"
+            per_lib = results.setdefault((src.name, cfg), {})
+            for r in range(args.repeats):
+                order = args.libraries[r % len(args.libraries):] + args.libraries[:r % len(args.libraries)]
+                for lib in order:
+                    if (src.name, lib) in failed:
+                        continue
+                    try:
+                        m = measure(libs, lib, copies[(src.name, lib)], mode, workers, hyp, args.images,
+                                    args.warmup, counter, args.verbose)
+                    except Exception as e:
+                        errors.append(f"{lib} on {src.name} ({cfg}): {type(e).__name__}: {e}")
+                        log(f"ERROR {errors[-1]}")
+                        if mode == "train":
+                            failed.add((src.name, lib))
+                        continue
+                    per_lib.setdefault(lib, []).append(m)
+                    dec = "" if m.decodes_per_img != m.decodes_per_img else f", {m.decodes_per_img:.2f} decodes/img"
+                    log(f"[{time.perf_counter() - t_start:6.0f} s] {src.name:>13} {cfg:<36} round {r + 1} "
+                        f"{lib:<11} {m.ips:7.1f} img/s ({m.images} img in {m.seconds:.2f} s, first batch "
+                        f"{m.first_batch_s:.2f} s{dec})")
+        counter.uninstall()
+        loads.append(" / ".join(f"{x:.2f}" for x in os.getloadavg()))
+        report(results, errors, args.libraries, args, machine, (loads[0], loads[1]), sources, n_images)
+        log(f"total {time.perf_counter() - t_start:.0f} s")
+        return 1 if errors else 0
+    finally:
+        counter.uninstall()
+        wait_for_children(5)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
