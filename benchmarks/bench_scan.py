@@ -201,7 +201,7 @@ def run_stages(images, nc, repeats: int, workers: Optional[int], cache_file: Pat
         t, lb_files = timed(lambda: [img2label_path(f) for f in im_files])
         add("image -> label paths", t)
         t, fp = timed(lambda: cache.fingerprint(im_files, lb_files, nc))
-        add("fingerprint (2 stat per pair + sha256)", t)
+        add("fingerprint (os.stat + os.path.isdir per file, sha256)", t)
         t, records = timed(lambda: scan_pairs(im_files, lb_files, nc, workers=workers))
         add(f"verify pairs ({workers or default_workers()} processes)", t)
         t, store = timed(lambda: LabelStore.from_records(records))
@@ -282,12 +282,47 @@ def _mem_gb() -> str:
     return "unknown"
 
 
-def environment(images, load_before: Tuple[float, ...]) -> List[Tuple[str, str]]:
+def _burn(loops: int) -> float:
+    """Seconds a fixed pure-Python loop takes (one unit of single-core work)."""
+    t0 = time.perf_counter()
+    s = 0
+    for i in range(loops):
+        s += i
+    return time.perf_counter() - t0
+
+
+def cpu_scaling(procs: int, loops: int = 5_000_000) -> Optional[float]:
+    """Speed-up of ``procs`` parallel copies of a CPU-bound loop over one copy, measured now.
+
+    A shared or throttled machine can advertise 2 cores and deliver one; this says how much parallel
+    work the scan's pool could actually get during the benchmark (ideal: ``procs``).
+    """
+    if procs < 2 or not sys.platform.startswith("linux"):
+        return None
+    one = _burn(loops)
+    import multiprocessing as mp
+    with mp.get_context("fork").Pool(procs) as pool:
+        t0 = time.perf_counter()
+        pool.map(_burn, [loops] * procs)
+        many = time.perf_counter() - t0
+    return procs * one / many
+
+
+def _cpu_pressure() -> str:
+    """Linux PSI: share of recent time some runnable task waited for a CPU (other load, throttling)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        line = open("/proc/pressure/cpu", encoding="utf-8").readline().split()
+        vals = dict(kv.split("=") for kv in line[1:4])
+        return f"{float(vals['avg10']):.0f}% / {float(vals['avg60']):.0f}% (10 s / 60 s)"
+    return "unknown"
+
+
+def environment(images, load_before: Tuple[float, ...], workers: Optional[int]) -> List[Tuple[str, str]]:
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:
         usable = os.cpu_count()
-    return [
+    rows = [
         ("CPU", f"{_cpu_model()}, {os.cpu_count()} logical cores ({usable} usable)"),
         ("RAM", _mem_gb()),
         ("OS", platform.platform()),
@@ -295,7 +330,13 @@ def environment(images, load_before: Tuple[float, ...]) -> List[Tuple[str, str]]
         ("Packages", _versions()),
         ("Data", f"{images} ({_fs_type(Path(images if isinstance(images, str) else images[0]))})"),
         ("Load average before", " / ".join(f"{x:.2f}" for x in load_before) + " (1 / 5 / 15 min)"),
+        ("CPU pressure before", _cpu_pressure() + " of time some task waited for a CPU"),
     ]
+    procs = workers or default_workers()
+    scale = cpu_scaling(procs)
+    if scale is not None:
+        rows.append(("Parallel CPU check", f"{procs} busy processes run {scale:.2f}x one (ideal {procs:.2f}x)"))
+    return rows
 
 
 def _fmt_s(t: float) -> str:
@@ -319,7 +360,8 @@ def report(args, images, nc, env, res, stages, cache_file: Path, gen_stats: dict
              f"{' (cold: file pages evicted before each run)' if args.cold else ''}", "",
              "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in env]
-    lines += [f"| Load average after | {' / '.join(f'{x:.2f}' for x in load_after)} |"]
+    lines += [f"| Load average after | {' / '.join(f'{x:.2f}' for x in load_after)} |",
+              f"| CPU pressure after | {_cpu_pressure()} |"]
     if gen_stats:
         lines.append(f"| Dataset | synthetic COCO-like, {gen_stats['images']} JPEGs, mean "
                      f"{gen_stats['mean_kb']:.0f} KB ({gen_stats['bytes'] / 1e6:.0f} MB), "
@@ -384,7 +426,7 @@ def main(argv=None) -> int:
     cache_file = default_cache_file(images, lb_files[0])
     pc = PageCache()
     load_before = os.getloadavg()
-    env = environment(images, load_before)
+    env = environment(images, load_before, args.workers)
     res = run_pairs(images, nc, args.repeats, args.warmup, args.workers, im_files + lb_files,
                     cache_file, pc, args.cold)
     stages = run_stages(images, nc, args.repeats, args.workers, cache_file) if args.stages else None

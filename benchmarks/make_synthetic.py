@@ -292,8 +292,9 @@ def make_dataset(out, n: int, val: int = 0, seed: int = 0, size: int = 640, qual
     jobs = [(str(out), split, sid, i, int(seed), int(size), int(quality))
             for sid, (split, count) in enumerate(splits.items()) for i in range(count)]
     if workers > 1 and len(jobs) > 1:
-        # Default start method: fork on Linux; the worker function is importable for spawn elsewhere.
-        with mp.Pool(workers, initializer=_init_worker) as pool:
+        # spawn, not fork: a process that already ran OpenCV (a test, or make_dataset with
+        # workers=1) holds OpenCV's thread-pool locks, and forked children then hang in cv2 calls.
+        with mp.get_context("spawn").Pool(workers, initializer=_init_worker) as pool:
             results = pool.map(_write_one, jobs, chunksize=8)
     else:
         results = [_write_one(j) for j in jobs]
@@ -338,8 +339,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
-    yaml_path = make_dataset(a.out, a.n, val=a.val, seed=a.seed, size=a.size, quality=a.quality,
-                             workers=a.workers, overwrite=a.overwrite, verbose=True)
+    try:
+        yaml_path = make_dataset(a.out, a.n, val=a.val, seed=a.seed, size=a.size, quality=a.quality,
+                                 workers=a.workers, overwrite=a.overwrite, verbose=True)
+    except FileExistsError as e:
+        print(f"make_synthetic: {e}", file=sys.stderr)
+        return 2
     print(f"wrote {yaml_path}")
     return 0
 

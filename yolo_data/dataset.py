@@ -22,7 +22,7 @@ from .albument import AlbumentationsStep
 from .collate import collate_fn
 from .geometry import letterbox, rect_plan
 from .hyp import AugmentConfig, load_hyp
-from .images import LoadedImage, load_image
+from .images import ImageReadError, LoadedImage, load_image
 from .pipeline import finish, item_rng, mosaic_with_mixup, single_image_geometry
 from .sample import Sample
 from .sampling import SharedEpoch
@@ -31,6 +31,7 @@ from .split import SplitLabels, load_split
 from .store import ImageFiles, LabelFiles, Labels, LabelStore, Segments
 
 LOGGER = logging.getLogger("yolo_data")
+MAX_SUBSTITUTES = 8  # unreadable images in a row before a training item gives up
 
 
 def resolve_split(path, split: Optional[str], augment: bool):
@@ -118,6 +119,7 @@ class YoloDataset(Dataset):
         self.n = n
         self.indices = range(n)
 
+        self._reported = set()  # unreadable-image warnings already given (per process)
         self.ims: List[Optional[LoadedImage]] = [None] * n
         if cache_images:
             self._cache_ram(cache_images)
@@ -198,11 +200,26 @@ class YoloDataset(Dataset):
 
     def __getitem__(self, index: int):
         index = self.indices[index]
-        path = self.store.im_file(index)
         if not self.augment:
+            # Evaluation must see exactly its images: an unreadable one is an error (ImageReadError
+            # names the file; in a worker it reaches the main process, nothing hangs).
             sample, shapes = self._letterboxed(index)
-            return to_tensors(sample.img, sample.cls, sample.boxes, path, shapes)
-        rng = item_rng(self.seed, self.epoch, index)
+            return to_tensors(sample.img, sample.cls, sample.boxes, self.store.im_file(index), shapes)
+        # Training goes on when an image vanished or broke after the scan: the item is rebuilt around
+        # the next image, with a warning naming the file, so one bad file never ends a long run.
+        for attempt in range(MAX_SUBSTITUTES + 1):
+            primary = (index + attempt) % self.n
+            try:
+                return self._train_item(primary, item_rng(self.seed, self.epoch, index, attempt))
+            except ImageReadError as e:
+                if str(e) not in self._reported:
+                    self._reported.add(str(e))
+                    LOGGER.warning(f"{self.prefix}{e}; using another image instead")
+                error = e
+        raise ImageReadError(f"{MAX_SUBSTITUTES + 1} images in a row could not be read (last: {error}); "
+                             "has the dataset moved? Rebuild the cache with tools/build_cache.py")
+
+    def _train_item(self, index: int, rng: np.random.Generator):
         if self.mosaic and rng.random() < self.cfg.mosaic:
             sample = mosaic_with_mixup(self._resized, self.n, index, self.img_size, self.cfg, rng)
             shapes = None
@@ -210,7 +227,7 @@ class YoloDataset(Dataset):
             sample, shapes = self._letterboxed(index)
             sample = single_image_geometry(sample, self.cfg, rng)
         sample = finish(sample, self.cfg, rng, self.albumentations)
-        return to_tensors(sample.img, sample.cls, sample.boxes, path, shapes)
+        return to_tensors(sample.img, sample.cls, sample.boxes, self.store.im_file(index), shapes)
 
     collate_fn = staticmethod(collate_fn)  # YOLOv5 scripts use LoadImagesAndLabels.collate_fn
 

@@ -196,18 +196,19 @@ def random_perspective(sample: Sample, rng: np.random.Generator, degrees: float 
 
 def flip_lr(sample: Sample) -> Sample:
     """Mirror left-right: image, xyxy boxes and polygons.  Pixel column c goes to W-1-c, which in
-    edge coordinates (pixel c spans [c, c+1]) is x -> W - x.  Returns new arrays."""
+    edge coordinates (pixel c spans [c, c+1]) is x -> W - x.  The image is a view (flips come last and
+    to_tensors copies it once anyway); boxes and polygons are new arrays."""
     w = sample.img.shape[1]
     boxes = sample.boxes.copy()
     boxes[:, 0], boxes[:, 2] = w - sample.boxes[:, 2], w - sample.boxes[:, 0]
     segments = [np.stack([w - s[:, 0], s[:, 1]], 1).astype(np.float32) for s in sample.segments]
-    return Sample(np.ascontiguousarray(sample.img[:, ::-1]), sample.cls.copy(), boxes, segments)
+    return Sample(sample.img[:, ::-1], sample.cls.copy(), boxes, segments)
 
 
 def flip_ud(sample: Sample) -> Sample:
-    """Mirror top-bottom: image, xyxy boxes and polygons (y -> H - y).  Returns new arrays."""
+    """Mirror top-bottom: image (a view), xyxy boxes and polygons (y -> H - y)."""
     h = sample.img.shape[0]
     boxes = sample.boxes.copy()
     boxes[:, 1], boxes[:, 3] = h - sample.boxes[:, 3], h - sample.boxes[:, 1]
     segments = [np.stack([s[:, 0], h - s[:, 1]], 1).astype(np.float32) for s in sample.segments]
-    return Sample(np.ascontiguousarray(sample.img[::-1]), sample.cls.copy(), boxes, segments)
+    return Sample(sample.img[::-1], sample.cls.copy(), boxes, segments)

@@ -22,7 +22,8 @@ def augment_hsv(img: np.ndarray, rng: np.random.Generator, hgain: float = 0.5, s
     x = np.arange(256, dtype=np.float64)
     lut = np.stack([(x * r[0]) % 180, np.clip(x * r[1], 0, 255), np.clip(x * r[2], 0, 255)], axis=1)
     # A (256, 1, 3) table makes cv2.LUT map each channel through its own column in one pass.
-    hsv = cv2.LUT(hsv, lut.astype(np.uint8).reshape(256, 1, 3))
-    # Assigning through [...] writes in place even when img is a strided view (cvtColor's dst= would
-    # silently allocate a new array for a non-contiguous one).
-    img[...] = cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR)
+    cv2.LUT(hsv, lut.astype(np.uint8).reshape(256, 1, 3), dst=hsv)
+    if img.flags.c_contiguous:
+        cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR, dst=img)  # no temporary image
+    else:  # cvtColor's dst= would silently allocate a new array for a strided view
+        img[...] = cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR)

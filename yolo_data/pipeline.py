@@ -22,9 +22,10 @@ from .sample import Sample
 LoadFn = Callable[[int], Sample]  # image i resized to img_size long side, pixel boxes on it
 
 
-def item_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
-    """The generator for every random decision about dataset item ``index`` in ``epoch``."""
-    return np.random.default_rng([seed, epoch, index])
+def item_rng(seed: int, epoch: int, index: int, attempt: int = 0) -> np.random.Generator:
+    """The generator for every random decision about dataset item ``index`` in ``epoch`` (``attempt``
+    > 0: a substitute for an item whose image could not be read)."""
+    return np.random.default_rng([seed, epoch, index] + ([attempt] if attempt else []))
 
 
 def mosaic_sample(load: LoadFn, n: int, index: int, img_size: int, cfg: AugmentConfig,
