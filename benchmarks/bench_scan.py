@@ -17,8 +17,8 @@ the cache file's size, the split's counts and whether the files were in the page
 Page cache: dropping it for the whole system needs root.  ``--cold`` instead asks the kernel to evict
 this dataset's own file pages before every measurement (``posix_fadvise(DONTNEED)`` after ``fsync``,
 no root needed); inodes and directory entries stay cached, and a virtual disk may still be served
-from the host's cache, so "cold" here is an upper bound on how cold.  Residency is measured with
-``mincore`` and reported either way.
+from the host's cache, so "cold" here can still be warmer than a real first read.  Residency is
+measured with ``mincore`` and reported either way.
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ import ctypes
 import ctypes.util
 import io
 import mmap
+import multiprocessing as mp
 import os
 import platform
 import pstats
@@ -300,7 +301,6 @@ def cpu_scaling(procs: int, loops: int = 5_000_000) -> Optional[float]:
     if procs < 2 or not sys.platform.startswith("linux"):
         return None
     one = _burn(loops)
-    import multiprocessing as mp
     with mp.get_context("fork").Pool(procs) as pool:
         t0 = time.perf_counter()
         pool.map(_burn, [loops] * procs)
@@ -335,7 +335,8 @@ def environment(images, load_before: Tuple[float, ...], workers: Optional[int]) 
     procs = workers or default_workers()
     scale = cpu_scaling(procs)
     if scale is not None:
-        rows.append(("Parallel CPU check", f"{procs} busy processes run {scale:.2f}x one (ideal {procs:.2f}x)"))
+        rows.append(("Parallel CPU check",
+                     f"{procs} busy processes run {scale:.2f}x one (ideal {procs:.2f}x)"))
     return rows
 
 
@@ -368,7 +369,8 @@ def report(args, images, nc, env, res, stages, cache_file: Path, gen_stats: dict
                      f"{gen_stats['size']} px, q{gen_stats['quality']}, seed {gen_stats['seed']} |")
     lines += ["", "| measurement | median | min | max | images/s (median) | page cache before |",
               "|---|---:|---:|---:|---:|---:|"]
-    for key, label in (("scan", f"scan, `force=True` ({args.workers or default_workers()} workers, writes cache)"),
+    workers = args.workers or default_workers()
+    for key, label in (("scan", f"scan, `force=True`, workers={workers} (writes cache)"),
                        ("reload", "reload, fresh `load_split` (reads cache)")):
         ts = res[key]
         med = statistics.median(ts)
@@ -390,7 +392,8 @@ def report(args, images, nc, env, res, stages, cache_file: Path, gen_stats: dict
     if stages:
         lines += ["", "| scan step (same calls as load_split) | median | min | max |", "|---|---:|---:|---:|"]
         for name, ts in stages.items():
-            lines.append(f"| {name} | {_fmt_s(statistics.median(ts))} | {_fmt_s(min(ts))} | {_fmt_s(max(ts))} |")
+            lines.append(f"| {name} | {_fmt_s(statistics.median(ts))} | {_fmt_s(min(ts))} "
+                         f"| {_fmt_s(max(ts))} |")
     return "\n".join(lines)
 
 
@@ -402,7 +405,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--size", type=int, default=640)
     p.add_argument("--quality", type=int, default=90)
-    p.add_argument("--root", type=Path, default=BENCH_ROOT, help=f"where generated sets are kept ({BENCH_ROOT})")
+    p.add_argument("--root", type=Path, default=BENCH_ROOT,
+                   help=f"where generated sets are kept (default {BENCH_ROOT})")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1, help="uncounted scan+reload pairs first (default 1)")
     p.add_argument("--workers", type=int, default=None, help="scan processes (default: all cores)")

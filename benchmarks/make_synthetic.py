@@ -203,7 +203,10 @@ def _draw_object(rng: np.random.Generator, img: np.ndarray, cls: int) -> Optiona
     return x0, y0, x1, y1
 
 
-def synth_image(rng: np.random.Generator, size: int) -> Tuple[np.ndarray, List[Tuple[int, float, float, float, float]]]:
+Label = Tuple[int, float, float, float, float]  # class, x, y, w, h (normalised)
+
+
+def synth_image(rng: np.random.Generator, size: int) -> Tuple[np.ndarray, List[Label]]:
     """One photo-like BGR uint8 image and its labels [(class, x, y, w, h) normalised]."""
     w, h = _image_size(rng, size)
     img = _background(rng, h, w)
@@ -220,7 +223,7 @@ def synth_image(rng: np.random.Generator, size: int) -> Tuple[np.ndarray, List[T
     return np.clip(img, 0, 255).astype(np.uint8), labels
 
 
-def label_text(labels: Sequence[Tuple[int, float, float, float, float]]) -> str:
+def label_text(labels: Sequence[Label]) -> str:
     """YOLO label file text: ``class x y w h`` per row, coordinates with 6 decimals, clipped to [0, 1]."""
     rows = []
     for cls, *xywh in labels:

@@ -1,0 +1,109 @@
+"""Bad and unusual inputs end to end: what is kept, what is left out, nothing is modified, and the
+loader runs with augment on and off.  An image that disappears after the scan: training substitutes
+with a warning, evaluation raises an error naming the file."""
+import logging
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from PIL import Image
+
+from yolo_data import create_dataloader
+from yolo_data.images import ImageReadError
+from yolo_data.split import load_split
+from conftest import make_dataset, tree_digest, write_image
+
+LOW = Path(__file__).resolve().parents[1] / "data" / "hyps" / "hyp.scratch-low.yaml"
+
+
+@pytest.fixture
+def zoo(tmp_path):
+    """A dataset with one file of each odd kind (images/train/*, labels/train/*)."""
+    root = tmp_path / "zoo"
+    ok = "0 0.5 0.5 0.4 0.4\n"
+    yaml = make_dataset(root, [("good.jpg", (64, 48), ok)])
+    im, lb = root / "images" / "train", root / "labels" / "train"
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 255, (40, 50), dtype=np.uint8), "L").save(im / "gray.png")
+    Image.fromarray(rng.integers(0, 255, (40, 50, 4), dtype=np.uint8), "RGBA").save(im / "rgba.png")
+    cv2.imwrite(str(im / "deep.png"), rng.integers(0, 65535, (40, 50, 3), dtype=np.uint16))
+    Image.new("CMYK", (50, 40), (10, 20, 30, 0)).save(im / "cmyk.jpg")
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.new("RGB", (60, 30), (200, 10, 10)).save(im / "rotated.jpg", exif=exif)
+    (im / "empty.jpg").write_bytes(b"")
+    (im / "text.jpg").write_text("not an image")
+    write_image(im / "tiny.jpg", 4, 4)
+    data = (im / "good.jpg").read_bytes()
+    (im / "trailing.jpg").write_bytes(data + b"\0\0junk")
+    (im / "truncated.jpg").write_bytes(data[: len(data) // 2])
+    write_image(im / "png_named.jpg", 50, 40, ext=".png")
+    for name in ("gray", "rgba", "deep", "cmyk", "rotated", "tiny", "trailing", "truncated", "png_named"):
+        (lb / f"{name}.txt").write_text(ok)
+    for name, text in {"nan": "0 nan 0.5 0.1 0.1\n", "neg": "0 -0.5 0.5 0.1 0.1\n", "words": "person 0.5 0.5 0.1 0.1\n",
+                       "four": "0 0.5 0.5 0.1\n", "crlf": "0 0.5 0.5 0.1 0.1\r\n1 0.2 0.2 0.1 0.1\r\n",
+                       "dups": ok + ok, "poly": "1 0.1 0.1 0.9 0.1 0.5 0.9\n", "big_class": "7 0.5 0.5 0.1 0.1\n"}.items():
+        write_image(im / f"{name}.jpg", 48, 48)
+        (lb / f"{name}.txt").write_text(text)
+    write_image(im / "garbage.jpg", 48, 48)
+    (lb / "garbage.txt").write_bytes(bytes(range(256)))
+    write_image(im / "folder.jpg", 48, 48)
+    (lb / "folder.txt").mkdir()
+    return yaml
+
+
+KEPT = {"good", "gray", "rgba", "deep", "cmyk", "rotated", "trailing", "truncated", "png_named", "crlf", "dups",
+        "poly", "folder"}
+LEFT_OUT = {"empty": "not an image", "text": "not an image", "tiny": "4x4", "nan": "non-finite",
+            "neg": "normalised", "words": "not a number", "four": "4 columns", "big_class": "class 7",
+            "garbage": "binary"}
+WARNED = {"trailing": "after the JPEG end marker", "truncated": "truncated JPEG", "png_named": "PNG data",
+          "dups": "duplicate", "folder": "folder"}
+
+
+def test_each_odd_file_is_kept_warned_or_left_out_with_its_reason(zoo):
+    before = tree_digest(zoo.parent)
+    s = load_split(str(zoo.parent / "images" / "train"), nc=3)
+    kept = {Path(s.store.im_file(i)).stem for i in range(len(s.store))}
+    assert kept == KEPT
+    for stem, reason in LEFT_OUT.items():
+        hits = [p for p in s.problems if Path(p.file).stem == stem]
+        assert len(hits) == 1 and hits[0].dropped and reason in hits[0].reason, (stem, hits)
+    for stem, reason in WARNED.items():
+        hits = [p for p in s.problems if Path(p.file).stem == stem]
+        assert len(hits) == 1 and not hits[0].dropped and reason in hits[0].reason, (stem, hits)
+    i = [Path(s.store.im_file(k)).stem for k in range(len(s.store))].index("rotated")
+    assert tuple(s.store.shapes[i]) == (30, 60)  # EXIF 6: OpenCV decodes it 30 wide, 60 high
+    after = tree_digest(zoo.parent)
+    after.pop("labels/train.cache")
+    assert after == before  # byte for byte, nothing repaired
+
+
+@pytest.mark.parametrize("augment", [False, True])
+def test_loader_runs_over_the_odd_files(zoo, augment):
+    before = tree_digest(zoo.parent / "images")
+    loader, ds = create_dataloader(str(zoo), 64, 4, 32, augment=augment, hyp=str(LOW), workers=2,
+                                   shuffle=augment, split="train")
+    n = 0
+    for imgs, targets, paths, _ in loader:
+        assert imgs.shape[1:] == (3, 64, 64)
+        n += len(imgs)
+    assert n == len(KEPT)
+    assert tree_digest(zoo.parent / "images") == before
+
+
+def test_image_vanishing_after_the_scan(zoo, caplog):
+    loader, ds = create_dataloader(str(zoo), 64, 4, 32, augment=True, hyp=str(LOW), workers=0, split="train")
+    eval_loader, _ = create_dataloader(str(zoo), 64, 4, 32, augment=False, workers=2, split="train")
+    victim = next(f for f in ds.im_files if f.endswith("good.jpg"))
+    Path(victim).unlink()
+    with caplog.at_level(logging.WARNING, logger="yolo_data"):
+        n = sum(len(b[0]) for b in loader)
+    assert n == len(KEPT)  # the epoch completes
+    assert [r for r in caplog.records if victim in r.message and "another image" in r.message]
+    with pytest.raises(ImageReadError, match="good.jpg"):  # from a worker process, not a hang
+        for _ in eval_loader:
+            pass
+    # the next run rescans (the file list changed) and simply leaves the image out
+    assert len(create_dataloader(str(zoo), 64, 4, 32, workers=0, split="train")[1]) == len(KEPT) - 1
