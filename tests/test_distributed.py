@@ -1,5 +1,6 @@
 """Rank 0 first with real processes (gloo on loopback)."""
 import hashlib
+import multiprocessing
 import json
 import os
 import socket
@@ -98,3 +99,58 @@ def test_no_op_without_torch_distributed(monkeypatch):
     with wait_for_the_master():
         ran.append(3)
     assert ran == [1, 2, 3]
+
+
+def _slow_rank0_worker(rank, world, port, out_dir, work_s):
+    import logging
+    import yolo_data.distributed as yd
+    yd.LOG_EVERY_SECONDS = 1.0  # so the test sees the waiting ranks' progress lines
+    handler = logging.FileHandler(Path(out_dir, f"{rank}.log"))
+    logging.getLogger("yolo_data").addHandler(handler)
+    logging.getLogger("yolo_data").setLevel(logging.INFO)
+    init(rank, world, port, timeout_s=5)  # far shorter than rank 0's work
+    t0 = time.monotonic()
+    with torch_distributed_zero_first(rank):
+        if rank == 0:
+            total = 10_000
+            for done in range(0, total + 1, 500):
+                yd.report_progress(f"scanning {done:,}/{total:,}")
+                time.sleep(work_s / 20)
+    waited = time.monotonic() - t0
+    dist.barrier()  # the group is still usable afterwards
+    Path(out_dir, f"{rank}.json").write_text(json.dumps({"waited": waited}))
+    dist.destroy_process_group()
+
+
+def test_slow_rank_0_longer_than_the_group_timeout(tmp_path):
+    run(_slow_rank0_worker, 3, str(tmp_path), 12.0)
+    res = [json.loads((tmp_path / f"{r}.json").read_text()) for r in range(3)]
+    assert all(r["waited"] >= 12 for r in res)  # ranks 1 and 2 waited the whole 12 s, past the 5 s timeout
+    log = (tmp_path / "1.log").read_text()
+    assert "waiting for local rank 0" in log and "scanning" in log and "/10,000" in log
+
+
+def _rank0_dies_worker(rank, world, port, out_dir):
+    init(rank, world, port, timeout_s=60)
+    t0 = time.monotonic()
+    try:
+        with torch_distributed_zero_first(rank):
+            if rank == 0:
+                raise ValueError("labels folder vanished")  # not caught: the process dies
+    except ZeroFirstError as e:
+        Path(out_dir, f"{rank}.json").write_text(json.dumps({"error": str(e), "s": time.monotonic() - t0}))
+
+
+def test_rank_0_dying_in_the_block_stops_the_others_promptly(tmp_path):
+    # Plain processes: torchrun and start_processes would kill the others as soon as rank 0 dies,
+    # hiding whether they would have noticed on their own.
+    ctx, port = multiprocessing.get_context("fork"), free_port()
+    procs = [ctx.Process(target=_rank0_dies_worker, args=(r, 3, port, str(tmp_path))) for r in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [1, 0, 0]
+    for r in (1, 2):
+        res = json.loads((tmp_path / f"{r}.json").read_text())
+        assert "ValueError: labels folder vanished" in res["error"] and res["s"] < 10

@@ -27,6 +27,7 @@ _block_ids = itertools.count()  # every rank enters the blocks in the same order
 _active = threading.local()  # the key local rank 0 reports progress under, while inside a block
 POLL_SECONDS = (0.01, 0.5)  # first and longest pause between store checks
 LOG_EVERY_SECONDS = 30.0
+ACK_SECONDS = 10.0  # how long a failing rank 0 waits for the others to read its error
 
 
 class ZeroFirstError(RuntimeError):
@@ -85,20 +86,35 @@ def report_progress(text: str) -> None:
 
 def _wait_for(store, key: str, local_rank: int) -> None:
     pause, start, last_log = POLL_SECONDS[0], time.monotonic(), time.monotonic()
-    while not store.check([key]):
-        time.sleep(pause)
-        pause = min(pause * 2, POLL_SECONDS[1])
-        if time.monotonic() - last_log >= LOG_EVERY_SECONDS:
-            last_log = time.monotonic()
-            progress = ""
-            if store.check([key + "/progress"]):
-                progress = ": " + store.get(key + "/progress").decode("utf-8", "replace")
-            LOGGER.info(f"local rank {local_rank}: waiting for local rank 0 "
-                        f"({time.monotonic() - start:.0f} s){progress}")
-    value = store.get(key).decode("utf-8", "replace")
+    try:
+        while not store.check([key]):
+            time.sleep(pause)
+            pause = min(pause * 2, POLL_SECONDS[1])
+            if time.monotonic() - last_log >= LOG_EVERY_SECONDS:
+                last_log = time.monotonic()
+                progress = ""
+                if store.check([key + "/progress"]):
+                    progress = ": " + store.get(key + "/progress").decode("utf-8", "replace")
+                LOGGER.info(f"local rank {local_rank}: waiting for local rank 0 "
+                            f"({time.monotonic() - start:.0f} s){progress}")
+        value = store.get(key).decode("utf-8", "replace")
+    except (RuntimeError, OSError) as e:  # DistStoreError: the store went away with its host process
+        raise ZeroFirstError(f"rank {dist.get_rank()} lost the process group's store while waiting for "
+                             f"local rank 0, whose process has probably ended ({e})") from None
     if value != "done":
+        store.add(key + "/ack", 1)  # tells rank 0 the error arrived, so it may exit now
         raise ZeroFirstError(f"local rank 0 failed inside torch_distributed_zero_first, so rank "
                              f"{dist.get_rank()} stops too: {value[len('error: '):]}")
+
+
+def _report_failure(store, key: str, error: BaseException) -> None:
+    """Publish rank 0's error, then wait (briefly) until the other local ranks have read it: if this
+    process exits at once it may take the store down with it before they look."""
+    store.set(key, f"error: {type(error).__name__}: {error}")
+    others = int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size())) - 1
+    deadline = time.monotonic() + ACK_SECONDS
+    while store.add(key + "/ack", 0) < others and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 @contextmanager
@@ -131,7 +147,7 @@ def torch_distributed_zero_first(local_rank: int):
     try:
         yield
     except BaseException as e:
-        store.set(key, f"error: {type(e).__name__}: {e}")
+        _report_failure(store, key, e)
         raise
     else:
         store.set(key, "done")
