@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import socket
+import stat
 import struct
 import tempfile
 import time
@@ -60,7 +61,7 @@ def _stat_line(path: str) -> str:
         st = os.stat(path)
     except OSError:
         return f"{path}\0-\n"
-    kind = "d" if os.path.isdir(path) else ""
+    kind = "d" if stat.S_ISDIR(st.st_mode) else ""
     return f"{path}\0{st.st_size}\0{st.st_mtime_ns}{kind}\n"
 
 

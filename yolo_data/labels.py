@@ -88,12 +88,12 @@ def image_size(im_file: str) -> Tuple[Tuple[int, int], List[str]]:
 def _jpeg_tail_warnings(im_file: str) -> List[str]:
     """A JPEG should end with FF D9.  Bytes after it are harmless; no marker at all means truncation."""
     with open(im_file, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - 2))
+        if f.read() == _JPEG_EOI:  # the common case reads 2 bytes, not a whole tail of the file
+            return []
         f.seek(max(0, size - 65536))
         tail = f.read()
-    if tail.endswith(_JPEG_EOI):
-        return []
     eoi = tail.rfind(_JPEG_EOI)
     if eoi < 0:
         return ["truncated JPEG (no end marker): the missing bottom decodes as gray; file left unchanged"]
@@ -180,6 +180,8 @@ def read_labels(lb_file: str, nc: Optional[int]):
     labels, segments = _parse_rows(text, nc)
     if not len(labels):
         return labels, None, "empty", warnings
+    if len({row.tobytes() for row in labels + 0.0}) == len(labels):  # + 0.0: -0.0 equals 0.0
+        return labels, segments, "ok", warnings
     _, first = np.unique(labels, axis=0, return_index=True)
     if len(first) < len(labels):
         # Same selection and order as YOLOv5 (unique rows in sorted order), so targets stay identical.

@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import os
 
+import cv2
 import torch
 from torch.utils.data import DataLoader
 
@@ -13,6 +14,13 @@ from .dataset import YoloDataset
 from .sampling import YoloSampler
 
 LOGGER = logging.getLogger("yolo_data")
+
+
+def init_worker(worker_id: int) -> None:
+    """In each DataLoader worker (never in the user's process): OpenCV single-threaded, as torch makes
+    itself in workers, so N workers do not each start a pool as large as the machine.  No random
+    seeding is needed: items draw from their own (seed, epoch, index) generators."""
+    cv2.setNumThreads(0)
 
 
 def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=None, augment=False, cache=False,
@@ -49,5 +57,5 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
     collate = QuadCollate(seed, dataset.shared_epoch) if quad else collate_fn
     loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=nw,
                         pin_memory=torch.cuda.is_available(), collate_fn=collate, drop_last=quad,
-                        persistent_workers=nw > 0)
+                        persistent_workers=nw > 0, worker_init_fn=init_worker)
     return loader, dataset
