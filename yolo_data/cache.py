@@ -158,7 +158,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _remove_stale_temps(path: Path) -> None:
+def remove_stale_temps(path: Path) -> None:
     """Delete temporary files left by writers of ``path`` that were killed: on this host when their
     process is gone, on any host once they are a day old."""
     host = socket.gethostname()
@@ -199,7 +199,7 @@ def save(path: Path, contents: CacheContents) -> None:
         except OSError:
             pass
         raise
-    _remove_stale_temps(path)
+    remove_stale_temps(path)
 
 
 # -- where ------------------------------------------------------------------------------------------

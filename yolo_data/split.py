@@ -86,6 +86,7 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
             if contents.fingerprint != fp:
                 LOGGER.info(f"label cache {cfile} is stale (files or settings changed); rescanning")
                 continue
+            cache.remove_stale_temps(cfile)  # leftovers of killed writers go even when nobody rewrites
             return SplitLabels(contents.store, cfile, False, time.perf_counter() - t0,
                                contents.counts, contents.problems)
 
