@@ -107,3 +107,14 @@ def test_image_vanishing_after_the_scan(zoo, caplog):
             pass
     # the next run rescans (the file list changed) and simply leaves the image out
     assert len(create_dataloader(str(zoo), 64, 4, 32, workers=0, split="train")[1]) == len(KEPT) - 1
+
+
+def test_missing_labels_folder_keeps_every_image_as_background(tmp_path, user_cache_dir):
+    yaml = make_dataset(tmp_path / "nolabels", [("a.jpg", (40, 30), None), ("b.jpg", (30, 40), None)])
+    s = load_split(str(yaml.parent / "images" / "train"), nc=3)
+    assert len(s.store) == 2 and s.counts["missing"] == 2 and s.counts["backgrounds"] == 2
+    assert not (yaml.parent / "labels").exists()  # no folder is created in the dataset for the cache
+    assert s.cache_file.parent == user_cache_dir
+    loader, _ = create_dataloader(str(yaml), 32, 2, 32, augment=True, hyp=str(LOW), workers=0, split="train")
+    imgs, targets, _, _ = next(iter(loader))
+    assert imgs.shape == (2, 3, 32, 32) and targets.shape == (0, 6)

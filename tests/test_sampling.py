@@ -82,3 +82,13 @@ def test_image_weights_favour_rare_classes():
     assert drawn.count(9) / len(drawn) > 0.4  # 0.9 / 1.8 = half of the draws
     with pytest.raises(ValueError):
         s.set_weights(np.zeros(10))
+
+
+def test_image_weights_loader_favours_the_rare_class(tmp_path):
+    from conftest import make_dataset
+    from yolo_data import create_dataloader
+    items = [(f"{i}.jpg", (32, 32), "0 0.5 0.5 0.2 0.2\n") for i in range(9)] + [("rare.jpg", (32, 32), "1 0.5 0.5 0.2 0.2\n")]
+    yaml = make_dataset(tmp_path, items, names=("common", "rare"))
+    loader, ds = create_dataloader(str(yaml), 32, 5, 32, image_weights=True, workers=0, split="train")
+    paths = [p for _ in range(20) for _, _, batch, _ in loader for p in batch]
+    assert sum(p.endswith("rare.jpg") for p in paths) / len(paths) > 0.35  # uniform would be 0.1

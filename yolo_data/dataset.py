@@ -151,6 +151,11 @@ class YoloDataset(Dataset):
     def __len__(self) -> int:
         return self.n
 
+    def num_classes(self) -> int:
+        """The number of names, or (without names) the largest class id + 1."""
+        labels = self.store.labels
+        return len(self.names) or (int(labels[:, 0].max()) + 1 if len(labels) else 1)
+
     @property
     def epoch(self) -> int:
         return self.shared_epoch.get()

@@ -101,7 +101,8 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
         contents = cache.CacheContents(store, fp, counts, problems)
         for i, cfile in enumerate(candidates):
             try:
-                cfile.parent.mkdir(parents=True, exist_ok=True)
+                if cfile != default:  # never create folders inside the user's dataset
+                    cfile.parent.mkdir(parents=True, exist_ok=True)
                 cache.save(cfile, contents)
                 written = cfile
                 break
