@@ -1,5 +1,6 @@
 """Augmentation kernels: perspective (against an independent corner reference and against the pixels
 themselves), flips, HSV, mosaic placement, mixup and copy-paste."""
+import cv2
 import numpy as np
 import pytest
 
@@ -182,7 +183,7 @@ def test_polygon_box_is_the_envelope_of_its_inside_part():
 
 # ----------------------------------------------------------------------------- (iii) pixels vs boxes
 def colour_extent(img, colour):
-    mask = (img == colour).all(-1)
+    mask = (img[..., :3] == colour).all(-1)  # a mosaic canvas carries a 4th (alpha) channel
     if not mask.any():
         return None, 0
     ys, xs = np.nonzero(mask)
@@ -208,7 +209,7 @@ def test_boxes_follow_the_pixels_through_mosaic_and_perspective(hyp, tol, with_p
         rng2 = np.random.default_rng(seed)
         again = random_perspective(mosaic4(parts, s, mosaic_centre(rng2, s)), rng2, **hyp, border=border)
         assert np.array_equal(out.img, again.img) and np.array_equal(out.boxes, again.boxes)
-        assert out.img.shape == (s, s, 3)
+        assert out.img.shape == (s, s, 4)  # BGRA until the photometric step
         assert_boxes_valid(out)
         for c, box in zip(out.cls.astype(int), out.boxes):
             extent, _ = colour_extent(out.img, COLOURS[c])
@@ -238,10 +239,10 @@ def test_mosaic9_and_perspective_keep_boxes_inside():
         rng = np.random.default_rng(seed)
         parts = [base[i % 4] for i in rng.permutation(9)]
         mosaic = mosaic9(parts, s, rng)
-        assert mosaic.img.shape == (2 * s, 2 * s, 3) and len(mosaic.segments) == len(mosaic)
+        assert mosaic.img.shape == (2 * s, 2 * s, 4) and len(mosaic.segments) == len(mosaic)
         assert (mosaic.boxes >= 0).all() and (mosaic.boxes <= 2 * s).all()
         out = random_perspective(mosaic, rng, border=mosaic_border(s), **{**ROTATED, "perspective": 1e-4})
-        assert out.img.shape == (s, s, 3)
+        assert out.img.shape == (s, s, 4)
         assert_boxes_valid(out)
 
 
@@ -295,7 +296,7 @@ def pipeline(seed):
     sample = mosaic4(parts, s, mosaic_centre(rng, s))
     sample = copy_paste(sample, 0.5, rng)
     sample = random_perspective(sample, rng, border=mosaic_border(s), **{**ROTATED, "perspective": 1e-4})
-    augment_hsv(sample.img, rng, 0.015, 0.7, 0.4)
+    sample = Sample(augment_hsv(sample.img, rng, 0.015, 0.7, 0.4), sample.cls, sample.boxes, sample.segments)
     if rng.random() < 0.5:
         sample = flip_ud(sample)
     if rng.random() < 0.5:
@@ -338,7 +339,7 @@ def test_hsv_zero_gains_is_a_no_op_and_draws_nothing():
     img = np.random.default_rng(0).integers(0, 255, (20, 30, 3), dtype=np.uint8)
     before = img.copy()
     rng = np.random.default_rng(5)
-    augment_hsv(img, rng, 0, 0, 0)
+    assert augment_hsv(img, rng, 0, 0, 0) is img
     assert np.array_equal(img, before)
     assert rng.random() == np.random.default_rng(5).random()
 
@@ -348,25 +349,25 @@ def test_hsv_hue_keeps_gray_gray_and_value_gain_scales_gray():
     colour = np.random.default_rng(1).integers(0, 255, (4, 256, 3), dtype=np.uint8)
     img = np.concatenate([gray, colour])
     before = img.copy()
-    augment_hsv(img, np.random.default_rng(2), 0.5, 0, 0)
+    img = augment_hsv(img, np.random.default_rng(2), 0.5, 0, 0)
+    assert np.array_equal(before, np.concatenate([gray, colour]))  # the input is not modified
     assert np.array_equal(img[:4], gray)  # no saturation: hue means nothing
     assert not np.array_equal(img[4:], colour)  # but colours did turn
     # Value only: gray v becomes trunc(clip(v * gain)), the gain being the generator's third draw.
-    img = before.copy()
-    augment_hsv(img, np.random.default_rng(3), 0, 0, 0.4)
+    img = augment_hsv(before, np.random.default_rng(3), 0, 0, 0.4)
     gain = np.random.default_rng(3).uniform(-1, 1, 3)[2] * 0.4 + 1
     expect = np.clip(np.arange(256) * gain, 0, 255).astype(np.uint8)
     assert np.array_equal(img[:4, :, 0], np.broadcast_to(expect, (4, 256)))
     assert (img[:4, :, 0] == img[:4, :, 1]).all() and (img[:4, :, 1] == img[:4, :, 2]).all()
 
 
-def test_hsv_works_in_place_on_a_strided_view():
+def test_hsv_same_result_for_a_strided_view_and_for_bgra():
     base = np.random.default_rng(0).integers(0, 255, (16, 16, 3), dtype=np.uint8)
     view = base[:, ::-1]
-    expect = np.ascontiguousarray(view)
-    augment_hsv(expect, np.random.default_rng(1), 0.1, 0.7, 0.4)
-    augment_hsv(view, np.random.default_rng(1), 0.1, 0.7, 0.4)
-    assert np.array_equal(base[:, ::-1], expect)
+    expect = augment_hsv(np.ascontiguousarray(view), np.random.default_rng(1), 0.1, 0.7, 0.4)
+    assert np.array_equal(augment_hsv(view, np.random.default_rng(1), 0.1, 0.7, 0.4), expect)
+    bgra = cv2.cvtColor(np.ascontiguousarray(view), cv2.COLOR_BGR2BGRA)
+    assert np.array_equal(augment_hsv(bgra, np.random.default_rng(1), 0.1, 0.7, 0.4), expect)
 
 
 # ----------------------------------------------------------------------------- (viii) flips
@@ -461,7 +462,7 @@ def test_mosaic4_tiles_land_around_the_centre(centre):
         parts.append(Sample(coded_part(h, w, 50 * (i + 1)), np.array([i, i], np.float32), boxes))
     out = mosaic4(parts, s, centre)
     xc, yc = centre
-    assert out.img.shape == (2 * s, 2 * s, 3) and out.img.dtype == np.uint8
+    assert out.img.shape == (2 * s, 2 * s, 4) and out.img.dtype == np.uint8 and (out.img[..., 3] >= 114).all()
     # Each tile's top-left corner, written out per quadrant.
     (h0, w0), (h1, w1), (h2, w2), (h3, w3) = shapes
     origins = [(xc - w0, yc - h0), (xc, yc - h1), (xc - w2, yc), (xc, yc)]
@@ -473,12 +474,12 @@ def test_mosaic4_tiles_land_around_the_centre(centre):
             h, w = shapes[i]
             if 0 <= x - ox < w and 0 <= y - oy < h:
                 expect[y, x] = (y - oy, x - ox, 50 * (i + 1))
-    assert np.array_equal(out.img, expect)
+    assert np.array_equal(out.img[..., :3], expect)
     # The four pixels touching the centre are the inner corners of the four tiles.
-    assert tuple(out.img[yc - 1, xc - 1]) == (h0 - 1, w0 - 1, 50)
-    assert tuple(out.img[yc - 1, xc]) == (h1 - 1, 0, 100)
-    assert tuple(out.img[yc, xc - 1]) == (0, w2 - 1, 150)
-    assert tuple(out.img[yc, xc]) == (0, 0, 200)
+    assert tuple(out.img[..., :3][yc - 1, xc - 1]) == (h0 - 1, w0 - 1, 50)
+    assert tuple(out.img[..., :3][yc - 1, xc]) == (h1 - 1, 0, 100)
+    assert tuple(out.img[..., :3][yc, xc - 1]) == (0, w2 - 1, 150)
+    assert tuple(out.img[..., :3][yc, xc]) == (0, 0, 200)
     shifted = np.concatenate([p.boxes + [ox, oy, ox, oy] for p, (ox, oy) in zip(parts, origins)])
     np.testing.assert_array_equal(out.boxes, np.clip(shifted, 0, 2 * s).astype(np.float32))
     np.testing.assert_array_equal(out.cls, [0, 0, 1, 1, 2, 2, 3, 3])
@@ -505,11 +506,11 @@ def test_mosaic9_layout_and_random_crop():
         out = mosaic9(parts, s, np.random.default_rng(seed))
         draw = np.random.default_rng(seed)
         yc, xc = int(draw.uniform(0, s)), int(draw.uniform(0, s))
-        assert out.img.shape == (2 * s, 2 * s, 3)
+        assert out.img.shape == (2 * s, 2 * s, 4)
         for i, (cx, cy) in enumerate(cells):
             ox, oy = cx * s - xc, cy * s - yc
             for y, x in [(0, 0), (5, 9), (s - 1, s - 1)]:
                 if 0 <= oy + y < 2 * s and 0 <= ox + x < 2 * s:
-                    assert tuple(out.img[oy + y, ox + x]) == (y, x, 20 * (i + 1))
+                    assert tuple(out.img[oy + y, ox + x, :3]) == (y, x, 20 * (i + 1))
             expect = np.clip(np.array([4, 4, 12, 20]) + [ox, oy, ox, oy], 0, 2 * s)
             np.testing.assert_array_equal(out.boxes[i], expect)

@@ -74,13 +74,15 @@ class YoloDataset(Dataset):
     def __init__(self, path, img_size: int = 640, batch_size: int = 16, augment: bool = False, hyp=None,
                  rect: bool = False, image_weights: bool = False, cache_images=False, single_cls: bool = False,
                  stride: int = 32, pad: float = 0.0, min_items: int = 0, prefix: str = "",
-                 workers: Optional[int] = None, split: Optional[str] = None, cache_dir=None, seed: int = 0):
+                 workers: Optional[int] = None, split: Optional[str] = None, cache_dir=None, seed: int = 0,
+                 batch_partners: bool = True):
         self.img_size = int(img_size)
         self.augment = augment
         self.hyp = hyp
         self.cfg: AugmentConfig = load_hyp(hyp)
         self.albumentations = AlbumentationsStep() if augment and self.cfg.albumentations else None
         self.seed = int(seed)
+        self.batch_partners = batch_partners
         # Set by the sampler in the main process, read by persistent workers: new augmentation each epoch.
         self.shared_epoch = SharedEpoch()
         self.image_weights = image_weights
@@ -224,9 +226,35 @@ class YoloDataset(Dataset):
         raise ImageReadError(f"{MAX_SUBSTITUTES + 1} images in a row could not be read (last: {error}); "
                              "has the dataset moved? Rebuild the cache with tools/build_cache.py")
 
-    def _train_item(self, index: int, rng: np.random.Generator):
+    def __getitems__(self, positions: List[int]):
+        """A whole batch at once (torch's DataLoader calls this with the batch's indices).
+
+        With ``batch_partners`` (the default when augmenting) mosaic and mixup partners are drawn from
+        the batch's own images, each decoded once for the batch: about one decode per item instead of
+        four, and still a pure function of (seed, epoch, batch), whatever the number of workers.
+        """
+        if not (self.augment and self.batch_partners):
+            return [self[p] for p in positions]
+        ids = [self.indices[p] for p in positions]
+        loaded = {}
+
+        def load(i: int) -> Sample:
+            if i not in loaded:
+                loaded[i] = self._resized(i)
+            return loaded[i]
+
+        items = []
+        for i in ids:
+            try:
+                items.append(self._train_item(i, item_rng(self.seed, self.epoch, i), load=load, pool=ids))
+            except ImageReadError:  # an image went missing: this item takes the single-item path
+                items.append(self[positions[len(items)]])
+        return items
+
+    def _train_item(self, index: int, rng: np.random.Generator, load=None, pool=None):
         if self.mosaic and rng.random() < self.cfg.mosaic:
-            sample = mosaic_with_mixup(self._resized, self.n, index, self.img_size, self.cfg, rng)
+            sample = mosaic_with_mixup(load or self._resized, range(self.n) if pool is None else pool, index,
+                                       self.img_size, self.cfg, rng)
             shapes = None
         else:
             sample, shapes = self._letterboxed(index)

@@ -118,7 +118,7 @@ def warp_image(img: np.ndarray, M: np.ndarray, out_hw: Tuple[int, int],
     h, w = int(out_hw[0]), int(out_hw[1])
     if (h, w) == img.shape[:2] and np.array_equal(M, np.eye(3)):
         return img
-    fill = (border_value,) * 3
+    fill = (border_value,) * img.shape[2]
     if is_affine(M):  # warpAffine is cheaper and exact for the common case
         return cv2.warpAffine(img, M[:2], dsize=(w, h), borderValue=fill)
     return cv2.warpPerspective(img, M, dsize=(w, h), borderValue=fill)

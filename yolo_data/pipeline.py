@@ -9,8 +9,9 @@ whichever worker makes it, and whatever the number of workers.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
+import cv2
 import numpy as np
 
 from .hyp import AugmentConfig
@@ -28,16 +29,17 @@ def item_rng(seed: int, epoch: int, index: int, attempt: int = 0) -> np.random.G
     return np.random.default_rng([seed, epoch, index] + ([attempt] if attempt else []))
 
 
-def mosaic_sample(load: LoadFn, n: int, index: int, img_size: int, cfg: AugmentConfig,
+def mosaic_sample(load: LoadFn, pool: Sequence[int], index: int, img_size: int, cfg: AugmentConfig,
                   rng: np.random.Generator) -> Sample:
-    """Item ``index`` with 3 (or 8) random others on a 2x canvas, copy-paste, then the random
-    perspective that crops the canvas back to img_size x img_size."""
+    """Item ``index`` with 3 (or 8) others drawn uniformly from ``pool`` (image indices: the whole
+    dataset, or the batch) on a 2x canvas, copy-paste, then the random perspective that crops the
+    canvas back to img_size x img_size."""
     if cfg.mosaic9 and rng.random() < cfg.mosaic9:
-        ids = np.concatenate([[index], rng.integers(0, n, 8)])
+        ids = np.array([index] + [pool[k] for k in rng.integers(0, len(pool), 8)])
         rng.shuffle(ids)
         sample = mosaic9([load(int(i)) for i in ids], img_size, rng)
     else:
-        ids = np.concatenate([[index], rng.integers(0, n, 3)])
+        ids = np.array([index] + [pool[k] for k in rng.integers(0, len(pool), 3)])
         rng.shuffle(ids)
         sample = mosaic4([load(int(i)) for i in ids], img_size, mosaic_centre(rng, img_size))
     sample = copy_paste(sample, cfg.copy_paste, rng)
@@ -45,11 +47,12 @@ def mosaic_sample(load: LoadFn, n: int, index: int, img_size: int, cfg: AugmentC
                               border=mosaic_border(img_size))
 
 
-def mosaic_with_mixup(load: LoadFn, n: int, index: int, img_size: int, cfg: AugmentConfig,
+def mosaic_with_mixup(load: LoadFn, pool: Sequence[int], index: int, img_size: int, cfg: AugmentConfig,
                       rng: np.random.Generator) -> Sample:
-    sample = mosaic_sample(load, n, index, img_size, cfg, rng)
+    sample = mosaic_sample(load, pool, index, img_size, cfg, rng)
     if cfg.mixup and rng.random() < cfg.mixup:
-        sample = mixup(sample, mosaic_sample(load, n, int(rng.integers(0, n)), img_size, cfg, rng), rng)
+        other = pool[int(rng.integers(0, len(pool)))]
+        sample = mixup(sample, mosaic_sample(load, pool, other, img_size, cfg, rng), rng)
     return sample
 
 
@@ -63,7 +66,10 @@ def finish(sample: Sample, cfg: AugmentConfig, rng: np.random.Generator, extra=N
     (sample, rng) -> sample (the Albumentations step)."""
     if extra is not None:
         sample = extra(sample, rng)
-    augment_hsv(sample.img, rng, cfg.hsv_h, cfg.hsv_s, cfg.hsv_v)
+    img = augment_hsv(sample.img, rng, cfg.hsv_h, cfg.hsv_s, cfg.hsv_v)
+    if img.shape[2] == 4:  # a mosaic canvas is BGRA (see mosaic._canvas) and HSV was off
+        img = cv2.cvtColor(img, cv2.COLOR_BGRA2BGR)
+    sample = Sample(img, sample.cls, sample.boxes, sample.segments)
     if cfg.flipud and rng.random() < cfg.flipud:
         sample = flip_ud(sample)
     if cfg.fliplr and rng.random() < cfg.fliplr:
