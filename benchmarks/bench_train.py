@@ -72,7 +72,7 @@ DEFAULT_ROOT = Path("/work/shared/datasets")
 SHARED = Path("/work/shared")
 BENCH_ROOT = Path("/tmp/yolo_data_bench")
 HYP_FILE = REPO_ROOT / "data" / "hyps" / "hyp.scratch-low.yaml"
-LIBS = ("yolo_data", "yolov5", "ultralytics")
+LIBS = ("yolo_data", "yolo_data_4dec", "yolov5", "ultralytics")  # 4dec: batch_partners=False
 STRIDE = 32
 IMGSZ = 640
 TRAIN_BATCH = 16
@@ -300,15 +300,18 @@ def build_loader(libs: Libs, lib: str, ds: DatasetCopy, mode: str, workers: int,
     """(loader, dataset) as the library's own training (mode 'train') or validation ('val') code makes it."""
     train = mode == "train"
     batch = TRAIN_BATCH if train else VAL_BATCH
-    if lib in ("yolo_data", "yolov5"):
+    if lib in ("yolo_data", "yolo_data_4dec", "yolov5"):
+        ours = lib.startswith("yolo_data")
         kw = dict(single_cls=False, cache=False, rank=-1, workers=workers, image_weights=False, quad=False,
                   seed=0)
+        if ours:
+            kw.update(batch_partners=lib == "yolo_data")  # 4dec: partners from the whole dataset, as YOLOv5
         if train:
-            kw.update(hyp=str(HYP_FILE) if lib == "yolo_data" else dict(hyp), augment=True, pad=0.0, rect=False,
+            kw.update(hyp=str(HYP_FILE) if ours else dict(hyp), augment=True, pad=0.0, rect=False,
                       shuffle=True, prefix="train: ")
         else:
             kw.update(hyp=None, augment=False, pad=0.5, rect=True, shuffle=False, prefix="val: ")
-        create = libs.yd_create if lib == "yolo_data" else libs.v5_create
+        create = libs.yd_create if ours else libs.v5_create
         return create(str(ds.images), IMGSZ, batch, STRIDE, **kw)
     # ultralytics: the trainer's build_dataset + get_dataloader, without the trainer
     import torch
@@ -489,8 +492,11 @@ def report(results: Dict[Tuple[str, str], Dict[str, List[Measurement]]], errors:
     if "ultralytics" in libs_used:
         print("\nUltralytics keeps the last min(n, 8 × batch, 1000) images each process loaded in RAM (even with "
               "cache=False) and takes the 3 other mosaic tiles from them, so it decodes about 1 image per sample "
-              "where YOLOv5 and yolo_data decode 4; on a dataset that small (coco128: 128 images) the buffer "
-              "ends up holding every image, and later epochs decode almost nothing.")
+              "where YOLOv5 decodes 4, and its batches depend on the number of workers; on a dataset that small "
+              "(coco128: 128 images) the buffer ends up holding every image, and later epochs decode almost "
+              "nothing. yolo_data (default) draws mosaic partners from the batch's own images, each decoded once "
+              "per batch, reproducibly for any worker count; yolo_data_4dec is yolo_data with "
+              "batch_partners=False (partners from the whole dataset, 4 decodes per sample, as YOLOv5).")
     if errors:
         print("\n**Errors:**\n")
         for e in errors:

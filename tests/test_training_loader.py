@@ -138,3 +138,19 @@ def test_rect_with_shuffle_under_ddp(colour_dataset, tmp_path):
         assert len(res[0][epoch]) == len(res[1][epoch])  # equal steps on both ranks
         flat = [p for r in res for batch in r[epoch] for p in batch]
         assert len(set(flat)) == 12
+
+
+@pytest.mark.parametrize("batch_partners,most", [(True, 8), (False, 8 * 4 * 2)])
+def test_batch_partners_decode_each_image_once_per_batch(colour_dataset, monkeypatch, batch_partners, most):
+    import yolo_data.images as images
+    calls = []
+    real = images.cv2.imread
+    monkeypatch.setattr(images.cv2, "imread", lambda *a: calls.append(a[0]) or real(*a))
+    loader = create_dataloader(str(colour_dataset), 96, 8, 32, augment=True, hyp=str(HIGH), workers=0,
+                               shuffle=True, split="train", batch_partners=batch_partners)[0]
+    imgs, targets, paths, _ = next(iter(loader))
+    assert len(imgs) == 8 and len(calls) <= most
+    if batch_partners:
+        assert set(calls) == set(paths)  # every tile of every mosaic came from the batch's own images
+    else:
+        assert len(calls) >= 8 * 4 and set(calls) > set(paths)

@@ -236,6 +236,7 @@ class YoloDataset(Dataset):
         if not (self.augment and self.batch_partners):
             return [self[p] for p in positions]
         ids = [self.indices[p] for p in positions]
+        pool = ids if len(ids) >= 4 else range(self.n)  # a tiny last batch borrows from the dataset
         loaded = {}
 
         def load(i: int) -> Sample:
@@ -246,7 +247,7 @@ class YoloDataset(Dataset):
         items = []
         for i in ids:
             try:
-                items.append(self._train_item(i, item_rng(self.seed, self.epoch, i), load=load, pool=ids))
+                items.append(self._train_item(i, item_rng(self.seed, self.epoch, i), load=load, pool=pool))
             except ImageReadError:  # an image went missing: this item takes the single-item path
                 items.append(self[positions[len(items)]])
         return items

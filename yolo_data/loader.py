@@ -26,7 +26,7 @@ def init_worker(worker_id: int) -> None:
 
 def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=None, augment=False, cache=False,
                       pad=0.0, rect=False, rank=-1, workers=8, image_weights=False, quad=False, prefix="",
-                      shuffle=False, seed=0, *, split=None, cache_dir=None, min_items=0):
+                      shuffle=False, seed=0, *, split=None, cache_dir=None, min_items=0, batch_partners=True):
     """Build ``(loader, dataset)`` as YOLOv5 7.0's ``create_dataloader`` does.
 
     ``path``: image folder, .txt list, list of these, or a dataset yaml (then ``split`` picks
@@ -34,6 +34,8 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
     under DDP (-1 otherwise): the dataset is built inside ``torch_distributed_zero_first(rank)``, so
     only local rank 0 scans and writes the label cache.  ``cache_dir``: where label caches go
     (default: beside the labels, or the per-user cache folder when that is read-only).
+    ``batch_partners``: mosaic/mixup partners come from the same batch, so each image is decoded once
+    per batch (about 4x fewer decodes); False draws them from the whole dataset, as YOLOv5 does.
 
     The loader's sampler (``loader.sampler``, a :class:`YoloSampler`) gives each rank a disjoint share
     that changes with ``set_epoch``; with ``rect`` and ``shuffle`` it shuffles whole batches.  Workers
@@ -43,7 +45,7 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
         dataset = YoloDataset(path, imgsz, batch_size, augment=augment, hyp=hyp, rect=rect,
                               image_weights=image_weights, cache_images=cache, single_cls=single_cls,
                               stride=int(stride), pad=pad, min_items=min_items, prefix=prefix,
-                              split=split, cache_dir=cache_dir, seed=seed)
+                              split=split, cache_dir=cache_dir, seed=seed, batch_partners=batch_partners)
     batch_size = min(batch_size, len(dataset))
     if quad and batch_size % 4:
         raise ValueError(f"quad=True needs a batch size divisible by 4, got {batch_size}")
