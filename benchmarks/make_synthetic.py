@@ -29,7 +29,6 @@ import argparse
 import functools
 import json
 import multiprocessing as mp
-import os
 import shutil
 import sys
 import time

@@ -13,7 +13,7 @@ import torch
 
 from yolo_data import cache
 from yolo_data.split import load_split
-from conftest import make_dataset, tree_digest
+from conftest import tree_digest
 
 
 def images(yaml_path):

@@ -1,6 +1,4 @@
 """tools/build_cache.py as a user runs it."""
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path

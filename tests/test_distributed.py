@@ -7,7 +7,6 @@ import socket
 import time
 from pathlib import Path
 
-import pytest
 import torch.distributed as dist
 import torch.multiprocessing as tmp
 

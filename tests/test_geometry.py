@@ -1,6 +1,5 @@
 """Letterbox, rect batch shapes and box conversions on known cases."""
 import numpy as np
-import pytest
 
 from yolo_data.boxes import xywhn_to_xyxy, xyxy_to_xywhn
 from yolo_data.geometry import letterbox, rect_plan

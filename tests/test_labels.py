@@ -1,5 +1,4 @@
 """verify_pair on good and broken files: what is kept, warned about, or left out, and why."""
-from pathlib import Path
 
 import cv2
 import numpy as np

@@ -1,7 +1,6 @@
 """Many writers at once: two torchrun 'nodes' on one shared folder, and six independent jobs."""
 import json
 import multiprocessing
-import os
 import socket
 import subprocess
 import sys

@@ -7,8 +7,6 @@ working.  Per-image sequences are views over one :class:`~yolo_data.store.LabelS
 from __future__ import annotations
 
 import logging
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import List, Optional, Sequence, Tuple
 
@@ -22,13 +20,15 @@ from .albument import AlbumentationsStep
 from .collate import collate_fn
 from .geometry import letterbox, rect_plan
 from .hyp import AugmentConfig, load_hyp
+from .cache import user_cache_dir
+from .imagecache import ImageCache, open_or_build
 from .images import ImageReadError, LoadedImage, load_image
 from .pipeline import finish, item_rng, mosaic_with_mixup, single_image_geometry
 from .sample import Sample
 from .sampling import SharedEpoch
 from .sources import is_dataset_yaml, load_dataset_yaml
 from .split import SplitLabels, load_split
-from .store import ImageFiles, LabelFiles, Labels, LabelStore, Segments
+from .store import ImageFiles, LabelFiles, Labels, Segments
 
 LOGGER = logging.getLogger("yolo_data")
 MAX_SUBSTITUTES = 8  # unreadable images in a row before a training item gives up
@@ -122,9 +122,13 @@ class YoloDataset(Dataset):
         self.indices = range(n)
 
         self._reported = set()  # unreadable-image warnings already given (per process)
-        self.ims: List[Optional[LoadedImage]] = [None] * n
+        self.image_cache: Optional[ImageCache] = None
         if cache_images:
-            self._cache_ram(cache_images)
+            labels_file = self.split_labels.cache_file or user_cache_dir() / "labels.cache"
+            disk_path = labels_file.with_name(f"{labels_file.stem}-images-{self.img_size}"
+                                              f"{'-train' if augment else ''}{'-rect' if self.rect else ''}.imgcache")
+            self.image_cache = open_or_build(cache_images, store, self.split_labels.fingerprint, self.img_size,
+                                             augment, disk_path, workers or 8, prefix)
 
     # -- YOLOv5's attributes, as views over the store ----------------------------------------------
     @property
@@ -167,21 +171,16 @@ class YoloDataset(Dataset):
         self.shared_epoch.set(epoch)
 
     # -- images ---------------------------------------------------------------------------------------
-    def _cache_ram(self, mode) -> None:
-        if mode not in (True, "ram"):
-            raise ValueError(f"cache={mode!r} is not supported yet; use cache='ram' (or True) or False")
-        with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
-            for i, im in enumerate(pool.map(self._read_image, range(self.n))):
-                self.ims[i] = im
-        nbytes = sum(im.img.nbytes for im in self.ims)
-        LOGGER.info(f"{self.prefix}cached {self.n} images in RAM ({nbytes / (1 << 30):.2f} GiB)")
-
     def _read_image(self, i: int) -> LoadedImage:
         return load_image(self.store.im_file(i), self.img_size, self.augment)
 
     def load_image(self, i: int) -> Tuple[np.ndarray, Tuple[int, int], Tuple[int, int]]:
         """YOLOv5's form: (img (h, w, 3) uint8 BGR resized, (h0, w0), (h, w))."""
-        li = self.ims[i] or self._read_image(i)
+        if self.image_cache is not None:
+            cached = self.image_cache.get(i)
+            if cached is not None:
+                return cached
+        li = self._read_image(i)
         return li.img, li.hw0, li.hw
 
     # -- one item ---------------------------------------------------------------------------------------

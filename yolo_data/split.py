@@ -9,7 +9,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Union
 
 from . import cache
 from .labels import Problem
@@ -34,6 +34,7 @@ class SplitLabels:
     seconds: float
     counts: Dict[str, int]
     problems: List[Problem] = field(default_factory=list)
+    fingerprint: str = ""  # of the inputs (see cache.fingerprint)
 
 
 def _counts(records, store: LabelStore) -> Dict[str, int]:
@@ -88,7 +89,7 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
                 continue
             cache.remove_stale_temps(cfile)  # leftovers of killed writers go even when nobody rewrites
             return SplitLabels(contents.store, cfile, False, time.perf_counter() - t0,
-                               contents.counts, contents.problems)
+                               contents.counts, contents.problems, fp)
 
     records = scan_pairs(im_files, lb_files, nc, workers=workers, progress=progress)
     store = LabelStore.from_records(records)
@@ -110,4 +111,4 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
                 nxt = candidates[i + 1] if i + 1 < len(candidates) else None
                 LOGGER.warning(f"cannot write label cache {cfile} ({e.strerror or e})"
                                + (f"; using {nxt} instead" if nxt else "; labels were not cached"))
-    return SplitLabels(store, written, True, time.perf_counter() - t0, counts, problems)
+    return SplitLabels(store, written, True, time.perf_counter() - t0, counts, problems, fp)

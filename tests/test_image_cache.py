@@ -1,0 +1,85 @@
+"""cache='ram' and cache='disk': the same items as without a cache, one file, reused and invalidated."""
+import logging
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from yolo_data import create_dataloader
+from yolo_data import imagecache
+from yolo_data.dataset import YoloDataset
+
+HIGH = Path(__file__).resolve().parents[1] / "data" / "hyps" / "hyp.scratch-high.yaml"
+
+
+def items(ds):
+    return [(ds[i][0], ds[i][1]) for i in range(len(ds))]
+
+
+@pytest.mark.parametrize("augment", [False, True])
+@pytest.mark.parametrize("mode", ["ram", "disk"])
+def test_cached_items_equal_uncached(small_dataset, mode, augment):
+    kw = dict(split="train", augment=augment, hyp=str(HIGH))
+    plain = YoloDataset(str(small_dataset), 64, 4, **kw)
+    cached = YoloDataset(str(small_dataset), 64, 4, cache_images=mode, **kw)
+    assert cached.image_cache is not None and len(cached.image_cache) == len(plain)
+    for (ia, ta), (ib, tb) in zip(items(plain), items(cached)):
+        assert torch.equal(ia, ib) and torch.equal(ta, tb)
+    again = pickle.loads(pickle.dumps(cached.image_cache))  # what a spawned worker does
+    assert np.array_equal(again.get(2)[0], cached.image_cache.get(2)[0])
+
+
+def test_disk_cache_is_one_file_beside_the_labels_reused_then_rebuilt_after_an_edit(small_dataset):
+    ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="disk")
+    files = list((small_dataset.parent / "labels").glob("*.imgcache"))
+    assert files == [ds.image_cache.path] and files[0].name == "train-images-64.imgcache"
+    assert not list((small_dataset.parent / "images").rglob("*.npy"))
+    mtime = files[0].stat().st_mtime_ns
+    YoloDataset(str(small_dataset), 64, split="train", cache_images="disk")
+    assert files[0].stat().st_mtime_ns == mtime  # reused, not rewritten
+    import cv2
+    img = small_dataset.parent / "images" / "train" / "a.jpg"
+    cv2.imwrite(str(img), np.full((48, 64, 3), 7, np.uint8))  # same size, new pixels
+    ds2 = YoloDataset(str(small_dataset), 64, split="train", cache_images="disk")
+    assert files[0].stat().st_mtime_ns != mtime and list((small_dataset.parent / "labels").glob("*.imgcache")) == files
+    i = [Path(f).name for f in ds2.im_files].index("a.jpg")
+    assert abs(int(ds2.load_image(i)[0].mean()) - 7) <= 1  # the new pixels, from the rebuilt cache
+
+
+def test_ram_cache_is_shared_memory_and_removed_when_its_builder_exits(small_dataset):
+    code = ("import sys; from yolo_data.dataset import YoloDataset; "
+            f"ds = YoloDataset({str(small_dataset)!r}, 64, split='train', cache_images='ram'); "
+            "print(ds.image_cache.path)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=str(Path(__file__).resolve().parents[1]))
+    assert r.returncode == 0, r.stderr
+    path = Path(r.stdout.strip().splitlines()[-1])
+    assert path.parent == Path("/dev/shm") and not path.exists()
+
+
+def test_not_enough_memory_falls_back_to_reading_files(small_dataset, monkeypatch, caplog):
+    monkeypatch.setattr(imagecache, "_free_bytes", lambda folder, ram: 1000)
+    with caplog.at_level(logging.WARNING, logger="yolo_data"):
+        loader, ds = create_dataloader(str(small_dataset), 64, 2, 32, cache="ram", workers=0, split="train")
+    assert ds.image_cache is None and any("GiB free" in r.message for r in caplog.records)
+    assert sum(len(b[0]) for b in loader) == 6
+
+
+def test_unreadable_image_at_build_is_marked_and_read_from_its_file_later(small_dataset, tmp_path, caplog):
+    ds = YoloDataset(str(small_dataset), 64, split="train")
+    i = [Path(f).name for f in ds.im_files].index("b.jpg")
+    victim = Path(ds.im_files[i])
+    data = victim.read_bytes()
+    victim.write_bytes(b"garbage")  # broken after the scan, before the cache is built
+    with caplog.at_level(logging.WARNING, logger="yolo_data"):
+        cache = imagecache.open_or_build("disk", ds.store, "fp", 64, False, tmp_path / "x.imgcache", 2)
+    assert [bool(v) for v in cache.ok] == [k != i for k in range(len(ds))]
+    assert cache.get(i) is None and any("b.jpg" in r.message and "not cached" in r.message for r in caplog.records)
+    victim.write_bytes(data)
+    ds.image_cache = cache
+    assert ds.load_image(i)[0].shape[:2] == (64, 48)  # from the file, as if uncached
+    assert np.array_equal(ds.load_image(0)[0], cache.get(0)[0])
