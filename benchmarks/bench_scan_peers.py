@@ -34,7 +34,9 @@ background load hit all alike); reported as median (min-max) over ``--repeats`` 
 
 Both peers use ``NUM_THREADS = min(8, cpu_count - 1)`` workers, which is 1 on a 2-core machine;
 ``--peer-threads N`` overrides it (patched into their modules) for an equal-workers comparison.
-Importing them also calls ``cv2.setNumThreads(0)``; it does not matter here (no decoding).
+Importing them also calls ``cv2.setNumThreads(0)`` (no decoding here, so no effect) and Ultralytics
+wraps ``PIL.Image.open`` for the whole process (a try/except around the original: negligible, and the
+same for all three libraries).
 
 With ``--profile`` (or automatically when yolo_data's scan is not at most half the faster peer's),
 the report adds yolo_data's scan steps one by one, the pool's overhead (fork, pickling the records
@@ -274,7 +276,8 @@ def pool_overhead(images: Path, workers: int) -> List[Tuple[str, str]]:
     tn, _ = _timed(lambda: scan_pairs(im_files, lb_files, NC, workers=workers))
     t_dump, blob = _timed(lambda: pickle.dumps(recs, pickle.HIGHEST_PROTOCOL))
     t_load, _ = _timed(lambda: pickle.loads(blob))
-    del recs
+    size = len(blob)
+    recs = blob = None  # free them before the pool test
     t0 = time.perf_counter()
     with mp.get_context("fork").Pool(workers) as pool:
         pool.map(_noop, range(workers))
@@ -287,7 +290,7 @@ def pool_overhead(images: Path, workers: int) -> List[Tuple[str, str]]:
         ("machine: parallel speed-up of a pure CPU loop now",
          f"{scale:.2f}x with {workers} processes" if scale else "n/a"),
         ("pool start + join (fork, no work)", f"{t_fork * 1000:.0f} ms"),
-        ("records sent back: pickle size", f"{len(blob) / 1e6:.1f} MB ({len(blob) / n:.0f} B/image)"),
+        ("records sent back: pickle size", f"{size / 1e6:.1f} MB ({size / n:.0f} B/image)"),
         ("records sent back: pickle.dumps (in workers, shared)", f"{t_dump * 1000:.0f} ms"),
         ("records sent back: pickle.loads (in the parent, serial)", f"{t_load * 1000:.0f} ms"),
     ]

@@ -72,6 +72,7 @@ DEFAULT_ROOT = Path("/work/shared/datasets")
 SHARED = Path("/work/shared")
 BENCH_ROOT = Path("/tmp/yolo_data_bench")
 HYP_FILE = REPO_ROOT / "data" / "hyps" / "hyp.scratch-low.yaml"
+IMAGE_CACHE = {"mode": False}  # set from --cache: every library gets the same image-cache setting
 LIBS = ("yolo_data", "yolo_data_4dec", "yolov5", "ultralytics")  # 4dec: batch_partners=False
 STRIDE = 32
 IMGSZ = 640
@@ -302,7 +303,7 @@ def build_loader(libs: Libs, lib: str, ds: DatasetCopy, mode: str, workers: int,
     batch = TRAIN_BATCH if train else VAL_BATCH
     if lib in ("yolo_data", "yolo_data_4dec", "yolov5"):
         ours = lib.startswith("yolo_data")
-        kw = dict(single_cls=False, cache=False, rank=-1, workers=workers, image_weights=False, quad=False,
+        kw = dict(single_cls=False, cache=IMAGE_CACHE["mode"], rank=-1, workers=workers, image_weights=False, quad=False,
                   seed=0)
         if ours:
             kw.update(batch_partners=lib == "yolo_data")  # 4dec: partners from the whole dataset, as YOLOv5
@@ -315,7 +316,7 @@ def build_loader(libs: Libs, lib: str, ds: DatasetCopy, mode: str, workers: int,
         return create(str(ds.images), IMGSZ, batch, STRIDE, **kw)
     # ultralytics: the trainer's build_dataset + get_dataloader, without the trainer
     import torch
-    overrides = dict(task="detect", mode="train", imgsz=IMGSZ, batch=batch, workers=workers, cache=False,
+    overrides = dict(task="detect", mode="train", imgsz=IMGSZ, batch=batch, workers=workers, cache=IMAGE_CACHE["mode"],
                      rect=not train, single_cls=False, fraction=1.0, close_mosaic=0, cutmix=0.0, bgr=0.0,
                      copy_paste_mode="flip", classes=None)
     overrides.update({k: hyp[k] for k in AUG_KEYS})
@@ -457,7 +458,7 @@ def report(results: Dict[Tuple[str, str], Dict[str, List[Measurement]]], errors:
     val = "" if args.no_val else (f"  **Val loader:** augment off, rect, pad 0.5, batch {VAL_BATCH}, "
                                   f"{args.val_workers} workers, no shuffle, same (train) images.")
     print(f"**Train loader:** augment, hyp.scratch-low (mosaic 1.0, mixup 0, copy-paste 0), imgsz {IMGSZ}, "
-          f"batch {TRAIN_BATCH}, shuffle, no image cache, rect False.{val}  ")
+          f"batch {TRAIN_BATCH}, shuffle, image cache {IMAGE_CACHE['mode'] or 'none'}, rect False.{val}  ")
     print(f"Each measurement: fresh dataset + loader, max({args.warmup}, workers) warm-up batches untimed, then "
           f"≥{args.images} "
           f"images timed; {args.repeats} rounds with the libraries alternating (order rotated each round); "
@@ -524,6 +525,8 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true",
                    help="smoke test: coco128 only, 64 images, 1 round (overrides those options)")
     p.add_argument("--verbose", action="store_true", help="show what the libraries print")
+    p.add_argument("--cache", choices=["none", "ram"], default="none",
+                   help="image cache for every library (ram: yolo_data shares one copy per node)")
     args = p.parse_args(argv)
     if args.quick:
         args.datasets, args.images, args.repeats = ["coco128"], 64, 1
@@ -531,6 +534,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
+    IMAGE_CACHE["mode"] = "ram" if "--cache" in (argv or sys.argv) and "ram" in (argv or sys.argv) else False
     args = parse_args(argv)
     t_start = time.perf_counter()
     loads = [" / ".join(f"{x:.2f}" for x in os.getloadavg())]

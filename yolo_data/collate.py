@@ -14,7 +14,10 @@ def stack(tensors) -> torch.Tensor:
     the main process without being copied once more (as torch's default_collate does)."""
     out = None
     if get_worker_info() is not None:
-        out = torch.empty((len(tensors), *tensors[0].shape), dtype=tensors[0].dtype).share_memory_()
+        # allocated in shared memory directly (share_memory_() on a fresh tensor would copy it there)
+        first = tensors[0]
+        storage = first._typed_storage()._new_shared(len(tensors) * first.numel(), device=first.device)
+        out = first.new(storage).resize_(len(tensors), *first.shape)
     return torch.stack(tensors, 0, out=out)
 
 
