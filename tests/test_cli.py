@@ -54,3 +54,10 @@ def test_readme_commands_and_ci_agree():
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
     assert ci in readme  # .ci/run runs exactly the README's test command
     assert "tools/demo.py" in readme
+
+
+def test_console_command_is_installed():
+    exe = Path(sys.executable).parent / "yolo-data-cache"
+    assert exe.exists(), "pip install should create the yolo-data-cache command"
+    r = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "--cache-dir" in r.stdout

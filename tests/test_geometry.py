@@ -63,3 +63,8 @@ def test_xyxy_xywhn_round_trip_and_clip():
     clipped = xyxy_to_xywhn(xyxy, 640, 480, clip=True, eps=1e-3)
     assert clipped[:, [0, 2]].max() <= 1 and clipped.min() >= 0
     assert xyxy[1, 0] == -5  # the input is not clipped in place
+
+
+def test_yolov5_call_style_unpacks_and_takes_scaleFill():
+    im, ratio, (dw, dh) = letterbox(np.zeros((100, 200, 3), np.uint8), 320, auto=False, scaleFill=True)
+    assert im.shape == (320, 320, 3) and ratio == (1.6, 3.2) and (dw, dh) == (0.0, 0.0)

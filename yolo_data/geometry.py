@@ -19,15 +19,21 @@ class LetterboxResult:
     ratio: Tuple[float, float]
     pad: Tuple[float, float]
 
+    def __iter__(self):  # ``im, ratio, (dw, dh) = letterbox(...)`` as with YOLOv5's tuple
+        return iter((self.img, self.ratio, self.pad))
+
 
 def letterbox(im: np.ndarray, new_shape: Union[int, Tuple[int, int]] = 640, color=(PAD_VALUE,) * 3,
               auto: bool = True, scale_fill: bool = False, scaleup: bool = True, stride: int = 32,
-              center: bool = True) -> LetterboxResult:
+              center: bool = True, scaleFill: bool = None) -> LetterboxResult:
     """Resize ``im`` (H, W, C) to fit ``new_shape`` (h, w) keeping its aspect ratio, then pad.
 
-    Numbers are YOLOv5's: ``auto`` pads only to a multiple of ``stride``; ``scale_fill`` stretches to
-    fill; ``scaleup=False`` never enlarges.  ``center=False`` puts all padding right and bottom.
+    Numbers are YOLOv5's: ``auto`` pads only to a multiple of ``stride``; ``scale_fill`` (YOLOv5 spells
+    it ``scaleFill``) stretches to fill; ``scaleup=False`` never enlarges.  ``center=False`` puts all
+    padding right and bottom.  The result unpacks as YOLOv5's tuple: ``im, ratio, (dw, dh)``.
     """
+    if scaleFill is not None:
+        scale_fill = scaleFill
     shape = im.shape[:2]
     if isinstance(new_shape, (int, np.integer)):
         new_shape = (int(new_shape), int(new_shape))
