@@ -127,37 +127,48 @@ class Libs:
     versions: Dict[str, str]
 
 
-def import_libraries() -> Libs:
+def import_libraries(only=None) -> Libs:
+    """Import the libraries (all of them, or only those named in ``only``: e.g. a process that measures
+    one library's memory must not carry the others' imports).  Callables of libraries left out are None."""
+    want = set(LIBS if only is None else only)
     import cv2
     real_imread = cv2.imread
-    try:
-        import pkg_resources  # noqa: F401  (yolov5.utils.general imports it; setuptools >= 81 lacks it)
-    except ImportError:
-        from packaging.version import parse
-        sys.modules["pkg_resources"] = types.SimpleNamespace(parse_version=parse)
     sys.dont_write_bytecode = True  # leave no __pycache__ in the checkout
-    import yolov5
-    from yolov5.utils.dataloaders import create_dataloader as v5_create
-    import ultralytics
-    from ultralytics.cfg import DEFAULT_CFG, get_cfg
-    from ultralytics.data.build import build_dataloader, build_yolo_dataset
-    for name in ("yolov5", "ultralytics"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    sys.path.insert(0, str(REPO_ROOT))
-    import yolo_data
-    from yolo_data import create_dataloader as yd_create
-    # yolo_data's warnings stay visible (on the real stderr), the others' notices go to LIBRARY_LOG
-    handler = logging.StreamHandler(sys.__stderr__)
-    handler.setFormatter(logging.Formatter("yolo_data %(levelname)s: %(message)s"))
-    handler.setLevel(logging.WARNING)
-    ylog = logging.getLogger("yolo_data")
-    ylog.addHandler(handler)
-    ylog.propagate = False
+    v5_create = ul_build_dataset = ul_build_loader = ul_get_cfg = ul_default_cfg = yd_create = None
+    versions = {}
+    if "yolov5" in want:
+        try:
+            import pkg_resources  # noqa: F401  (yolov5.utils.general imports it; setuptools >= 81 lacks it)
+        except ImportError:
+            from packaging.version import parse
+            sys.modules["pkg_resources"] = types.SimpleNamespace(parse_version=parse)
+        import yolov5
+        from yolov5.utils.dataloaders import create_dataloader as v5_create
+        logging.getLogger("yolov5").setLevel(logging.ERROR)
+    if "ultralytics" in want:
+        import ultralytics
+        from ultralytics.cfg import DEFAULT_CFG as ul_default_cfg, get_cfg as ul_get_cfg
+        from ultralytics.data.build import build_dataloader as ul_build_loader, build_yolo_dataset as ul_build_dataset
+        logging.getLogger("ultralytics").setLevel(logging.ERROR)
+    if want & {"yolo_data", "yolo_data_4dec"}:
+        sys.path.insert(0, str(REPO_ROOT))
+        import yolo_data
+        from yolo_data import create_dataloader as yd_create
+        # yolo_data's warnings stay visible (on the real stderr), the others' notices go to LIBRARY_LOG
+        handler = logging.StreamHandler(sys.__stderr__)
+        handler.setFormatter(logging.Formatter("yolo_data %(levelname)s: %(message)s"))
+        handler.setLevel(logging.WARNING)
+        ylog = logging.getLogger("yolo_data")
+        ylog.addHandler(handler)
+        ylog.propagate = False
+        versions["yolo_data"] = getattr(yolo_data, "__version__", "?") + " (this checkout)"
     if cv2.imread is not real_imread:
         log("warning: an import replaced cv2.imread; all libraries now use the replacement")
-    versions = {"yolo_data": getattr(yolo_data, "__version__", "?") + " (this checkout)",
-                "yolov5": getattr(yolov5, "__version__", "?"), "ultralytics": ultralytics.__version__}
-    return Libs(yd_create, v5_create, build_yolo_dataset, build_dataloader, get_cfg, DEFAULT_CFG, versions)
+    if "yolov5" in want:
+        versions["yolov5"] = getattr(yolov5, "__version__", "?")
+    if "ultralytics" in want:
+        versions["ultralytics"] = ultralytics.__version__
+    return Libs(yd_create, v5_create, ul_build_dataset, ul_build_loader, ul_get_cfg, ul_default_cfg, versions)
 
 
 # -- decode counter ------------------------------------------------------------------------------------
