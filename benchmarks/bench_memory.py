@@ -177,7 +177,7 @@ def prep_main(spec: dict) -> int:
     """Copy the datasets per library, warm the page cache, write every library's label cache (loaders built
     with 0 workers, as bench_train.py primes), and report the machine line.  Not measured."""
     tmp = Path(spec["tmp"])
-    bt.isolate_environment(tmp)
+    bt.isolate_environment(tmp, "bench_memory")
     import yaml
     with bt.library_output(spec["verbose"]):
         libs = bt.import_libraries(only=spec["libraries"])
@@ -208,7 +208,7 @@ def measure_main(spec: dict) -> int:
     """One measurement: import one library, build its training loader, take batches; the parent samples."""
     import gc
     tmp = Path(spec["tmp"])
-    bt.isolate_environment(tmp)
+    bt.isolate_environment(tmp, "bench_memory")
     ctl = os.fdopen(spec["fd"], "w", buffering=1)
 
     def say(msg: str) -> None:

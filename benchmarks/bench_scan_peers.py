@@ -52,24 +52,23 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import io
 import logging
 import multiprocessing as mp
 import os
 import pickle
 import platform
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
 import time
-import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from peers import ensure_pkg_resources, isolate_environment, library_output  # noqa: E402
 REPO_ROOT = HERE.parent
 DEFAULT_SOURCE = Path("/tmp/yolo_data_bench/synthetic-n2000-seed0-640px-q90")
 SHARED = Path("/work/shared")
@@ -77,7 +76,6 @@ SPLIT = "train"
 NC = 80
 ALL_LIBS = ("yolo_data", "yolo_data_w1", "yolov5", "ultralytics")
 PEERS = ("yolov5", "ultralytics")
-LIBRARY_LOG = io.StringIO()  # what the libraries print (progress bars, notices); never closed
 
 
 def log(msg: str) -> None:
@@ -85,34 +83,6 @@ def log(msg: str) -> None:
 
 
 # -- environment: keep the libraries offline and inside the temp folder ----------------------------
-def isolate_environment(tmp: Path) -> None:
-    """Settings/cache folders into ``tmp``, no DDP variables, no network.  Must run before the imports."""
-    for var in ("YOLO_CONFIG_DIR", "YOLOV5_CONFIG_DIR", "MPLCONFIGDIR", "YOLO_DATA_CACHE_DIR"):
-        os.environ[var] = str(tmp / "config" / var.lower())
-        Path(os.environ[var]).mkdir(parents=True, exist_ok=True)
-    os.environ.update(YOLO_OFFLINE="1", YOLOv5_AUTOINSTALL="false", YOLOv5_VERBOSE="false")
-    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
-        os.environ.pop(var, None)
-
-    def refuse(self, address, *args, **kwargs):
-        if self.family in (socket.AF_INET, socket.AF_INET6):
-            raise OSError(f"bench_scan_peers: network access blocked ({address})")
-        return real_connect(self, address, *args, **kwargs)
-
-    real_connect = socket.socket.connect
-    socket.socket.connect = refuse
-
-
-def library_output(verbose: bool):
-    """Send what the libraries print to LIBRARY_LOG unless ``verbose``."""
-    if verbose:
-        return contextlib.nullcontext()
-    stack = contextlib.ExitStack()
-    stack.enter_context(contextlib.redirect_stdout(LIBRARY_LOG))
-    stack.enter_context(contextlib.redirect_stderr(LIBRARY_LOG))
-    return stack
-
-
 @dataclass
 class Libs:
     load_split: Callable
@@ -124,11 +94,7 @@ class Libs:
 
 
 def import_libraries(peer_threads: Optional[int]) -> Libs:
-    try:
-        import pkg_resources  # noqa: F401  (yolov5.utils.general imports it; setuptools >= 81 lacks it)
-    except ImportError:
-        from packaging.version import parse
-        sys.modules["pkg_resources"] = types.SimpleNamespace(parse_version=parse)
+    ensure_pkg_resources()
     sys.dont_write_bytecode = True  # leave no __pycache__ in the checkout
     import yolov5
     import yolov5.utils.dataloaders as v5_dl
@@ -419,7 +385,7 @@ def main(argv=None) -> int:
         tmp = Path(tmp)
         if SHARED in tmp.resolve().parents:
             raise SystemExit("refusing to work inside /work/shared")
-        isolate_environment(tmp)
+        isolate_environment(tmp, "bench_scan_peers")
         with library_output(args.verbose):
             libs = import_libraries(args.peer_threads)
         yd_workers = args.yd_workers or usable_cores()

@@ -50,23 +50,22 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import io
 import logging
 import multiprocessing
 import os
 import platform
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
 import time
-import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from peers import ensure_pkg_resources, isolate_environment, library_output  # noqa: E402
 REPO_ROOT = HERE.parent
 DEFAULT_ROOT = Path("/work/shared/datasets")
 SHARED = Path("/work/shared")
@@ -80,7 +79,6 @@ TRAIN_BATCH = 16
 VAL_BATCH = 32
 AUG_KEYS = ("hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective", "flipud",
             "fliplr", "mosaic", "mixup", "copy_paste")
-LIBRARY_LOG = io.StringIO()  # what the libraries print (progress bars, notices); never closed
 
 
 def log(msg: str) -> None:
@@ -88,34 +86,6 @@ def log(msg: str) -> None:
 
 
 # -- environment: keep the libraries offline and inside the temp folder ----------------------------
-def isolate_environment(tmp: Path) -> None:
-    """Settings/cache folders into ``tmp``, no DDP variables, no network.  Must run before the imports."""
-    for var in ("YOLO_CONFIG_DIR", "YOLOV5_CONFIG_DIR", "MPLCONFIGDIR", "YOLO_DATA_CACHE_DIR"):
-        os.environ[var] = str(tmp / "config" / var.lower())
-        Path(os.environ[var]).mkdir(parents=True, exist_ok=True)
-    os.environ.update(YOLO_OFFLINE="1", YOLOv5_AUTOINSTALL="false", YOLOv5_VERBOSE="false")
-    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
-        os.environ.pop(var, None)
-
-    def refuse(self, address, *args, **kwargs):
-        if self.family in (socket.AF_INET, socket.AF_INET6):
-            raise OSError(f"bench_train: network access blocked ({address})")
-        return real_connect(self, address, *args, **kwargs)
-
-    real_connect = socket.socket.connect
-    socket.socket.connect = refuse
-
-
-def library_output(verbose: bool):
-    """Send what the libraries print to LIBRARY_LOG unless ``verbose``."""
-    if verbose:
-        return contextlib.nullcontext()
-    stack = contextlib.ExitStack()
-    stack.enter_context(contextlib.redirect_stdout(LIBRARY_LOG))
-    stack.enter_context(contextlib.redirect_stderr(LIBRARY_LOG))
-    return stack
-
-
 @dataclass
 class Libs:
     yd_create: Callable
@@ -137,11 +107,7 @@ def import_libraries(only=None) -> Libs:
     v5_create = ul_build_dataset = ul_build_loader = ul_get_cfg = ul_default_cfg = yd_create = None
     versions = {}
     if "yolov5" in want:
-        try:
-            import pkg_resources  # noqa: F401  (yolov5.utils.general imports it; setuptools >= 81 lacks it)
-        except ImportError:
-            from packaging.version import parse
-            sys.modules["pkg_resources"] = types.SimpleNamespace(parse_version=parse)
+        ensure_pkg_resources()
         import yolov5
         from yolov5.utils.dataloaders import create_dataloader as v5_create
         logging.getLogger("yolov5").setLevel(logging.ERROR)
@@ -552,7 +518,7 @@ def main(argv=None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench_train_"))
     counter = NoCounter()
     try:
-        isolate_environment(tmp)
+        isolate_environment(tmp, "bench_train")
         import yaml
         with library_output(args.verbose):
             libs = import_libraries()

@@ -30,16 +30,12 @@ written (YOLOv5/Ultralytics settings and all caches go there too); network acces
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import logging
 import numbers
 import os
 import shutil
-import socket
 import sys
 import tempfile
-import types
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
@@ -49,11 +45,12 @@ import numpy as np
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+from peers import ensure_pkg_resources, isolate_environment, library_output  # noqa: E402
 DEFAULT_ROOT = Path("/work/shared/datasets")
 ALL_DATASETS = ("coco128", "bccd")
 STRIDE = 32
 MAX_DETAILS = 3  # mismatching images listed per check
-LIBRARY_LOG = io.StringIO()  # what the libraries print (settings notices, progress bars); never closed
 
 
 @dataclass(frozen=True)
@@ -76,31 +73,9 @@ CONFIGS = (
 
 
 # -- environment: keep both libraries offline and inside the temp folder ---------------------------
-def isolate_environment(tmp: Path) -> None:
-    """Point settings/cache folders into ``tmp``, drop DDP variables, and refuse network connections."""
-    for var in ("YOLO_CONFIG_DIR", "YOLOV5_CONFIG_DIR", "MPLCONFIGDIR", "YOLO_DATA_CACHE_DIR"):
-        os.environ[var] = str(tmp / "config" / var.lower())
-        Path(os.environ[var]).mkdir(parents=True, exist_ok=True)
-    os.environ.update(YOLO_OFFLINE="1", YOLOv5_AUTOINSTALL="false", YOLOv5_VERBOSE="false")
-    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
-        os.environ.pop(var, None)
-
-    def refuse(self, address, *args, **kwargs):
-        if self.family in (socket.AF_INET, socket.AF_INET6):
-            raise OSError(f"parity_yolov5: network access blocked ({address})")
-        return real_connect(self, address, *args, **kwargs)
-
-    real_connect = socket.socket.connect
-    socket.socket.connect = refuse
-
-
 def import_loaders():
     """(yolov5 create_dataloader, yolo_data create_dataloader)."""
-    try:
-        import pkg_resources  # noqa: F401  (yolov5.utils.general imports it; setuptools >= 81 lacks it)
-    except ImportError:
-        from packaging.version import parse
-        sys.modules["pkg_resources"] = types.SimpleNamespace(parse_version=parse)
+    ensure_pkg_resources()
     from yolov5.utils.dataloaders import create_dataloader as v5_create
     logging.getLogger("yolov5").setLevel(logging.ERROR)
     sys.dont_write_bytecode = True  # leave no __pycache__ in the checkout
@@ -109,17 +84,6 @@ def import_loaders():
     return v5_create, yd_create
 
 
-def library_output(verbose: bool):
-    """Send what the libraries print to LIBRARY_LOG unless ``verbose``."""
-    if verbose:
-        return contextlib.nullcontext()
-    stack = contextlib.ExitStack()
-    stack.enter_context(contextlib.redirect_stdout(LIBRARY_LOG))
-    stack.enter_context(contextlib.redirect_stderr(LIBRARY_LOG))
-    return stack
-
-
-# -- dataset copies --------------------------------------------------------------------------------
 def copy_dataset(src: Path, dst: Path) -> Path:
     """A writable copy of ``src`` (real copies, not links: YOLOv5 may rewrite a damaged JPEG in place)."""
     shutil.copytree(src, dst, copy_function=shutil.copyfile, ignore=shutil.ignore_patterns("*.cache"))
@@ -352,7 +316,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="parity_yolov5_") as tmp:
         tmp = Path(tmp)
-        isolate_environment(tmp)
+        isolate_environment(tmp, "parity_yolov5")
         with library_output(args.verbose):
             creators = import_loaders()
         datasets = ["coco128"] if args.quick else args.datasets
