@@ -48,6 +48,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing yolo_data
 sys.path.insert(0, str(HERE))
+from machine import cpu_model  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -279,14 +280,6 @@ def _res(vals: List[Optional[float]]) -> str:
         else f"{min(vals):.0%}–{max(vals):.0%}"
 
 
-def _cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
 def report(args, store, n_poly_rows, cfile, t_build, t_save, warm, cold, parts, objs, acc, fr,
            load_before, load_after) -> str:
     n = len(store)
@@ -294,7 +287,7 @@ def report(args, store, n_poly_rows, cfile, t_build, t_save, warm, cold, parts, 
     med_warm = statistics.median(warm[0])
     lines = [f"### Label cache reload: {n:,} images, {store.num_boxes():,} boxes, "
              f"median (min–max) of {args.repeats}", "",
-             f"Machine: {_cpu_model()}, {os.cpu_count()} logical cores, Python {platform.python_version()}, "
+             f"Machine: {cpu_model()}, {os.cpu_count()} logical cores, Python {platform.python_version()}, "
              f"numpy {np.__version__}; load average before "
              + " / ".join(f"{x:.2f}" for x in load_before) + ", after "
              + " / ".join(f"{x:.2f}" for x in load_after) + f"; cache in {cfile.parent} "

@@ -42,6 +42,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing yolo_data
 sys.path.insert(0, str(HERE))
+from machine import cpu_model  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -255,14 +256,6 @@ def _versions() -> str:
     return ", ".join(parts)
 
 
-def _cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
 def _fs_type(path: Path) -> str:
     """Filesystem type of ``path`` from /proc/mounts (longest matching mount point)."""
     best, kind = "", "unknown"
@@ -323,7 +316,7 @@ def environment(images, load_before: Tuple[float, ...], workers: Optional[int]) 
     except AttributeError:
         usable = os.cpu_count()
     rows = [
-        ("CPU", f"{_cpu_model()}, {os.cpu_count()} logical cores ({usable} usable)"),
+        ("CPU", f"{cpu_model()}, {os.cpu_count()} logical cores ({usable} usable)"),
         ("RAM", _mem_gb()),
         ("OS", platform.platform()),
         ("Python", f"{platform.python_implementation()} {platform.python_version()}"),

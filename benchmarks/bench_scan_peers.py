@@ -50,7 +50,6 @@ temporary folder is deleted at the end.  Output: paste-ready markdown on stdout,
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import logging
 import multiprocessing as mp
@@ -68,6 +67,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from machine import cpu_model  # noqa: E402
 from peers import ensure_pkg_resources, isolate_environment, library_output  # noqa: E402
 REPO_ROOT = HERE.parent
 DEFAULT_SOURCE = Path("/tmp/yolo_data_bench/synthetic-n2000-seed0-640px-q90")
@@ -283,14 +283,6 @@ def profile_report(images: Path, workers: int, profile_n: int) -> str:
 
 
 # -- report -----------------------------------------------------------------------------------------
-def _cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
 def usable_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -324,7 +316,7 @@ def report(args, libs: Libs, res: Dict[str, Series], yd_workers: int, load_befor
     """(markdown, yolo_data scan / fastest peer scan or None)."""
     lines = [f"### Label scan from scratch and cache reload: {n_images:,} images, "
              f"median (min–max) of {args.repeats} round(s)", "",
-             f"Machine: {_cpu_model()}, {os.cpu_count()} logical cores ({usable_cores()} usable), "
+             f"Machine: {cpu_model()}, {os.cpu_count()} logical cores ({usable_cores()} usable), "
              f"Python {platform.python_version()}, {platform.platform()}; load average before "
              f"{_load(load_before)}, after {_load(load_after)}.  "
              f"Data: {args.source.name} x {args.copies} (hard links, warm page cache).  "
