@@ -514,3 +514,41 @@ def test_mosaic9_layout_and_random_crop():
                     assert tuple(out.img[oy + y, ox + x, :3]) == (y, x, 20 * (i + 1))
             expect = np.clip(np.array([4, 4, 12, 20]) + [ox, oy, ox, oy], 0, 2 * s)
             np.testing.assert_array_equal(out.boxes[i], expect)
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("with_polygons", [False, True])
+def test_canvas_free_mosaic_equals_canvas_then_warp_away_from_the_seams(seed, with_polygons):
+    from yolo_data.mosaic import mosaic4_warped
+    from yolo_data.perspective import perspective_matrix, warp_sample
+    s = 64
+    parts = colour_parts(s, with_polygons=with_polygons)
+    rng = np.random.default_rng(seed)
+    centre = mosaic_centre(rng, s)
+    params = draw_perspective(rng, **SCRATCH_LOW)
+    M = perspective_matrix(params, (2 * s, 2 * s), (s, s))
+    slow = warp_sample(mosaic4(parts, s, centre), M, (s, s), scale=params.scale)
+    fast_canvas = mosaic4_warped(parts, s, centre, M)
+    fast = warp_sample(fast_canvas, M, (s, s), scale=params.scale, warped_img=fast_canvas.img)
+    assert np.array_equal(fast.boxes, slow.boxes) and np.array_equal(fast.cls, slow.cls)
+    assert len(fast.segments) == len(slow.segments)
+    differ = np.argwhere((fast.img != slow.img).any(-1))
+    # only where a pixel's neighbourhood straddles the edge of a tile (the seam between two tiles, or
+    # a tile and the gray padding), where the canvas blends and the canvas-free warp repeats the edge
+    from yolo_data.mosaic import _tiles
+    tiles = _tiles(parts, s, centre)
+    edges_x = [M[0, 0] * x + M[0, 2] for t in tiles for x in (t[2], t[4])]
+    edges_y = [M[1, 1] * y + M[1, 2] for t in tiles for y in (t[3], t[5])]
+    for y, x in differ:
+        near = min(abs(x + 0.5 - e) for e in edges_x) <= 2 or min(abs(y + 0.5 - e) for e in edges_y) <= 2
+        assert near, (seed, y, x)
+    assert len(differ) <= 4 * s * 2  # a couple of pixel lines at most
+
+
+def test_canvas_free_mosaic_refuses_rotation():
+    from yolo_data.mosaic import mosaic4_warped
+    from yolo_data.perspective import perspective_matrix
+    parts = colour_parts(32)
+    params = draw_perspective(np.random.default_rng(0), **ROTATED)
+    with pytest.raises(ValueError, match="scale and translation only"):
+        mosaic4_warped(parts, 32, (32, 32), perspective_matrix(params, (64, 64), (32, 32)))

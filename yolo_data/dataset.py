@@ -10,6 +10,7 @@ import logging
 from dataclasses import replace
 from typing import List, Optional, Sequence, Tuple
 
+import cv2
 import numpy as np
 import torch
 from torch.utils.data import Dataset
@@ -240,7 +241,9 @@ class YoloDataset(Dataset):
 
         def load(i: int) -> Sample:
             if i not in loaded:
-                loaded[i] = self._resized(i)
+                # BGRA once per image and batch: mosaic tiles are warped on 4 channels (see mosaic.py)
+                s = self._resized(i)
+                loaded[i] = Sample(cv2.cvtColor(s.img, cv2.COLOR_BGR2BGRA), s.cls, s.boxes, s.segments)
             return loaded[i]
 
         items = []

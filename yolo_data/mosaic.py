@@ -56,8 +56,25 @@ def _paste(dst: np.ndarray, src: np.ndarray) -> None:
         dst[...] = src
 
 
+def _tiles(parts: List[Sample], img_size: int, centre: Tuple[int, int]):
+    """Per part: (left, top) of the whole tile on the (2s, 2s) canvas and the visible canvas region
+    (x1, y1, x2, y2) after cutting it at the canvas edge.  Part 0 top-left of the centre, 1 top-right,
+    2 bottom-left, 3 bottom-right."""
+    if len(parts) != 4:
+        raise ValueError(f"mosaic4 needs 4 samples, got {len(parts)}")
+    s2 = 2 * img_size
+    xc, yc = int(centre[0]), int(centre[1])
+    out = []
+    for i, part in enumerate(parts):
+        h, w = part.img.shape[:2]
+        left = xc - w if i in (0, 2) else xc
+        top = yc - h if i in (0, 1) else yc
+        out.append((left, top, max(left, 0), max(top, 0), min(left + w, s2), min(top + h, s2)))
+    return out
+
+
 def mosaic4(parts: List[Sample], img_size: int, centre: Tuple[int, int]) -> Sample:
-    """Four samples on one (2s, 2s, 3) uint8 canvas (s = ``img_size``) filled with PAD_VALUE.
+    """Four samples on one (2s, 2s, 4) uint8 BGRA canvas (s = ``img_size``) filled with PAD_VALUE.
 
     ``parts``: 4 Samples, each already resized so its long side is s.  ``centre``: (xc, yc) int, where
     the four tiles meet (see `mosaic_centre`).  Part 0 goes top-left of the centre, 1 top-right,
@@ -65,22 +82,48 @@ def mosaic4(parts: List[Sample], img_size: int, centre: Tuple[int, int]) -> Samp
     canvas edge.  Boxes and polygons are shifted onto the canvas and clipped to [0, 2s]; boxes cut to
     nothing are kept (the perspective step that follows drops them, as in YOLOv5).
     """
-    if len(parts) != 4:
-        raise ValueError(f"mosaic4 needs 4 samples, got {len(parts)}")
     s2 = 2 * img_size
-    xc, yc = int(centre[0]), int(centre[1])
     canvas = _canvas(parts, s2)
     placed = []
-    for i, part in enumerate(parts):
-        h, w = part.img.shape[:2]
-        # Where the full tile would sit on the canvas (its top-left corner), before cutting.
-        left = xc - w if i in (0, 2) else xc
-        top = yc - h if i in (0, 1) else yc
-        x1, y1 = max(left, 0), max(top, 0)
-        x2, y2 = min(left + w, s2), min(top + h, s2)
+    for part, (left, top, x1, y1, x2, y2) in zip(parts, _tiles(parts, img_size, centre)):
         _paste(canvas[y1:y2, x1:x2], part.img[y1 - top:y2 - top, x1 - left:x2 - left])
         placed.append(_shifted(part, left, top, s2))
     return Sample.concat(placed, canvas)
+
+
+def mosaic4_warped(parts: List[Sample], img_size: int, centre: Tuple[int, int], M: np.ndarray) -> Sample:
+    """``mosaic4`` followed by an axis-aligned affine ``M`` (scale and translation only: no rotation,
+    shear or perspective) onto the (s, s) output, without building the (2s, 2s) canvas.
+
+    Each tile is warped straight into its own rectangle of the output, so the canvas fill, the four
+    pastes and the warp of a 4x larger image are saved.  The result equals ``mosaic4`` + the warp of
+    the canvas except within a pixel of the seams between tiles (each tile repeats its own edge there
+    instead of blending with its neighbour).  Returns the BGRA output image with the boxes and
+    polygons still in canvas coordinates, for ``perspective.warp_sample(..., warped_img=...)``.
+    """
+    if abs(M[0, 1]) > 1e-12 or abs(M[1, 0]) > 1e-12 or abs(M[2, 0]) > 1e-12 or abs(M[2, 1]) > 1e-12:
+        raise ValueError("mosaic4_warped takes scale and translation only")
+    s, s2 = img_size, 2 * img_size
+    out = np.full((s, s, 4), PAD_VALUE, dtype=np.uint8)
+    placed = []
+    for part, (left, top, x1, y1, x2, y2) in zip(parts, _tiles(parts, img_size, centre)):
+        placed.append(_shifted(part, left, top, s2))
+        # the tile's visible region in output pixels (axis-aligned, so its corners say it all)
+        ox1, oy1 = M[0, 0] * x1 + M[0, 2], M[1, 1] * y1 + M[1, 2]
+        ox2, oy2 = M[0, 0] * x2 + M[0, 2], M[1, 1] * y2 + M[1, 2]
+        c1, r1 = max(int(np.floor(ox1)), 0), max(int(np.floor(oy1)), 0)
+        c2, r2 = min(int(np.ceil(ox2)), s), min(int(np.ceil(oy2)), s)
+        if c2 <= c1 or r2 <= r1 or x2 <= x1 or y2 <= y1:
+            continue
+        src = part.img[y1 - top:y2 - top, x1 - left:x2 - left]
+        if src.shape[2] == 3:  # OpenCV's linear warp is ~3x faster on 4 channels
+            src = cv2.cvtColor(src, cv2.COLOR_BGR2BGRA)
+        # source pixel (u, v) is canvas (u + x1, v + y1); the output region starts at (c1, r1)
+        A = np.array([[M[0, 0], 0.0, M[0, 0] * x1 + M[0, 2] - c1],
+                      [0.0, M[1, 1], M[1, 1] * y1 + M[1, 2] - r1]])
+        out[r1:r2, c1:c2] = cv2.warpAffine(src, A, (c2 - c1, r2 - r1), flags=cv2.INTER_LINEAR,
+                                           borderMode=cv2.BORDER_REPLICATE)
+    return Sample.concat(placed, out)
 
 
 def mosaic9(parts: List[Sample], img_size: int, rng: np.random.Generator) -> Sample:

@@ -158,16 +158,17 @@ def warp_boxes(boxes: np.ndarray, segments, M: np.ndarray, out_hw: Tuple[int, in
 
 
 def warp_sample(sample: Sample, M: np.ndarray, out_hw: Tuple[int, int], border_value: int = PAD_VALUE,
-                scale: Optional[float] = None) -> Sample:
+                scale: Optional[float] = None, warped_img: Optional[np.ndarray] = None) -> Sample:
     """Warp a sample by the (3, 3) ``M`` onto an ``out_hw`` (h, w) image and drop the boxes that
     ``box_candidates`` rejects, with their classes and polygons.
 
     ``scale``: the isotropic scale inside ``M`` (``PerspectiveParams.scale``), used by the area test;
     when None it is estimated as sqrt(|det|) of M's linear part.  The area threshold is 0.01 with
     polygons (their boxes are tight, so a small remainder is still a real object) and 0.1 without.
-    The input sample is not modified.
+    The input sample is not modified.  ``warped_img``: the image already warped (see
+    ``mosaic.mosaic4_warped``); only the boxes and polygons are then transformed.
     """
-    img = warp_image(sample.img, M, out_hw, border_value)
+    img = warp_image(sample.img, M, out_hw, border_value) if warped_img is None else warped_img
     new_boxes, new_segments = warp_boxes(sample.boxes, sample.segments, M, out_hw)
     out = Sample(img, sample.cls.copy(), new_boxes, new_segments)
     if not len(out):

@@ -15,8 +15,9 @@ import cv2
 import numpy as np
 
 from .hyp import AugmentConfig
-from .mosaic import copy_paste, mixup, mosaic4, mosaic9, mosaic_border, mosaic_centre
-from .perspective import flip_lr, flip_ud, random_perspective
+from .mosaic import copy_paste, mixup, mosaic4, mosaic4_warped, mosaic9, mosaic_border, mosaic_centre
+from .perspective import (draw_perspective, flip_lr, flip_ud, perspective_matrix, random_perspective,
+                          warp_sample)
 from .photometric import augment_hsv
 from .sample import Sample
 
@@ -41,7 +42,17 @@ def mosaic_sample(load: LoadFn, pool: Sequence[int], index: int, img_size: int, 
     else:
         ids = np.array([index] + [pool[k] for k in rng.integers(0, len(pool), 3)])
         rng.shuffle(ids)
-        sample = mosaic4([load(int(i)) for i in ids], img_size, mosaic_centre(rng, img_size))
+        parts = [load(int(i)) for i in ids]
+        centre = mosaic_centre(rng, img_size)
+        if not (cfg.degrees or cfg.shear or cfg.perspective or (cfg.copy_paste and any(p.segments for p in parts))):
+            # Scale and translation only (YOLOv5's scratch hyps): the same draws, boxes and pixels as
+            # below, but each tile is warped straight into the output (no 2s x 2s canvas).
+            s2, out_hw = 2 * img_size, (img_size, img_size)
+            params = draw_perspective(rng, cfg.degrees, cfg.translate, cfg.scale, cfg.shear, cfg.perspective)
+            M = perspective_matrix(params, (s2, s2), out_hw)
+            on_canvas = mosaic4_warped(parts, img_size, centre, M)
+            return warp_sample(on_canvas, M, out_hw, scale=params.scale, warped_img=on_canvas.img)
+        sample = mosaic4(parts, img_size, centre)
     sample = copy_paste(sample, cfg.copy_paste, rng)
     return random_perspective(sample, rng, cfg.degrees, cfg.translate, cfg.scale, cfg.shear, cfg.perspective,
                               border=mosaic_border(img_size))
