@@ -193,7 +193,9 @@ class YoloDataset(Dataset):
         labels = self.store.labels_of(index)
         boxes = xywhn_to_xyxy(labels[:, 1:], lb.ratio[0] * w, lb.ratio[1] * h, padw=lb.pad[0], padh=lb.pad[1])
         scale = np.array([lb.ratio[0] * w, lb.ratio[1] * h], np.float32)
-        segments = [seg * scale + np.array(lb.pad, np.float32) for seg in self.store.segments_of(index)]
+        # polygons only matter to augmentation; evaluation skips the work
+        segments = ([seg * scale + np.array(lb.pad, np.float32) for seg in self.store.segments_of(index)]
+                    if self.augment else [])
         shapes = (h0, w0), ((h / h0, w / w0), lb.pad)
         return Sample(lb.img, labels[:, 0].copy(), boxes, segments), shapes
 
