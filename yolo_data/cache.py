@@ -16,7 +16,6 @@ format, which holds nothing that runs.  The file is memory-mapped, not read: a m
 """
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import logging
@@ -237,6 +236,3 @@ def folder_cache_file(default: Path, folder: Path) -> Path:
     digest = hashlib.sha256(str(Path(default).absolute()).encode("utf-8", "surrogateescape")).hexdigest()[:16]
     return Path(folder) / f"{Path(default).stem}-{digest}.cache"
 
-
-def is_permission_error(e: OSError) -> bool:
-    return isinstance(e, PermissionError) or e.errno in (errno.EACCES, errno.EPERM, errno.EROFS)

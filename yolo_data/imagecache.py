@@ -133,13 +133,10 @@ def build(path: Path, key: str, store: LabelStore, img_size: int, augment: bool,
     sizes = hw[:, 0] * hw[:, 1] * 3
     index = {"offsets": (n,), "hw": (n, 2), "hw0": (n, 2), "ok": (n,)}
     dtypes = {"offsets": "<i8", "hw": "<i4", "hw0": "<i4", "ok": "|u1"}
-    layout, pos = {}, 0
+    header_guess = 512 + 64 * len(index)  # room reserved for the JSON header, checked below
+    layout, pos = {}, _align(_PREFIX.size + header_guess, 64)
     for name, shape in index.items():
-        layout[name] = {"dtype": dtypes[name], "shape": list(shape), "offset": None}
-    header_guess = 512 + 64 * len(index)
-    pos = _align(_PREFIX.size + header_guess, 64)
-    for name, shape in index.items():
-        layout[name]["offset"] = pos
+        layout[name] = {"dtype": dtypes[name], "shape": list(shape), "offset": pos}
         pos = _align(pos + int(np.prod(shape)) * np.dtype(dtypes[name]).itemsize, 64)
     data_start = _align(pos, _PAGE)
     offsets = data_start + np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
