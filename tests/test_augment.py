@@ -4,7 +4,7 @@ import cv2
 import numpy as np
 import pytest
 
-from yolo_data.mosaic import copy_paste, mixup, mosaic4, mosaic9, mosaic_border, mosaic_centre
+from yolo_data.mosaic import _tiles, copy_paste, mixup, mosaic4, mosaic9, mosaic_border, mosaic_centre
 from yolo_data.perspective import (PerspectiveParams, box_candidates, draw_perspective, flip_lr, flip_ud,
                                    perspective_matrix, random_perspective, warp_boxes, warp_sample)
 from yolo_data.photometric import augment_hsv
@@ -518,37 +518,54 @@ def test_mosaic9_layout_and_random_crop():
 
 @pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize("with_polygons", [False, True])
-def test_canvas_free_mosaic_equals_canvas_then_warp_away_from_the_seams(seed, with_polygons):
-    from yolo_data.mosaic import mosaic4_warped
-    from yolo_data.perspective import perspective_matrix, warp_sample
-    s = 64
+def test_resized_mosaic_keeps_boxes_on_their_pixels_and_near_the_canvas_warp(seed, with_polygons):
+    from yolo_data.mosaic import mosaic4_resized
+    s = 128
     parts = colour_parts(s, with_polygons=with_polygons)
     rng = np.random.default_rng(seed)
     centre = mosaic_centre(rng, s)
     params = draw_perspective(rng, **SCRATCH_LOW)
     M = perspective_matrix(params, (2 * s, 2 * s), (s, s))
     slow = warp_sample(mosaic4(parts, s, centre), M, (s, s), scale=params.scale)
-    fast_canvas = mosaic4_warped(parts, s, centre, M)
-    fast = warp_sample(fast_canvas, M, (s, s), scale=params.scale, warped_img=fast_canvas.img)
-    assert np.array_equal(fast.boxes, slow.boxes) and np.array_equal(fast.cls, slow.cls)
+    on_canvas, blocks = mosaic4_resized(parts, s, centre, M)
+    fast = warp_sample(on_canvas, M, (s, s), scale=params.scale, warped_img=on_canvas.img, row_blocks=blocks)
+    assert fast.img.shape == (s, s, 3) and [n for n, _ in blocks] == [len(p) for p in parts]
+    assert_boxes_valid(fast)
+    # Each tile moves by its own matrix, within half a source pixel (<= 0.75 output px) of M's.
+    assert np.array_equal(fast.cls, slow.cls)
+    assert np.abs(fast.boxes - slow.boxes).max() <= 0.76, (seed, fast.boxes - slow.boxes)
     assert len(fast.segments) == len(slow.segments)
-    differ = np.argwhere((fast.img != slow.img).any(-1))
-    # only where a pixel's neighbourhood straddles the edge of a tile (the seam between two tiles, or
-    # a tile and the gray padding), where the canvas blends and the canvas-free warp repeats the edge
-    from yolo_data.mosaic import _tiles
-    tiles = _tiles(parts, s, centre)
-    edges_x = [M[0, 0] * x + M[0, 2] for t in tiles for x in (t[2], t[4])]
-    edges_y = [M[1, 1] * y + M[1, 2] for t in tiles for y in (t[3], t[5])]
-    for y, x in differ:
-        near = min(abs(x + 0.5 - e) for e in edges_x) <= 2 or min(abs(y + 0.5 - e) for e in edges_y) <= 2
-        assert near, (seed, y, x)
-    assert len(differ) <= 4 * s * 2  # a couple of pixel lines at most
+    # The pixels follow the tile's matrix, so every kept box is tight on its colour: within 1.25 px
+    # of where the colour is unblended (over 80 draws: at most 1.20 here, 1.38 for the canvas warp).
+    for c, box in zip(fast.cls.astype(int), fast.boxes):
+        extent, _ = colour_extent(fast.img, COLOURS[c])
+        assert extent is not None and np.abs(box - extent).max() <= 1.25, (seed, c, box, extent)
 
 
-def test_canvas_free_mosaic_refuses_rotation():
-    from yolo_data.mosaic import mosaic4_warped
-    from yolo_data.perspective import perspective_matrix
+def test_resized_mosaic_tiles_share_their_seams_and_stay_near_the_matrix():
+    from yolo_data.mosaic import _span
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        a, b = rng.uniform(0.25, 1.5), rng.uniform(-300, 300)
+        lo, mid, hi = np.sort(rng.choice(1280, 3, replace=False))
+        left, right = _span(a, b, lo, mid, 640), _span(a, b, mid, hi, 640)
+        if left and right:  # no gray line and no overlap between neighbours
+            assert left[1] == right[0], (a, b, lo, mid, hi)
+        for span, (x1, x2) in ((left, (lo, mid)), (right, (mid, hi))):
+            if span is None:
+                assert min(max(a * x2 + b, 0), 640) - min(max(a * x1 + b, 0), 640) < 1
+                continue
+            o1, o2, X1, X2, k, t = span
+            assert 0 <= o1 < o2 <= 640 and x1 <= X1 < X2 <= x2
+            assert abs(k * X1 + t - o1) < 1e-9 and abs(k * X2 + t - o2) < 1e-9  # resize: edges to edges
+            # within half a source pixel (or half an output pixel at a clipped edge) of the matrix
+            for X in (X1, X2):
+                assert abs(k * X + t - (a * X + b)) <= max(0.5 * a, 0.5) + 1e-9, (a, b, lo, mid, hi, span)
+
+
+def test_resized_mosaic_refuses_rotation():
+    from yolo_data.mosaic import mosaic4_resized
     parts = colour_parts(32)
     params = draw_perspective(np.random.default_rng(0), **ROTATED)
     with pytest.raises(ValueError, match="scale and translation only"):
-        mosaic4_warped(parts, 32, (32, 32), perspective_matrix(params, (64, 64), (32, 32)))
+        mosaic4_resized(parts, 32, (32, 32), perspective_matrix(params, (64, 64), (32, 32)))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import zlib
+from typing import Optional
 
 import numpy as np
 import torch
@@ -9,9 +10,29 @@ import torch.nn.functional as F
 from torch.utils.data import get_worker_info
 
 
+def one_batch(tensors) -> Optional[torch.Tensor]:
+    """The (B, ...) tensor whose consecutive slots the B ``tensors`` are, or None.  Items of a batch made
+    by ``YoloDataset.__getitems__`` are written into one such tensor (see tensors.BatchImages), which
+    then needs no stacking."""
+    first = tensors[0]
+    n, size = len(tensors), first.numel()
+    storage = first.untyped_storage()
+    if storage.nbytes() != n * size * first.element_size() or not first.is_contiguous():
+        return None
+    for k, t in enumerate(tensors):
+        if (t.shape != first.shape or t.dtype != first.dtype or not t.is_contiguous()
+                or t.untyped_storage().data_ptr() != storage.data_ptr() or t.storage_offset() != k * size):
+            return None
+    return first.as_strided((n, *first.shape), (size, *first.stride()), 0)
+
+
 def stack(tensors) -> torch.Tensor:
     """torch.stack, straight into shared memory inside a DataLoader worker: the batch then crosses to
-    the main process without being copied once more (as torch's default_collate does)."""
+    the main process without being copied once more (as torch's default_collate does).  Tensors that
+    already are the slots of one batch tensor are handed on as that tensor, without a copy."""
+    whole = one_batch(tensors)
+    if whole is not None:
+        return whole
     out = None
     if get_worker_info() is not None:
         # allocated in shared memory directly (share_memory_() on a fresh tensor would copy it there)

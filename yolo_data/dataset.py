@@ -12,24 +12,24 @@ from typing import List, Optional, Sequence, Tuple
 
 import cv2
 import numpy as np
-import torch
 from torch.utils.data import Dataset
 
 from . import distributed
-from .boxes import xywhn_to_xyxy, xyxy_to_xywhn
+from .boxes import xywhn_to_xyxy
 from .albument import AlbumentationsStep
 from .collate import collate_fn
-from .geometry import letterbox, rect_plan
+from .geometry import LetterboxPlan, letterbox, letterbox_plan, rect_plan
 from .hyp import AugmentConfig, load_hyp
 from .cache import user_cache_dir
 from .imagecache import ImageCache, open_or_build
 from .images import ImageReadError, LoadedImage, load_image
-from .pipeline import finish, item_rng, mosaic_with_mixup, single_image_geometry
+from .pipeline import draw_finish, flip_boxes, item_rng, mosaic_with_mixup, single_image_geometry
 from .sample import Sample
 from .sampling import SharedEpoch
 from .sources import is_dataset_yaml, load_dataset_yaml
 from .split import SplitLabels, load_split
 from .store import ImageFiles, LabelFiles, Labels, Segments
+from .tensors import BatchImages, Scratch, targets_of, write_letterboxed, write_rgb
 
 LOGGER = logging.getLogger("yolo_data")
 MAX_SUBSTITUTES = 8  # unreadable images in a row before a training item gives up
@@ -123,6 +123,7 @@ class YoloDataset(Dataset):
         self.indices = range(n)
 
         self._reported = set()  # unreadable-image warnings already given (per process)
+        self._scratch = Scratch()
         self.image_cache: Optional[ImageCache] = None
         if cache_images:
             labels_file = self.split_labels.cache_file or user_cache_dir() / "labels.cache"
@@ -185,19 +186,27 @@ class YoloDataset(Dataset):
         return li.img, li.hw0, li.hw
 
     # -- one item ---------------------------------------------------------------------------------------
+    def _letterbox_of(self, index: int):
+        """(img (h, w, 3) BGR resized, its LetterboxPlan, (h0, w0), (h, w)) for image ``index``."""
+        img, hw0, (h, w) = self.load_image(index)
+        shape = self.batch_shapes[self.batch[index]] if self.rect else self.img_size
+        return img, letterbox_plan((h, w), shape, auto=False, scaleup=self.augment), hw0, (h, w)
+
+    def _boxes_on(self, index: int, plan: LetterboxPlan, hw: Tuple[int, int]) -> np.ndarray:
+        """(n, 4) float32 pixel xyxy boxes of image ``index`` on its letterbox."""
+        h, w = hw
+        return xywhn_to_xyxy(self.store.labels_of(index)[:, 1:], plan.ratio[0] * w, plan.ratio[1] * h,
+                             padw=plan.pad[0], padh=plan.pad[1])
+
     def _letterboxed(self, index: int):
         """Image ``index`` letterboxed to its final shape: (Sample with pixel boxes, YOLOv5 shapes)."""
-        img, (h0, w0), (h, w) = self.load_image(index)
-        shape = self.batch_shapes[self.batch[index]] if self.rect else self.img_size
-        lb = letterbox(img, shape, auto=False, scaleup=self.augment)
-        labels = self.store.labels_of(index)
-        boxes = xywhn_to_xyxy(labels[:, 1:], lb.ratio[0] * w, lb.ratio[1] * h, padw=lb.pad[0], padh=lb.pad[1])
-        scale = np.array([lb.ratio[0] * w, lb.ratio[1] * h], np.float32)
-        # polygons only matter to augmentation; evaluation skips the work
-        segments = ([seg * scale + np.array(lb.pad, np.float32) for seg in self.store.segments_of(index)]
-                    if self.augment else [])
-        shapes = (h0, w0), ((h / h0, w / w0), lb.pad)
-        return Sample(lb.img, labels[:, 0].copy(), boxes, segments), shapes
+        img, plan, (h0, w0), (h, w) = self._letterbox_of(index)
+        lb = letterbox(img, plan.shape, auto=False, scaleup=self.augment)
+        scale = np.array([plan.ratio[0] * w, plan.ratio[1] * h], np.float32)
+        segments = [seg * scale + np.array(plan.pad, np.float32) for seg in self.store.segments_of(index)]
+        shapes = (h0, w0), ((h / h0, w / w0), plan.pad)
+        return Sample(lb.img, self.store.labels_of(index)[:, 0].copy(), self._boxes_on(index, plan, (h, w)),
+                      segments), shapes
 
     def _resized(self, index: int) -> Sample:
         """Image ``index`` with its long side at img_size and pixel boxes (a mosaic tile)."""
@@ -208,18 +217,49 @@ class YoloDataset(Dataset):
         return Sample(img, labels[:, 0].copy(), boxes, segments)
 
     def __getitem__(self, index: int):
-        index = self.indices[index]
+        return self._item(index, BatchImages(1), 0)
+
+    def __getitems__(self, positions: List[int]):
+        """A whole batch at once (torch's DataLoader calls this with the batch's indices).  The items'
+        images are slots of one (B, 3, H, W) tensor, which collate_fn hands on without stacking.
+
+        With ``batch_partners`` (the default when augmenting) mosaic and mixup partners are drawn from
+        the batch's own images, each decoded once for the batch: about one decode per item instead of
+        four, and still a pure function of (seed, epoch, batch), whatever the number of workers.
+        """
+        images = BatchImages(len(positions))
+        if not (self.augment and self.batch_partners):
+            return [self._item(p, images, k) for k, p in enumerate(positions)]
+        ids = [self.indices[p] for p in positions]
+        pool = ids if len(ids) >= 4 else range(self.n)  # a tiny last batch borrows from the dataset
+        loaded = {}
+
+        def load(i: int) -> Sample:
+            if i not in loaded:
+                loaded[i] = self._resized(i)
+            return loaded[i]
+
+        items = []
+        for k, i in enumerate(ids):
+            try:
+                items.append(self._train_item(i, item_rng(self.seed, self.epoch, i), images, k, load, pool))
+            except ImageReadError:  # an image went missing: this item takes the single-item path
+                items.append(self._item(positions[k], images, k))
+        return items
+
+    def _item(self, position: int, images: BatchImages, k: int):
+        """Item ``position`` (through ``indices``), its image written into slot ``k`` of ``images``."""
+        index = self.indices[position]
         if not self.augment:
             # Evaluation must see exactly its images: an unreadable one is an error (ImageReadError
             # names the file; in a worker it reaches the main process, nothing hangs).
-            sample, shapes = self._letterboxed(index)
-            return to_tensors(sample.img, sample.cls, sample.boxes, self.store.im_file(index), shapes)
+            return self._eval_item(index, images, k)
         # Training goes on when an image vanished or broke after the scan: the item is rebuilt around
         # the next image, with a warning naming the file, so one bad file never ends a long run.
         for attempt in range(MAX_SUBSTITUTES + 1):
             primary = (index + attempt) % self.n
             try:
-                return self._train_item(primary, item_rng(self.seed, self.epoch, index, attempt))
+                return self._train_item(primary, item_rng(self.seed, self.epoch, index, attempt), images, k)
             except ImageReadError as e:
                 if str(e) not in self._reported:
                     self._reported.add(str(e))
@@ -228,35 +268,16 @@ class YoloDataset(Dataset):
         raise ImageReadError(f"{MAX_SUBSTITUTES + 1} images in a row could not be read (last: {error}); "
                              "has the dataset moved? Rebuild the cache with tools/build_cache.py")
 
-    def __getitems__(self, positions: List[int]):
-        """A whole batch at once (torch's DataLoader calls this with the batch's indices).
+    def _eval_item(self, index: int, images: BatchImages, k: int):
+        """Letterbox straight into the batch tensor; polygons only matter to augmentation."""
+        img, plan, (h0, w0), (h, w) = self._letterbox_of(index)
+        out = images.slot(k, plan.shape)
+        write_letterboxed(img, plan, out.numpy())
+        targets = targets_of(self.store.labels_of(index)[:, 0], self._boxes_on(index, plan, (h, w)), plan.shape)
+        return out, targets, self.store.im_file(index), ((h0, w0), ((h / h0, w / w0), plan.pad))
 
-        With ``batch_partners`` (the default when augmenting) mosaic and mixup partners are drawn from
-        the batch's own images, each decoded once for the batch: about one decode per item instead of
-        four, and still a pure function of (seed, epoch, batch), whatever the number of workers.
-        """
-        if not (self.augment and self.batch_partners):
-            return [self[p] for p in positions]
-        ids = [self.indices[p] for p in positions]
-        pool = ids if len(ids) >= 4 else range(self.n)  # a tiny last batch borrows from the dataset
-        loaded = {}
-
-        def load(i: int) -> Sample:
-            if i not in loaded:
-                # BGRA once per image and batch: mosaic tiles are warped on 4 channels (see mosaic.py)
-                s = self._resized(i)
-                loaded[i] = Sample(cv2.cvtColor(s.img, cv2.COLOR_BGR2BGRA), s.cls, s.boxes, s.segments)
-            return loaded[i]
-
-        items = []
-        for i in ids:
-            try:
-                items.append(self._train_item(i, item_rng(self.seed, self.epoch, i), load=load, pool=pool))
-            except ImageReadError:  # an image went missing: this item takes the single-item path
-                items.append(self[positions[len(items)]])
-        return items
-
-    def _train_item(self, index: int, rng: np.random.Generator, load=None, pool=None):
+    def _train_item(self, index: int, rng: np.random.Generator, images: BatchImages, k: int, load=None,
+                    pool=None):
         if self.mosaic and rng.random() < self.cfg.mosaic:
             sample = mosaic_with_mixup(load or self._resized, range(self.n) if pool is None else pool, index,
                                        self.img_size, self.cfg, rng)
@@ -264,22 +285,18 @@ class YoloDataset(Dataset):
         else:
             sample, shapes = self._letterboxed(index)
             sample = single_image_geometry(sample, self.cfg, rng)
-        sample = finish(sample, self.cfg, rng, self.albumentations)
-        return to_tensors(sample.img, sample.cls, sample.boxes, self.store.im_file(index), shapes)
+        if self.albumentations is not None:
+            if sample.img.shape[2] == 4:  # the mosaic's BGRA canvas
+                sample = Sample(cv2.cvtColor(sample.img, cv2.COLOR_BGRA2BGR), sample.cls, sample.boxes,
+                                sample.segments)
+            sample = self.albumentations(sample, rng)
+        draws = draw_finish(self.cfg, rng)
+        img, sample = sample.img, flip_boxes(sample, draws)  # pixels are flipped on their way out
+        out = images.slot(k, img.shape[:2])
+        write_rgb(img, out.numpy(), draws.hsv_gains, draws.flip_ud, draws.flip_lr, self._scratch)
+        return out, targets_of(sample.cls, sample.boxes, img.shape[:2]), self.store.im_file(index), shapes
 
     collate_fn = staticmethod(collate_fn)  # YOLOv5 scripts use LoadImagesAndLabels.collate_fn
-
-
-def to_tensors(img: np.ndarray, classes: np.ndarray, boxes_xyxy: np.ndarray, path: str, shapes):
-    """The edge of the pipeline: BGR (H, W, 3) uint8 + pixel xyxy boxes -> (3, H, W) RGB uint8 tensor and
-    (n, 6) float32 targets [0, class, x, y, w, h] normalised, boxes clipped just inside the image."""
-    hh, ww = img.shape[:2]
-    targets = torch.zeros((len(classes), 6))
-    if len(classes):
-        targets[:, 1] = torch.tensor(np.asarray(classes, dtype=np.float32))
-        targets[:, 2:] = torch.from_numpy(xyxy_to_xywhn(boxes_xyxy, w=ww, h=hh, clip=True, eps=1e-3))
-    chw = np.ascontiguousarray(img.transpose((2, 0, 1))[::-1])
-    return torch.from_numpy(chw), targets, path, shapes
 
 
 LoadImagesAndLabels = YoloDataset  # YOLOv5's name

@@ -23,18 +23,29 @@ class LetterboxResult:
         return iter((self.img, self.ratio, self.pad))
 
 
-def letterbox(im: np.ndarray, new_shape: Union[int, Tuple[int, int]] = 640, color=(PAD_VALUE,) * 3,
-              auto: bool = True, scale_fill: bool = False, scaleup: bool = True, stride: int = 32,
-              center: bool = True, scaleFill: bool = None) -> LetterboxResult:
-    """Resize ``im`` (H, W, C) to fit ``new_shape`` (h, w) keeping its aspect ratio, then pad.
+@dataclass
+class LetterboxPlan:
+    """Where an image goes in its letterbox: ``new_unpad`` (w, h) size after resizing, ``ratio`` and
+    ``pad`` as in `LetterboxResult`, and the whole pixels of border ``top``, ``bottom``, ``left``,
+    ``right`` around the resized image."""
+    new_unpad: Tuple[int, int]
+    ratio: Tuple[float, float]
+    pad: Tuple[float, float]
+    top: int
+    bottom: int
+    left: int
+    right: int
 
-    Numbers are YOLOv5's: ``auto`` pads only to a multiple of ``stride``; ``scale_fill`` (YOLOv5 spells
-    it ``scaleFill``) stretches to fill; ``scaleup=False`` never enlarges.  ``center=False`` puts all
-    padding right and bottom.  The result unpacks as YOLOv5's tuple: ``im, ratio, (dw, dh)``.
-    """
-    if scaleFill is not None:
-        scale_fill = scaleFill
-    shape = im.shape[:2]
+    @property
+    def shape(self) -> Tuple[int, int]:
+        """(h, w) of the letterboxed image."""
+        return self.top + self.new_unpad[1] + self.bottom, self.left + self.new_unpad[0] + self.right
+
+
+def letterbox_plan(shape: Tuple[int, int], new_shape: Union[int, Tuple[int, int]] = 640, auto: bool = True,
+                   scale_fill: bool = False, scaleup: bool = True, stride: int = 32,
+                   center: bool = True) -> LetterboxPlan:
+    """The letterbox of an image of ``shape`` (h, w), without touching pixels (see `letterbox`)."""
     if isinstance(new_shape, (int, np.integer)):
         new_shape = (int(new_shape), int(new_shape))
     r = min(new_shape[0] / shape[0], new_shape[1] / shape[1])
@@ -53,13 +64,28 @@ def letterbox(im: np.ndarray, new_shape: Union[int, Tuple[int, int]] = 640, colo
     if center:
         dw /= 2
         dh /= 2
-    if shape[::-1] != new_unpad:
-        im = cv2.resize(im, new_unpad, interpolation=cv2.INTER_LINEAR)
     # The +-0.1 splits an odd padding as YOLOv5 does (one more pixel bottom/right).
     top, bottom = (int(round(dh - 0.1)), int(round(dh + 0.1))) if center else (0, int(round(dh)))
     left, right = (int(round(dw - 0.1)), int(round(dw + 0.1))) if center else (0, int(round(dw)))
-    im = cv2.copyMakeBorder(im, top, bottom, left, right, cv2.BORDER_CONSTANT, value=color)
-    return LetterboxResult(im, ratio, (dw, dh) if center else (0.0, 0.0))
+    return LetterboxPlan(new_unpad, ratio, (dw, dh) if center else (0.0, 0.0), top, bottom, left, right)
+
+
+def letterbox(im: np.ndarray, new_shape: Union[int, Tuple[int, int]] = 640, color=(PAD_VALUE,) * 3,
+              auto: bool = True, scale_fill: bool = False, scaleup: bool = True, stride: int = 32,
+              center: bool = True, scaleFill: bool = None) -> LetterboxResult:
+    """Resize ``im`` (H, W, C) to fit ``new_shape`` (h, w) keeping its aspect ratio, then pad.
+
+    Numbers are YOLOv5's: ``auto`` pads only to a multiple of ``stride``; ``scale_fill`` (YOLOv5 spells
+    it ``scaleFill``) stretches to fill; ``scaleup=False`` never enlarges.  ``center=False`` puts all
+    padding right and bottom.  The result unpacks as YOLOv5's tuple: ``im, ratio, (dw, dh)``.
+    """
+    if scaleFill is not None:
+        scale_fill = scaleFill
+    plan = letterbox_plan(im.shape[:2], new_shape, auto, scale_fill, scaleup, stride, center)
+    if im.shape[1::-1] != plan.new_unpad:
+        im = cv2.resize(im, plan.new_unpad, interpolation=cv2.INTER_LINEAR)
+    im = cv2.copyMakeBorder(im, plan.top, plan.bottom, plan.left, plan.right, cv2.BORDER_CONSTANT, value=color)
+    return LetterboxResult(im, plan.ratio, plan.pad)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import cv2
 import numpy as np
@@ -158,7 +158,8 @@ def warp_boxes(boxes: np.ndarray, segments, M: np.ndarray, out_hw: Tuple[int, in
 
 
 def warp_sample(sample: Sample, M: np.ndarray, out_hw: Tuple[int, int], border_value: int = PAD_VALUE,
-                scale: Optional[float] = None, warped_img: Optional[np.ndarray] = None) -> Sample:
+                scale: Optional[float] = None, warped_img: Optional[np.ndarray] = None,
+                row_blocks: Optional[Sequence[Tuple[int, np.ndarray]]] = None) -> Sample:
     """Warp a sample by the (3, 3) ``M`` onto an ``out_hw`` (h, w) image and drop the boxes that
     ``box_candidates`` rejects, with their classes and polygons.
 
@@ -166,10 +167,23 @@ def warp_sample(sample: Sample, M: np.ndarray, out_hw: Tuple[int, int], border_v
     when None it is estimated as sqrt(|det|) of M's linear part.  The area threshold is 0.01 with
     polygons (their boxes are tight, so a small remainder is still a real object) and 0.1 without.
     The input sample is not modified.  ``warped_img``: the image already warped (see
-    ``mosaic.mosaic4_warped``); only the boxes and polygons are then transformed.
+    ``mosaic.mosaic4_resized``); only the boxes and polygons are then transformed.  ``row_blocks``:
+    [(n, (3, 3) matrix), ...] when consecutive blocks of n boxes (with their polygons) moved by their
+    own matrices instead of ``M`` (the tiles of ``mosaic4_resized``).
     """
     img = warp_image(sample.img, M, out_hw, border_value) if warped_img is None else warped_img
-    new_boxes, new_segments = warp_boxes(sample.boxes, sample.segments, M, out_hw)
+    if row_blocks is None:
+        new_boxes, new_segments = warp_boxes(sample.boxes, sample.segments, M, out_hw)
+    else:
+        new_boxes, new_segments, start = [np.zeros((0, 4), np.float32)], [], 0
+        for n, block_matrix in row_blocks:
+            rows = slice(start, start + n)
+            b, segs = warp_boxes(sample.boxes[rows], sample.segments[rows] if sample.segments else [],
+                                 block_matrix, out_hw)
+            new_boxes.append(b)
+            new_segments += segs
+            start += n
+        new_boxes = np.concatenate(new_boxes)
     out = Sample(img, sample.cls.copy(), new_boxes, new_segments)
     if not len(out):
         return out

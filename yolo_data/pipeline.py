@@ -9,16 +9,17 @@ whichever worker makes it, and whatever the number of workers.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
 
 import cv2
 import numpy as np
 
 from .hyp import AugmentConfig
-from .mosaic import copy_paste, mixup, mosaic4, mosaic4_warped, mosaic9, mosaic_border, mosaic_centre
+from .mosaic import copy_paste, mixup, mosaic4, mosaic4_resized, mosaic9, mosaic_border, mosaic_centre
 from .perspective import (draw_perspective, flip_lr, flip_ud, perspective_matrix, random_perspective,
                           warp_sample)
-from .photometric import augment_hsv
+from .photometric import apply_hsv, draw_hsv_gains
 from .sample import Sample
 
 LoadFn = Callable[[int], Sample]  # image i resized to img_size long side, pixel boxes on it
@@ -45,13 +46,14 @@ def mosaic_sample(load: LoadFn, pool: Sequence[int], index: int, img_size: int, 
         parts = [load(int(i)) for i in ids]
         centre = mosaic_centre(rng, img_size)
         if not (cfg.degrees or cfg.shear or cfg.perspective or (cfg.copy_paste and any(p.segments for p in parts))):
-            # Scale and translation only (YOLOv5's scratch hyps): the same draws, boxes and pixels as
-            # below, but each tile is warped straight into the output (no 2s x 2s canvas).
+            # Scale and translation only (YOLOv5's scratch hyps): the same draws as below, but each
+            # tile is resized straight into the output (no 2s x 2s canvas; see mosaic4_resized).
             s2, out_hw = 2 * img_size, (img_size, img_size)
             params = draw_perspective(rng, cfg.degrees, cfg.translate, cfg.scale, cfg.shear, cfg.perspective)
             M = perspective_matrix(params, (s2, s2), out_hw)
-            on_canvas = mosaic4_warped(parts, img_size, centre, M)
-            return warp_sample(on_canvas, M, out_hw, scale=params.scale, warped_img=on_canvas.img)
+            on_canvas, blocks = mosaic4_resized(parts, img_size, centre, M)
+            return warp_sample(on_canvas, M, out_hw, scale=params.scale, warped_img=on_canvas.img,
+                               row_blocks=blocks)
         sample = mosaic4(parts, img_size, centre)
     sample = copy_paste(sample, cfg.copy_paste, rng)
     return random_perspective(sample, rng, cfg.degrees, cfg.translate, cfg.scale, cfg.shear, cfg.perspective,
@@ -72,17 +74,41 @@ def single_image_geometry(sample: Sample, cfg: AugmentConfig, rng: np.random.Gen
     return random_perspective(sample, rng, cfg.degrees, cfg.translate, cfg.scale, cfg.shear, cfg.perspective)
 
 
-def finish(sample: Sample, cfg: AugmentConfig, rng: np.random.Generator, extra=None) -> Sample:
-    """Photometric steps and flips, after the geometry.  ``extra``: an optional callable
-    (sample, rng) -> sample (the Albumentations step)."""
-    if extra is not None:
-        sample = extra(sample, rng)
-    img = augment_hsv(sample.img, rng, cfg.hsv_h, cfg.hsv_s, cfg.hsv_v)
-    if img.shape[2] == 4:  # a mosaic canvas is BGRA (see mosaic._canvas) and HSV was off
-        img = cv2.cvtColor(img, cv2.COLOR_BGRA2BGR)
-    sample = Sample(img, sample.cls, sample.boxes, sample.segments)
-    if cfg.flipud and rng.random() < cfg.flipud:
+@dataclass
+class FinishDraws:
+    """The last random decisions of an item, drawn in YOLOv5's order: HSV gains ((3,) float64, or None
+    when all HSV gains are 0), then flip up-down, then flip left-right."""
+    hsv_gains: Optional[np.ndarray]
+    flip_ud: bool
+    flip_lr: bool
+
+
+def draw_finish(cfg: AugmentConfig, rng: np.random.Generator) -> FinishDraws:
+    gains = draw_hsv_gains(rng, cfg.hsv_h, cfg.hsv_s, cfg.hsv_v)
+    ud = bool(cfg.flipud and rng.random() < cfg.flipud)
+    lr = bool(cfg.fliplr and rng.random() < cfg.fliplr)
+    return FinishDraws(gains, ud, lr)
+
+
+def flip_boxes(sample: Sample, draws: FinishDraws) -> Sample:
+    """``sample`` with boxes and polygons flipped as ``draws`` says (the image becomes a flipped view)."""
+    if draws.flip_ud:
         sample = flip_ud(sample)
-    if cfg.fliplr and rng.random() < cfg.fliplr:
+    if draws.flip_lr:
         sample = flip_lr(sample)
     return sample
+
+
+def finish(sample: Sample, cfg: AugmentConfig, rng: np.random.Generator, extra=None) -> Sample:
+    """Photometric steps and flips, after the geometry, as a Sample with a (H, W, 3) BGR image.
+    ``extra``: an optional callable (sample, rng) -> sample (the Albumentations step).
+
+    The dataset does the same with the same draws, but applies HSV and flips on the way into the
+    batch tensor (tensors.write_rgb); this is the plain reference of that step."""
+    if extra is not None:
+        sample = extra(sample, rng)
+    draws = draw_finish(cfg, rng)
+    img = sample.img if draws.hsv_gains is None else apply_hsv(sample.img, draws.hsv_gains)
+    if img.shape[2] == 4:  # a mosaic canvas is BGRA (see mosaic._canvas) and HSV was off
+        img = cv2.cvtColor(img, cv2.COLOR_BGRA2BGR)
+    return flip_boxes(Sample(img, sample.cls, sample.boxes, sample.segments), draws)

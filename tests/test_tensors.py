@@ -1,0 +1,75 @@
+"""The tensor edge: items written into one batch tensor, HSV and flips applied on the way out, and
+collate handing the batch tensor on without a copy."""
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from yolo_data.collate import collate_fn, one_batch
+from yolo_data.dataset import YoloDataset
+from yolo_data.geometry import letterbox, letterbox_plan
+from yolo_data.hyp import AugmentConfig
+from yolo_data.pipeline import draw_finish, finish
+from yolo_data.sample import Sample
+from yolo_data.tensors import BatchImages, Scratch, write_letterboxed, write_rgb
+
+
+def reference_chw(img_bgr):
+    return np.ascontiguousarray(img_bgr.transpose(2, 0, 1)[::-1])
+
+
+@pytest.mark.parametrize("channels", [3, 4])
+@pytest.mark.parametrize("hyp", [dict(), dict(hsv_h=0, hsv_s=0, hsv_v=0), dict(flipud=0.5), dict(hsv_h=0.5, flipud=1.0)])
+def test_write_rgb_equals_the_plain_finish_step(channels, hyp):
+    """Same draws, same pixels as pipeline.finish followed by a BGR -> CHW RGB transpose."""
+    cfg = AugmentConfig(**hyp)
+    scratch = Scratch()
+    for seed in range(6):
+        img = np.random.default_rng(seed).integers(0, 255, (37, 53, channels), dtype=np.uint8)
+        before = img.copy()
+        sample = Sample(img, np.zeros(0, np.float32), np.zeros((0, 4), np.float32))
+        expect = reference_chw(finish(sample, cfg, np.random.default_rng(100 + seed)).img)
+        draws = draw_finish(cfg, np.random.default_rng(100 + seed))
+        out = np.zeros((3, 37, 53), np.uint8)
+        write_rgb(img, out, draws.hsv_gains, draws.flip_ud, draws.flip_lr, scratch)
+        assert np.array_equal(out, expect), (seed, draws)
+        assert np.array_equal(img, before)
+
+
+@pytest.mark.parametrize("shape,new_shape,scaleup", [((48, 64), 64, False), ((30, 41), (64, 96), True),
+                                                      ((100, 70), (64, 64), False), ((64, 64), 64, False)])
+def test_write_letterboxed_equals_letterbox(shape, new_shape, scaleup):
+    img = np.random.default_rng(0).integers(0, 255, shape + (3,), dtype=np.uint8)
+    plan = letterbox_plan(shape, new_shape, auto=False, scaleup=scaleup)
+    lb = letterbox(img, new_shape, auto=False, scaleup=scaleup)
+    out = np.zeros((3,) + plan.shape, np.uint8)
+    write_letterboxed(img, plan, out)
+    assert plan.shape == lb.img.shape[:2] and plan.ratio == lb.ratio and plan.pad == lb.pad
+    assert np.array_equal(out, reference_chw(lb.img))
+
+
+def test_one_batch_finds_the_slots_of_one_tensor_and_nothing_else():
+    images = BatchImages(3)
+    slots = [images.slot(k, (4, 5)) for k in range(3)]
+    whole = one_batch(slots)
+    assert whole is not None and whole.shape == (3, 3, 4, 5) and whole.data_ptr() == images.images.data_ptr()
+    assert one_batch(slots[:2]) is None  # part of a batch: stacked
+    assert one_batch([slots[1], slots[0], slots[2]]) is None  # another order
+    assert one_batch([torch.zeros(3, 4, 5), torch.zeros(3, 4, 5)]) is None
+    odd = images.slot(1, (6, 5))  # another shape gets its own tensor
+    assert odd.shape == (3, 6, 5) and odd.untyped_storage().data_ptr() != images.images.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("augment,batch_partners", [(False, True), (True, False), (True, True)])
+def test_a_batch_is_handed_on_without_a_copy_and_equals_its_items(small_dataset, augment, batch_partners, tmp_path):
+    ds = YoloDataset(str(small_dataset), 64, 4, augment=augment, split="train", cache_dir=tmp_path, seed=3,
+                     batch_partners=batch_partners)
+    items = ds.__getitems__([0, 1, 2, 3])
+    imgs, targets, paths, _ = collate_fn(items)
+    assert imgs.data_ptr() == items[0][0].data_ptr() and imgs.shape == (4, 3, 64, 64)
+    if not (augment and batch_partners):  # then each item is what the dataset gives for it alone
+        for k in range(4):
+            img, t, _, _ = ds[k]
+            assert torch.equal(imgs[k], img) and torch.equal(targets[targets[:, 0] == k, 1:], t[:, 1:])
+    assert list(paths) == [ds.im_files[k] for k in range(4)]
+    assert sorted(set(targets[:, 0].int().tolist())) <= [0, 1, 2, 3]

@@ -1,0 +1,117 @@
+"""The edge of the pipeline: a finished item's pixels into its slot of the batch tensor, and its boxes
+into YOLOv5's target rows.
+
+Items of one batch are written straight into one (B, 3, H, W) uint8 tensor (``BatchImages``), planar
+RGB, with the last photometric steps (HSV gains, flips) applied on the way; the collate function
+then hands that tensor on as it is.  Compared with making each item its own tensor and stacking
+them, that saves a transpose copy and a stack copy per image.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+import cv2
+import numpy as np
+import torch
+from torch.utils.data import get_worker_info
+
+from .boxes import xyxy_to_xywhn
+from .geometry import PAD_VALUE, LetterboxPlan
+from .photometric import apply_hsv
+
+
+def new_images(n: int, h: int, w: int) -> torch.Tensor:
+    """An uninitialised (n, 3, h, w) uint8 tensor; inside a DataLoader worker it lives in shared
+    memory, so the batch crosses to the main process without another copy (torch's default_collate
+    does the same for the stack it makes)."""
+    if get_worker_info() is None:
+        return torch.empty((n, 3, h, w), dtype=torch.uint8)
+    storage = torch.UntypedStorage._new_shared(n * 3 * h * w)
+    return torch.empty(0, dtype=torch.uint8).set_(storage).view(n, 3, h, w)
+
+
+class BatchImages:
+    """The images of one batch of ``n`` items: slot k is item k's (3, H, W) RGB view.
+
+    The tensor is allocated at the shape of the first slot asked for; a slot of another shape (which
+    only a custom pipeline could make) gets a tensor of its own, and the collate function then stacks.
+    """
+
+    def __init__(self, n: int):
+        self.n = n
+        self.images: Optional[torch.Tensor] = None
+
+    def slot(self, k: int, hw: Tuple[int, int]) -> torch.Tensor:
+        h, w = int(hw[0]), int(hw[1])
+        if self.images is None:
+            self.images = new_images(self.n, h, w)
+        if tuple(self.images.shape[2:]) == (h, w):
+            return self.images[k]
+        return torch.empty((3, h, w), dtype=torch.uint8)
+
+
+class Scratch:
+    """Per-process arrays reused from item to item, by shape: a fresh 1 MB array costs page faults
+    (~0.3 ms per MB here) every time it is touched first."""
+
+    def __init__(self):
+        self._arrays: Dict[tuple, np.ndarray] = {}
+
+    def get(self, name: str, shape: tuple) -> np.ndarray:
+        key = (name,) + tuple(shape)
+        if key not in self._arrays:
+            self._arrays[key] = np.empty(shape, np.uint8)
+        return self._arrays[key]
+
+    def __getstate__(self):  # a copy for a worker starts empty
+        return {"_arrays": {}}
+
+
+def write_rgb(img: np.ndarray, out: np.ndarray, hsv_gains: Optional[np.ndarray] = None, flip_ud: bool = False,
+              flip_lr: bool = False, scratch: Optional[Scratch] = None) -> None:
+    """Write ``img`` ((H, W, 3) BGR or (H, W, 4) BGRA uint8; not modified) into ``out`` ((3, H, W) uint8,
+    planar RGB), after HSV ``hsv_gains`` (see photometric.apply_hsv) and the flips, as YOLOv5 applies them.
+
+    HSV and flips commute (one works per pixel, the other only moves pixels), so the image is flipped
+    last, on its way into the planes.
+    """
+    h, w = img.shape[:2]
+    scratch = scratch or Scratch()
+    planes = [out[0], out[1], out[2]]
+    if hsv_gains is not None:
+        rgb = apply_hsv(img, hsv_gains, cv2.COLOR_HSV2RGB, hsv=scratch.get("hsv", (h, w, 3)),
+                        planes=[scratch.get(f"plane{c}", (h, w)) for c in range(3)])
+    elif flip_ud or flip_lr or img.shape[2] == 4:
+        rgb = cv2.cvtColor(img, cv2.COLOR_BGRA2RGB if img.shape[2] == 4 else cv2.COLOR_BGR2RGB,
+                           dst=scratch.get("hsv", (h, w, 3)))
+    else:  # BGR straight into reversed planes
+        rgb, planes = img, planes[::-1]
+    if flip_ud or flip_lr:
+        rgb = cv2.flip(rgb, -1 if flip_ud and flip_lr else (0 if flip_ud else 1), dst=scratch.get("flip", (h, w, 3)))
+    cv2.split(rgb, planes)
+
+
+def write_letterboxed(img: np.ndarray, plan: LetterboxPlan, out: np.ndarray) -> None:
+    """Letterbox ``img`` ((h, w, 3) BGR uint8) by ``plan`` straight into ``out`` ((3, H, W) uint8
+    planar RGB, H, W = ``plan.shape``): resize when the plan says so, PAD_VALUE around it."""
+    if img.shape[1::-1] != plan.new_unpad:
+        img = cv2.resize(img, plan.new_unpad, interpolation=cv2.INTER_LINEAR)
+    top, left = plan.top, plan.left
+    bottom, right = top + img.shape[0], left + img.shape[1]
+    # only the border strips are filled; the image covers the rest
+    out[:, :top] = PAD_VALUE
+    out[:, bottom:] = PAD_VALUE
+    out[:, top:bottom, :left] = PAD_VALUE
+    out[:, top:bottom, right:] = PAD_VALUE
+    region = out[:, top:bottom, left:right]
+    cv2.split(img, [region[2], region[1], region[0]])
+
+
+def targets_of(classes: np.ndarray, boxes_xyxy: np.ndarray, hw: Tuple[int, int]) -> torch.Tensor:
+    """(n, 6) float32 targets [0, class, x, y, w, h] normalised to an (h, w) image, from (n,) class ids
+    and (n, 4) pixel xyxy boxes, clipped just inside the image (column 0 is the collate function's)."""
+    targets = torch.zeros((len(classes), 6))
+    if len(classes):
+        targets[:, 1] = torch.from_numpy(np.array(classes, dtype=np.float32))  # a copy: labels are read-only
+        targets[:, 2:] = torch.from_numpy(xyxy_to_xywhn(boxes_xyxy, w=hw[1], h=hw[0], clip=True, eps=1e-3))
+    return targets
