@@ -569,3 +569,26 @@ def test_resized_mosaic_refuses_rotation():
     params = draw_perspective(np.random.default_rng(0), **ROTATED)
     with pytest.raises(ValueError, match="scale and translation only"):
         mosaic4_resized(parts, 32, (32, 32), perspective_matrix(params, (64, 64), (32, 32)))
+
+
+def test_row_blocks_move_each_block_by_its_own_matrix():
+    """warp_sample's shortcut for scaled-and-shifted blocks of plain boxes gives what pushing each
+    block's corners through its matrix gives."""
+    rng = np.random.default_rng(4)
+    for trial in range(20):
+        counts = [int(c) for c in rng.integers(0, 5, 4)]
+        boxes = random_boxes(rng, sum(counts), 256, 256)
+        mats = []
+        for _ in counts:
+            m = np.eye(3)
+            m[0, 0], m[1, 1] = rng.uniform(0.3, 1.6, 2)
+            m[:2, 2] = rng.uniform(-150, 100, 2)
+            mats.append(m)
+        sample = Sample(np.zeros((128, 128, 3), np.uint8), np.arange(len(boxes), dtype=np.float32), boxes)
+        out = warp_sample(sample, mats[0], (128, 128), scale=1.0, warped_img=sample.img,
+                          row_blocks=list(zip(counts, mats)))
+        starts = np.cumsum([0] + counts)
+        expect = np.concatenate([warp_boxes(boxes[a:b], [], m, (128, 128))[0]
+                                 for a, b, m in zip(starts[:-1], starts[1:], mats)])
+        keep = box_candidates(np.stack([boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]], 1), expect)
+        assert np.array_equal(out.boxes, expect[keep]) and np.array_equal(out.cls, np.flatnonzero(keep)), trial

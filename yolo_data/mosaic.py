@@ -35,7 +35,7 @@ def mosaic_centre(rng: np.random.Generator, img_size: int) -> Tuple[int, int]:
 def _shifted(part: Sample, dx: float, dy: float, size: float) -> Sample:
     """``part``'s boxes and polygons moved by (dx, dy) and clipped to [0, size] (new arrays)."""
     shift = np.array([dx, dy], np.float32)
-    boxes = (part.boxes + np.tile(shift, 2)).clip(0, size).astype(np.float32)
+    boxes = (part.boxes + np.array([dx, dy, dx, dy], np.float32)).clip(0, size).astype(np.float32)
     segments = [(s + shift).clip(0, size).astype(np.float32) for s in part.segments]
     return Sample(part.img, part.cls, boxes, segments)
 

@@ -19,7 +19,7 @@ from typing import Optional, Sequence, Tuple
 import cv2
 import numpy as np
 
-from .boxes import box_corners, resample_polygon, transform_points
+from .boxes import box_corners, clip_xyxy, resample_polygon, transform_points
 from .geometry import PAD_VALUE
 from .sample import Sample
 
@@ -110,6 +110,11 @@ def is_affine(M: np.ndarray) -> bool:
     return M[2, 0] == 0 and M[2, 1] == 0 and M[2, 2] == 1
 
 
+def is_axis_aligned(M: np.ndarray) -> bool:
+    """True when the (3, 3) ``M`` only scales (by positive factors) and translates."""
+    return M[0, 1] == 0 and M[1, 0] == 0 and M[0, 0] > 0 and M[1, 1] > 0 and is_affine(M)
+
+
 def warp_image(img: np.ndarray, M: np.ndarray, out_hw: Tuple[int, int],
                border_value: int = PAD_VALUE) -> np.ndarray:
     """(H, W, C) uint8 -> (out_h, out_w, C) uint8 warped by the (3, 3) ``M`` (bilinear), uncovered
@@ -174,6 +179,14 @@ def warp_sample(sample: Sample, M: np.ndarray, out_hw: Tuple[int, int], border_v
     img = warp_image(sample.img, M, out_hw, border_value) if warped_img is None else warped_img
     if row_blocks is None:
         new_boxes, new_segments = warp_boxes(sample.boxes, sample.segments, M, out_hw)
+    elif not sample.segments and all(is_axis_aligned(m) for _, m in row_blocks):
+        # boxes only, each block scaled and shifted: its corners' envelope is the box moved (cheaper)
+        counts = [n for n, _ in row_blocks]
+        k = np.repeat([[m[0, 0], m[1, 1], m[0, 0], m[1, 1]] for _, m in row_blocks], counts, axis=0)
+        t = np.repeat([[m[0, 2], m[1, 2], m[0, 2], m[1, 2]] for _, m in row_blocks], counts, axis=0)
+        new = sample.boxes.astype(np.float64).reshape(-1, 4) * k.reshape(-1, 4) + t.reshape(-1, 4)
+        new_boxes = clip_xyxy(new, out_hw[1], out_hw[0]).astype(np.float32)
+        new_segments = []
     else:
         new_boxes, new_segments, start = [np.zeros((0, 4), np.float32)], [], 0
         for n, block_matrix in row_blocks:

@@ -110,8 +110,8 @@ def write_letterboxed(img: np.ndarray, plan: LetterboxPlan, out: np.ndarray) -> 
 def targets_of(classes: np.ndarray, boxes_xyxy: np.ndarray, hw: Tuple[int, int]) -> torch.Tensor:
     """(n, 6) float32 targets [0, class, x, y, w, h] normalised to an (h, w) image, from (n,) class ids
     and (n, 4) pixel xyxy boxes, clipped just inside the image (column 0 is the collate function's)."""
-    targets = torch.zeros((len(classes), 6))
+    targets = np.zeros((len(classes), 6), np.float32)
     if len(classes):
-        targets[:, 1] = torch.from_numpy(np.array(classes, dtype=np.float32))  # a copy: labels are read-only
-        targets[:, 2:] = torch.from_numpy(xyxy_to_xywhn(boxes_xyxy, w=hw[1], h=hw[0], clip=True, eps=1e-3))
-    return targets
+        targets[:, 1] = classes
+        targets[:, 2:] = xyxy_to_xywhn(boxes_xyxy, w=hw[1], h=hw[0], clip=True, eps=1e-3)
+    return torch.from_numpy(targets)
