@@ -73,3 +73,13 @@ def test_a_batch_is_handed_on_without_a_copy_and_equals_its_items(small_dataset,
             assert torch.equal(imgs[k], img) and torch.equal(targets[targets[:, 0] == k, 1:], t[:, 1:])
     assert list(paths) == [ds.im_files[k] for k in range(4)]
     assert sorted(set(targets[:, 0].int().tolist())) <= [0, 1, 2, 3]
+
+
+def test_items_from_several_threads_equal_items_made_one_by_one(small_dataset, tmp_path):
+    """Scratch arrays are per thread, so a dataset shared by threads gives the same items."""
+    from concurrent.futures import ThreadPoolExecutor
+    ds = YoloDataset(str(small_dataset), 64, 4, augment=True, split="train", cache_dir=tmp_path, seed=1)
+    alone = [ds[k][0].clone() for k in range(len(ds))] * 4
+    with ThreadPoolExecutor(4) as pool:
+        threaded = list(pool.map(lambda k: ds[k % len(ds)][0], range(4 * len(ds))))
+    assert all(torch.equal(a, b) for a, b in zip(alone, threaded))
