@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Memory of cache='ram' under DDP: one copy of the pixels per node, whatever the ranks and workers.
 
-    python benchmarks/bench_ram_pss.py [--data YAML] [--nproc 4] [--workers 2] [--imgsz 640]
+    python benchmarks/bench_ram_pss.py [--data YAML] [--nproc 4] [--workers 2] [--imgsz 640] [--link-copies K]
 
 Launches ``torchrun --nproc_per_node=NPROC`` (gloo, CPU) on this script's worker part: every rank
 builds its training loader with ``cache='ram'`` and ``rank=LOCAL_RANK`` (local rank 0 decodes into one
@@ -22,9 +22,21 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path("/tmp/yolo_data_bench/synthetic-n2000-seed0-640px-q90/data.yaml")
 
 
+def kind_of(path: str, needle: str) -> str:
+    """What a mapping is, for the breakdown: the image cache, other shared memory (batches in flight,
+    torch's shared tensors), file-backed (Python, torch and other libraries), or anonymous (heaps)."""
+    if needle in path:
+        return "cache"
+    if path.startswith("/dev/shm") or path.startswith("/memfd:") or "(deleted)" in path and "/dev/shm" in path:
+        return "shm"
+    if path.startswith("/"):
+        return "file"
+    return "anon"
+
+
 def smaps_pss(pid: int, needle: str):
-    """(total PSS, PSS of mappings whose path contains ``needle``) in bytes for one process."""
-    total = part = 0
+    """{kind: PSS bytes} for one process (see kind_of)."""
+    out = {"cache": 0, "shm": 0, "file": 0, "anon": 0}
     current = ""
     with open(f"/proc/{pid}/smaps") as f:
         for line in f:
@@ -32,13 +44,23 @@ def smaps_pss(pid: int, needle: str):
             if not fields:
                 continue
             if not fields[0].endswith(":"):  # a mapping header: address perms offset dev inode [path]
-                current = fields[5] if len(fields) > 5 else ""
+                current = " ".join(fields[5:]) if len(fields) > 5 else ""
             elif fields[0] == "Pss:":
-                kb = int(fields[1]) * 1024
-                total += kb
-                if needle in current:
-                    part += kb
-    return total, part
+                out[kind_of(current, needle)] += int(fields[1]) * 1024
+    return out
+
+
+def linked_copies(data: Path, copies: int, root: Path) -> Path:
+    """A dataset of ``copies`` hard-linked copies of every image and label under other names (a bigger
+    cache at no decoding cost); returns its yaml."""
+    src = data.parent
+    for k in range(copies):
+        for sub in ("images/train", "labels/train"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+            for f in sorted((src / sub).iterdir()):
+                os.link(f, root / sub / f"{f.stem}-{k}{f.suffix}")
+    (root / "data.yaml").write_text("path: .\ntrain: images/train\nnc: 80\n")
+    return root / "data.yaml"
 
 
 def children(pid: int):
@@ -61,11 +83,12 @@ def rank_main(args) -> None:
     loader.sampler.set_epoch(0)
     for _ in loader:  # one epoch: every worker maps and reads its share of the cache
         pass
+    del _  # the last batch
     path = str(ds.image_cache.path)
     procs = [os.getpid()] + children(os.getpid())
     measured = [smaps_pss(p, path) for p in procs]
-    report = {"rank": dist.get_rank(), "procs": len(procs), "pss": sum(m[0] for m in measured),
-              "cache_pss": sum(m[1] for m in measured), "pixels": ds.image_cache.nbytes, "path": path}
+    report = {"rank": dist.get_rank(), "procs": len(procs), "pixels": ds.image_cache.nbytes, "path": path,
+              "pss": {k: sum(m[k] for m in measured) for k in measured[0]}}
     everything = [None] * dist.get_world_size()
     dist.all_gather_object(everything, report)  # workers are still alive here (persistent)
     if dist.get_rank() == 0:
@@ -80,6 +103,8 @@ def main(argv=None) -> int:
     ap.add_argument("--nproc", type=int, default=4)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--imgsz", type=int, default=640)
+    ap.add_argument("--link-copies", type=int, default=1,
+                    help="use K hard-linked copies of every image (a K times bigger cache; default 1)")
     ap.add_argument("--rank-part", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -87,9 +112,13 @@ def main(argv=None) -> int:
         rank_main(args)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
+        data = args.data
+        if args.link_copies > 1:
+            data = str(linked_copies(Path(args.data), args.link_copies, Path(tmp) / "linked"))
+        n_images = sum(1 for _ in (Path(data).parent / "images" / "train").iterdir())
         out = Path(tmp) / "pss.json"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}",
-               __file__, "--rank-part", "--data", args.data, "--workers", str(args.workers),
+               __file__, "--rank-part", "--data", data, "--workers", str(args.workers),
                "--imgsz", str(args.imgsz), "--out", str(out)]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
@@ -97,19 +126,22 @@ def main(argv=None) -> int:
             return r.returncode
         ranks = json.loads(out.read_text())
     pixels = ranks[0]["pixels"]
-    total = sum(r["pss"] for r in ranks)
-    cache = sum(r["cache_pss"] for r in ranks)
+    pss = {k: sum(r["pss"][k] for r in ranks) for k in ranks[0]["pss"]}
+    total = sum(pss.values())
     procs = sum(r["procs"] for r in ranks)
     gib = 2 ** 30
-    print(f"### cache='ram' memory: {args.nproc} ranks x {args.workers} workers ({procs} processes), imgsz {args.imgsz}\n")
+    print(f"### cache='ram' memory: {args.nproc} ranks x {args.workers} workers ({procs} processes), imgsz {args.imgsz}"
+          + (f", {n_images} images ({args.link_copies} linked copies of each)" if n_images else "") + "\n")
     print("| | GiB | × cached pixels |\n|---|---:|---:|")
     print(f"| cached pixels (one copy, {ranks[0]['path']}) | {pixels / gib:.2f} | 1.00× |")
-    print(f"| summed PSS of the image-cache mapping, all processes | {cache / gib:.2f} | {cache / pixels:.2f}× |")
-    print(f"| summed PSS of everything, all processes | {total / gib:.2f} | {total / pixels:.2f}× |")
-    print(f"| summed PSS besides the cache (Python, torch, buffers; {procs} processes) | {(total - cache) / gib:.2f} | "
-          f"{(total - cache) / pixels:.2f}× |")
+    print(f"| **summed PSS of everything, all processes** | **{total / gib:.2f}** | **{total / pixels:.2f}×** |")
+    rows = [("cache", "the image-cache mapping"), ("shm", "other shared memory (batches in flight)"),
+            ("file", "file-backed (Python, torch and other libraries)"), ("anon", "anonymous (heaps, arrays)")]
+    for k, label in rows:
+        print(f"| of which {label} | {pss[k] / gib:.2f} | {pss[k] / pixels:.2f}× |")
     print(f"\nA copy per rank (YOLOv5, Ultralytics) would hold {args.nproc}× the pixels: "
-          f"{args.nproc * pixels / gib:.2f} GiB.")
+          f"{args.nproc * pixels / gib:.2f} GiB; everything but the cache is {(total - pss['cache']) / procs / 2**20:.0f} MiB "
+          "per process.")
     return 0
 
 
