@@ -83,3 +83,17 @@ def test_items_from_several_threads_equal_items_made_one_by_one(small_dataset, t
     with ThreadPoolExecutor(4) as pool:
         threaded = list(pool.map(lambda k: ds[k % len(ds)][0], range(4 * len(ds))))
     assert all(torch.equal(a, b) for a, b in zip(alone, threaded))
+
+
+def test_mixup_of_a_resized_mosaic_and_a_canvas_mosaic(small_dataset, tmp_path):
+    """With copy-paste on, a mosaic whose tiles have polygons takes the canvas path (BGRA canvas) and one
+    without takes the resized path (BGR); mixup blends the two whatever their channels."""
+    hyp = dict(mosaic=1.0, mixup=1.0, copy_paste=1.0, fliplr=0.5)
+    ds = YoloDataset(str(small_dataset), 64, 4, augment=True, hyp=hyp, split="train", cache_dir=tmp_path, seed=0)
+    for epoch in range(4):
+        ds.set_epoch(epoch)
+        for k in range(len(ds)):
+            img, targets, _, _ = ds[k]
+            assert img.shape == (3, 64, 64) and targets.shape[1] == 6
+        imgs, _, _, _ = collate_fn(ds.__getitems__([0, 1, 2, 3]))
+        assert imgs.shape == (4, 3, 64, 64)

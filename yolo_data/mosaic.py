@@ -176,11 +176,15 @@ def mosaic9(parts: List[Sample], img_size: int, rng: np.random.Generator) -> Sam
 
 def mixup(a: Sample, b: Sample, rng: np.random.Generator) -> Sample:
     """Blend two samples of the same image shape: img = a * r + b * (1 - r), truncated to uint8, with
-    r ~ Beta(32, 32) (so r stays near 0.5), and the boxes of both.  Returns a new Sample."""
-    if a.img.shape != b.img.shape:
+    r ~ Beta(32, 32) (so r stays near 0.5), and the boxes of both.  Returns a new Sample.  A BGRA
+    image (a canvas mosaic) mixed with a BGR one (a resized mosaic) gives BGR."""
+    ia, ib = a.img, b.img
+    if ia.shape[2] != ib.shape[2]:
+        ia, ib = ia[..., :3], ib[..., :3]
+    if ia.shape != ib.shape:
         raise ValueError(f"mixup needs images of one shape, got {a.img.shape} and {b.img.shape}")
     r = rng.beta(32.0, 32.0)
-    img = (a.img * r + b.img * (1 - r)).astype(np.uint8)
+    img = (ia * r + ib * (1 - r)).astype(np.uint8)
     return Sample.concat([a, b], img)
 
 
