@@ -359,6 +359,19 @@ class Measurement:
     decodes_per_img: float
     images: int
     seconds: float
+    cpu_ms_per_img: float = float("nan")
+
+
+def process_tree_cpu() -> Dict[int, float]:
+    """{pid: user + system CPU seconds} of this process and its descendants (the loader's workers)."""
+    import psutil
+    me = psutil.Process()
+    out = {}
+    for p in [me] + me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            out[p.pid] = t.user + t.system
+    return out
 
 
 def measure(libs: Libs, lib: str, ds: DatasetCopy, mode: str, workers: int, hyp: dict, images: int,
@@ -376,11 +389,15 @@ def measure(libs: Libs, lib: str, ds: DatasetCopy, mode: str, workers: int, hyp:
         for _ in range(max(warmup, workers, 1) - 1):
             next(it)
         counter.reset()
+        cpu0 = process_tree_cpu()
         n, t0 = 0, time.perf_counter()
         while n < images:
             n += batch_size_of(next(it))
         dt = time.perf_counter() - t0
+        cpu1 = process_tree_cpu()
         decodes = counter.get()
+        # CPU time is what the host's noise (time the VM is not scheduled) does not change
+        cpu_ms = sum(cpu1[pid] - cpu0.get(pid, 0.0) for pid in cpu1) / n * 1e3
     finally:
         it.close()
         shutdown(loader)
@@ -389,7 +406,7 @@ def measure(libs: Libs, lib: str, ds: DatasetCopy, mode: str, workers: int, hyp:
         left = wait_for_children()
         if left:
             log(f"warning: {left} leftover child process(es) after {lib} {mode} workers={workers}; terminated")
-    return Measurement(n / dt, first, decodes / n if decodes >= 0 else float("nan"), n, dt)
+    return Measurement(n / dt, first, decodes / n if decodes >= 0 else float("nan"), n, dt, cpu_ms)
 
 
 # -- report -------------------------------------------------------------------------------------------
@@ -467,6 +484,21 @@ def report(results: Dict[Tuple[str, str], Dict[str, List[Measurement]]], errors:
             dec.append(f"{statistics.median(d):.2f}" if d else "n/a")
             first.append(f"{statistics.median([m.first_batch_s for m in ms]):.2f}" if ms else "n/a")
         print("| " + " | ".join([ds, cfg] + dec + first) + " |")
+    print("\nCPU time per image (ms, user + system of the main process and its workers during the timed "
+          "window; median): on a shared host, time the VM is not scheduled lowers img/s but not this.  "
+          "Lower is better; the ratio is peer / yolo_data:\n")
+    head = ["dataset", "loader"] + [f"{l} CPU ms/img" for l in libs_used]
+    if "yolo_data" in libs_used:
+        head += [f"{p} / yolo_data" for p in peers]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|")
+    for (ds, cfg), per_lib in results.items():
+        cpu = {l: [m.cpu_ms_per_img for m in per_lib.get(l, []) if m.cpu_ms_per_img == m.cpu_ms_per_img]
+               for l in libs_used}
+        row = [ds, cfg] + [f"{statistics.median(cpu[l]):.2f}" if cpu[l] else "n/a" for l in libs_used]
+        if "yolo_data" in libs_used:
+            row += [ratio(cpu[p], cpu["yolo_data"]) for p in peers]
+        print("| " + " | ".join(row) + " |")
     if "ultralytics" in libs_used:
         print("\nUltralytics keeps the last min(n, 8 × batch, 1000) images each process loaded in RAM (even with "
               "cache=False) and takes the 3 other mosaic tiles from them, so it decodes about 1 image per sample "
