@@ -41,11 +41,11 @@ def measure(data, mode, device, pin, workers, images, cache_dir) -> float:
                                   shuffle=a["shuffle"], cache_dir=cache_dir)
     loader.pin_memory = pin and device.type == "cuda"  # create_dataloader pins whenever CUDA is there
 
-    def batches():
+    def batches(dl):
         while True:
-            yield from loader
+            yield from dl
 
-    it = batches()
+    it = batches(loader)
     n, started = 0, None
     for k, (imgs, targets, _, _) in enumerate(it):
         x = imgs.to(device, non_blocking=True).float() / 255  # what a training step starts with
@@ -62,7 +62,9 @@ def measure(data, mode, device, pin, workers, images, cache_dir) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - started
-    del it, loader
+    it.close()
+    if loader._iterator is not None:  # persistent workers: stop them before the next loader starts
+        loader._iterator._shutdown_workers()
     return n / seconds
 
 
@@ -84,7 +86,7 @@ def main(argv=None) -> int:
     print("| loader | pin_memory | img/s median (min–max) |\n|---|---|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for mode in MODES:
-            for pin in (True, False):
+            for pin in ((True, False) if device.type == "cuda" else (False,)):
                 runs = [measure(args.data, mode, device, pin, args.workers, args.images, tmp)
                         for _ in range(args.repeats)]
                 print(f"| {mode} | {'on' if pin else 'off'} | {statistics.median(runs):.1f} "

@@ -131,7 +131,8 @@ def main(argv=None) -> int:
     procs = sum(r["procs"] for r in ranks)
     gib = 2 ** 30
     print(f"### cache='ram' memory: {args.nproc} ranks x {args.workers} workers ({procs} processes), imgsz {args.imgsz}"
-          + (f", {n_images} images ({args.link_copies} linked copies of each)" if n_images else "") + "\n")
+          + f", {n_images} images" + (f" ({args.link_copies} linked copies of each)" if args.link_copies > 1 else "")
+          + "\n")
     print("| | GiB | × cached pixels |\n|---|---:|---:|")
     print(f"| cached pixels (one copy, {ranks[0]['path']}) | {pixels / gib:.2f} | 1.00× |")
     print(f"| **summed PSS of everything, all processes** | **{total / gib:.2f}** | **{total / pixels:.2f}×** |")
