@@ -11,7 +11,7 @@ from yolo_data.geometry import letterbox, letterbox_plan
 from yolo_data.hyp import AugmentConfig
 from yolo_data.pipeline import draw_finish, finish
 from yolo_data.sample import Sample
-from yolo_data.tensors import BatchImages, Scratch, write_letterboxed, write_rgb
+from yolo_data.tensors import BatchImages, Scratch, shared_fd, write_letterboxed, write_rgb
 
 
 def reference_chw(img_bgr):
@@ -50,16 +50,34 @@ def test_write_letterboxed_equals_letterbox(shape, new_shape, scaleup):
 
 def test_one_batch_finds_the_slots_of_one_tensor_and_nothing_else():
     images = BatchImages(3)
-    slots = [images.slot(k, (4, 5)) for k in range(3)]
+    slots = [images.write(k, (4, 5), lambda out, k=k: out.fill(k)) for k in range(3)]
     whole = one_batch(slots)
     assert whole is not None and whole.shape == (3, 3, 4, 5) and whole.data_ptr() == images.images.data_ptr()
+    assert [int(whole[k].min()) for k in range(3)] == [0, 1, 2] and [int(whole[k].max()) for k in range(3)] == [0, 1, 2]
     assert one_batch(slots[:2]) is None  # part of a batch: stacked
     assert one_batch([slots[1], slots[0], slots[2]]) is None  # another order
     assert one_batch([torch.zeros(3, 4, 5), torch.zeros(3, 4, 5)]) is None
-    odd = images.slot(1, (6, 5))  # another shape gets its own tensor
-    assert odd.shape == (3, 6, 5) and odd.untyped_storage().data_ptr() != images.images.untyped_storage().data_ptr()
+    odd = images.write(1, (6, 5), lambda out: out.fill(7))  # another shape gets its own tensor
+    assert odd.shape == (3, 6, 5) and int(odd.min()) == 7
+    assert odd.untyped_storage().data_ptr() != images.images.untyped_storage().data_ptr()
 
 
+def _write_in_a_worker(_):
+    """What a DataLoader worker does: slots of a shared-memory batch (written through its descriptor)."""
+    images = BatchImages(4)
+    slots = [images.write(k, (64, 48), lambda out, k=k: out.__setitem__(slice(None), np.arange(64 * 48 * 3,
+             dtype=np.uint32).reshape(3, 64, 48).astype(np.uint8) + k)) for k in range(4)]
+    return one_batch(slots), shared_fd(images.images) is not None
+
+
+def test_batches_made_in_workers_are_shared_memory_written_through_the_descriptor():
+    from torch.utils.data import DataLoader
+    loader = DataLoader(range(2), batch_size=None, num_workers=1, collate_fn=_write_in_a_worker)
+    for whole, by_descriptor in loader:
+        assert by_descriptor  # Linux shares by descriptor: the pwrite path was taken
+        ramp = np.arange(64 * 48 * 3, dtype=np.uint32).reshape(3, 64, 48).astype(np.uint8)
+        for k in range(4):
+            assert np.array_equal(whole[k].numpy(), ramp + k)
 @pytest.mark.parametrize("augment,batch_partners", [(False, True), (True, False), (True, True)])
 def test_a_batch_is_handed_on_without_a_copy_and_equals_its_items(small_dataset, augment, batch_partners, tmp_path):
     ds = YoloDataset(str(small_dataset), 64, 4, augment=augment, split="train", cache_dir=tmp_path, seed=3,

@@ -217,7 +217,7 @@ class YoloDataset(Dataset):
         return Sample(img, labels[:, 0].copy(), boxes, segments)
 
     def __getitem__(self, index: int):
-        return self._item(index, BatchImages(1), 0)
+        return self._item(index, BatchImages(1, self._scratch), 0)
 
     def __getitems__(self, positions: List[int]):
         """A whole batch at once (torch's DataLoader calls this with the batch's indices).  The items'
@@ -227,7 +227,7 @@ class YoloDataset(Dataset):
         the batch's own images, each decoded once for the batch: about one decode per item instead of
         four, and still a pure function of (seed, epoch, batch), whatever the number of workers.
         """
-        images = BatchImages(len(positions))
+        images = BatchImages(len(positions), self._scratch)
         if not (self.augment and self.batch_partners):
             return [self._item(p, images, k) for k, p in enumerate(positions)]
         ids = [self.indices[p] for p in positions]
@@ -271,8 +271,7 @@ class YoloDataset(Dataset):
     def _eval_item(self, index: int, images: BatchImages, k: int):
         """Letterbox straight into the batch tensor; polygons only matter to augmentation."""
         img, plan, (h0, w0), (h, w) = self._letterbox_of(index)
-        out = images.slot(k, plan.shape)
-        write_letterboxed(img, plan, out.numpy())
+        out = images.write(k, plan.shape, lambda planes: write_letterboxed(img, plan, planes))
         targets = targets_of(self.store.labels_of(index)[:, 0], self._boxes_on(index, plan, (h, w)), plan.shape)
         return out, targets, self.store.im_file(index), ((h0, w0), ((h / h0, w / w0), plan.pad))
 
@@ -292,8 +291,8 @@ class YoloDataset(Dataset):
             sample = self.albumentations(sample, rng)
         draws = draw_finish(self.cfg, rng)
         img, sample = sample.img, flip_boxes(sample, draws)  # pixels are flipped on their way out
-        out = images.slot(k, img.shape[:2])
-        write_rgb(img, out.numpy(), draws.hsv_gains, draws.flip_ud, draws.flip_lr, self._scratch)
+        out = images.write(k, img.shape[:2], lambda planes: write_rgb(img, planes, draws.hsv_gains, draws.flip_ud,
+                                                                      draws.flip_lr, self._scratch))
         return out, targets_of(sample.cls, sample.boxes, img.shape[:2]), self.store.im_file(index), shapes
 
     collate_fn = staticmethod(collate_fn)  # YOLOv5 scripts use LoadImagesAndLabels.collate_fn

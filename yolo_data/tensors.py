@@ -8,8 +8,9 @@ them, that saves a transpose copy and a stack copy per image.
 """
 from __future__ import annotations
 
+import os
 import threading
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import cv2
 import numpy as np
@@ -31,24 +32,52 @@ def new_images(n: int, h: int, w: int) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8).set_(storage).view(n, 3, h, w)
 
 
-class BatchImages:
-    """The images of one batch of ``n`` items: slot k is item k's (3, H, W) RGB view.
+def shared_fd(images: torch.Tensor) -> Optional[int]:
+    """The file descriptor of ``images``' shared memory when torch shares it by descriptor (Linux's
+    default), else None.  The storage keeps the descriptor open as long as it lives."""
+    if not images.is_shared() or torch.multiprocessing.get_sharing_strategy() != "file_descriptor":
+        return None
+    return images.untyped_storage()._share_fd_cpu_()[0]
 
-    The tensor is allocated at the shape of the first slot asked for; a slot of another shape (which
+
+class BatchImages:
+    """The images of one batch of ``n`` items: slot k is item k's (3, H, W) RGB view of one tensor.
+
+    The tensor is allocated at the shape of the first slot written; a slot of another shape (which
     only a custom pipeline could make) gets a tensor of its own, and the collate function then stacks.
+
+    In a worker the tensor is fresh shared memory, and writing it through its mapping costs a page
+    fault per 4 KiB page (a 640² image: 300 faults, ~1 ms here).  Slots are therefore rendered into a
+    reused scratch array and written with ``os.pwrite`` into the shared memory's descriptor: the
+    kernel then fills the pages without faulting (about 0.5 ms less per image).
     """
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, scratch: Optional["Scratch"] = None):
         self.n = n
         self.images: Optional[torch.Tensor] = None
+        self._fd: Optional[int] = None
+        self._scratch = scratch or Scratch()
 
-    def slot(self, k: int, hw: Tuple[int, int]) -> torch.Tensor:
+    def write(self, k: int, hw: Tuple[int, int], fill: Callable[[np.ndarray], None]) -> torch.Tensor:
+        """Item ``k``'s image tensor, after ``fill(out)`` wrote its planes into ``out`` ((3, h, w) uint8)."""
         h, w = int(hw[0]), int(hw[1])
         if self.images is None:
             self.images = new_images(self.n, h, w)
-        if tuple(self.images.shape[2:]) == (h, w):
+            self._fd = shared_fd(self.images)
+        if tuple(self.images.shape[2:]) != (h, w):
+            own = torch.empty((3, h, w), dtype=torch.uint8)
+            fill(own.numpy())
+            return own
+        if self._fd is None:
+            fill(self.images[k].numpy())
             return self.images[k]
-        return torch.empty((3, h, w), dtype=torch.uint8)
+        buf = self._scratch.get("slot", (3, h, w))
+        fill(buf)
+        view, offset = memoryview(buf).cast("B"), k * buf.nbytes
+        while len(view):  # pwrite may write less than asked
+            done = os.pwrite(self._fd, view, offset)
+            view, offset = view[done:], offset + done
+        return self.images[k]
 
 
 class Scratch:
