@@ -70,14 +70,22 @@ def _write_in_a_worker(_):
     return one_batch(slots), shared_fd(images.images) is not None
 
 
-def test_batches_made_in_workers_are_shared_memory_written_through_the_descriptor():
+@pytest.mark.parametrize("strategy", ["file_descriptor", "file_system"])
+def test_batches_made_in_workers_arrive_whole_with_either_sharing_strategy(strategy):
+    """By descriptor (Linux's default) slots are written with pwrite; otherwise through the mapping."""
     from torch.utils.data import DataLoader
-    loader = DataLoader(range(2), batch_size=None, num_workers=1, collate_fn=_write_in_a_worker)
-    for whole, by_descriptor in loader:
-        assert by_descriptor  # Linux shares by descriptor: the pwrite path was taken
-        ramp = np.arange(64 * 48 * 3, dtype=np.uint32).reshape(3, 64, 48).astype(np.uint8)
-        for k in range(4):
-            assert np.array_equal(whole[k].numpy(), ramp + k)
+    before = torch.multiprocessing.get_sharing_strategy()
+    torch.multiprocessing.set_sharing_strategy(strategy)
+    try:
+        loader = DataLoader(range(2), batch_size=None, num_workers=1, collate_fn=_write_in_a_worker)
+        for whole, by_descriptor in loader:
+            assert by_descriptor == (strategy == "file_descriptor")
+            ramp = np.arange(64 * 48 * 3, dtype=np.uint32).reshape(3, 64, 48).astype(np.uint8)
+            for k in range(4):
+                assert np.array_equal(whole[k].numpy(), ramp + k)
+            del whole
+    finally:
+        torch.multiprocessing.set_sharing_strategy(before)
 @pytest.mark.parametrize("augment,batch_partners", [(False, True), (True, False), (True, True)])
 def test_a_batch_is_handed_on_without_a_copy_and_equals_its_items(small_dataset, augment, batch_partners, tmp_path):
     ds = YoloDataset(str(small_dataset), 64, 4, augment=augment, split="train", cache_dir=tmp_path, seed=3,

@@ -37,7 +37,10 @@ def shared_fd(images: torch.Tensor) -> Optional[int]:
     default), else None.  The storage keeps the descriptor open as long as it lives."""
     if not images.is_shared() or torch.multiprocessing.get_sharing_strategy() != "file_descriptor":
         return None
-    return images.untyped_storage()._share_fd_cpu_()[0]
+    try:  # the call torch's own pickling of shared storages makes; writing through the mapping is the fallback
+        return images.untyped_storage()._share_fd_cpu_()[0]
+    except (AttributeError, RuntimeError):
+        return None
 
 
 class BatchImages:
