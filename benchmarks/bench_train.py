@@ -28,7 +28,10 @@ What is measured, per dataset x workers x library:
   window by a few batches), but it shows whether a library re-decodes the 3 extra mosaic tiles.
   Ultralytics keeps recently loaded images in a per-worker RAM buffer and draws mosaic partners from it.
 * first batch: seconds from starting to build the dataset + loader until the first batch arrives
-  (label-cache load, worker start-up, first items).
+  (label-cache load, worker start-up, first items);
+* CPU time per image: user + system time of the main process and its workers (psutil) during the
+  timed window, divided by the images.  Time the VM is not scheduled lowers img/s but not this, so
+  on a shared host it is the steadier comparison (CPU-bound loaders: ratios agree with img/s).
 
 Datasets: coco128 (``--root``, only read) and a generated COCO-like set of ``--synthetic-n`` images
 (benchmarks/make_synthetic.py; reused from /tmp/yolo_data_bench/ when a complete one with the same
