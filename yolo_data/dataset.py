@@ -10,7 +10,6 @@ import logging
 from dataclasses import replace
 from typing import List, Optional, Sequence, Tuple
 
-import cv2
 import numpy as np
 from torch.utils.data import Dataset
 
@@ -18,7 +17,7 @@ from . import distributed
 from .boxes import xywhn_to_xyxy
 from .albument import AlbumentationsStep
 from .collate import collate_fn
-from .geometry import LetterboxPlan, letterbox, letterbox_plan, rect_plan
+from .geometry import LetterboxPlan, letterbox_image, letterbox_plan, rect_plan
 from .hyp import AugmentConfig, load_hyp
 from .cache import user_cache_dir
 from .imagecache import ImageCache, open_or_build
@@ -201,11 +200,10 @@ class YoloDataset(Dataset):
     def _letterboxed(self, index: int):
         """Image ``index`` letterboxed to its final shape: (Sample with pixel boxes, YOLOv5 shapes)."""
         img, plan, (h0, w0), (h, w) = self._letterbox_of(index)
-        lb = letterbox(img, plan.shape, auto=False, scaleup=self.augment)
         scale = np.array([plan.ratio[0] * w, plan.ratio[1] * h], np.float32)
         segments = [seg * scale + np.array(plan.pad, np.float32) for seg in self.store.segments_of(index)]
         shapes = (h0, w0), ((h / h0, w / w0), plan.pad)
-        return Sample(lb.img, self.store.labels_of(index)[:, 0].copy(), self._boxes_on(index, plan, (h, w)),
+        return Sample(letterbox_image(img, plan), self.store.labels_of(index)[:, 0].copy(), self._boxes_on(index, plan, (h, w)),
                       segments), shapes
 
     def _resized(self, index: int) -> Sample:
@@ -285,9 +283,6 @@ class YoloDataset(Dataset):
             sample, shapes = self._letterboxed(index)
             sample = single_image_geometry(sample, self.cfg, rng)
         if self.albumentations is not None:
-            if sample.img.shape[2] == 4:  # the mosaic's BGRA canvas
-                sample = Sample(cv2.cvtColor(sample.img, cv2.COLOR_BGRA2BGR), sample.cls, sample.boxes,
-                                sample.segments)
             sample = self.albumentations(sample, rng)
         draws = draw_finish(self.cfg, rng)
         img, sample = sample.img, flip_boxes(sample, draws)  # pixels are flipped on their way out

@@ -70,6 +70,19 @@ def letterbox_plan(shape: Tuple[int, int], new_shape: Union[int, Tuple[int, int]
     return LetterboxPlan(new_unpad, ratio, (dw, dh) if center else (0.0, 0.0), top, bottom, left, right)
 
 
+def resize_to(im: np.ndarray, plan: LetterboxPlan) -> np.ndarray:
+    """``im`` resized (bilinear) to ``plan.new_unpad``, or ``im`` itself when it has that size already."""
+    if im.shape[1::-1] == plan.new_unpad:
+        return im
+    return cv2.resize(im, plan.new_unpad, interpolation=cv2.INTER_LINEAR)
+
+
+def letterbox_image(im: np.ndarray, plan: LetterboxPlan, color=(PAD_VALUE,) * 3) -> np.ndarray:
+    """``im`` (H, W, C) resized and padded with ``color`` as ``plan`` says: a new (*plan.shape, C) array."""
+    return cv2.copyMakeBorder(resize_to(im, plan), plan.top, plan.bottom, plan.left, plan.right,
+                              cv2.BORDER_CONSTANT, value=color)
+
+
 def letterbox(im: np.ndarray, new_shape: Union[int, Tuple[int, int]] = 640, color=(PAD_VALUE,) * 3,
               auto: bool = True, scale_fill: bool = False, scaleup: bool = True, stride: int = 32,
               center: bool = True, scaleFill: bool = None) -> LetterboxResult:
@@ -82,10 +95,7 @@ def letterbox(im: np.ndarray, new_shape: Union[int, Tuple[int, int]] = 640, colo
     if scaleFill is not None:
         scale_fill = scaleFill
     plan = letterbox_plan(im.shape[:2], new_shape, auto, scale_fill, scaleup, stride, center)
-    if im.shape[1::-1] != plan.new_unpad:
-        im = cv2.resize(im, plan.new_unpad, interpolation=cv2.INTER_LINEAR)
-    im = cv2.copyMakeBorder(im, plan.top, plan.bottom, plan.left, plan.right, cv2.BORDER_CONSTANT, value=color)
-    return LetterboxResult(im, plan.ratio, plan.pad)
+    return LetterboxResult(letterbox_image(im, plan, color), plan.ratio, plan.pad)
 
 
 @dataclass

@@ -13,6 +13,7 @@ import numpy as np
 
 from .boxes import bbox_ioa
 from .geometry import PAD_VALUE
+from .perspective import is_axis_aligned
 from .sample import Sample
 
 
@@ -124,7 +125,7 @@ def mosaic4_resized(parts: List[Sample], img_size: int, centre: Tuple[int, int],
     part (its number of boxes, its (3, 3) canvas-to-output matrix), for
     ``perspective.warp_sample(sample, M, ..., warped_img=sample.img, row_blocks=blocks)``.
     """
-    if abs(M[0, 1]) > 1e-12 or abs(M[1, 0]) > 1e-12 or abs(M[2, 0]) > 1e-12 or abs(M[2, 1]) > 1e-12:
+    if not is_axis_aligned(M):
         raise ValueError("mosaic4_resized takes scale and translation only")
     s, s2 = img_size, 2 * img_size
     out = np.full((s, s, 3), PAD_VALUE, dtype=np.uint8)
@@ -176,15 +177,11 @@ def mosaic9(parts: List[Sample], img_size: int, rng: np.random.Generator) -> Sam
 
 def mixup(a: Sample, b: Sample, rng: np.random.Generator) -> Sample:
     """Blend two samples of the same image shape: img = a * r + b * (1 - r), truncated to uint8, with
-    r ~ Beta(32, 32) (so r stays near 0.5), and the boxes of both.  Returns a new Sample.  A BGRA
-    image (a canvas mosaic) mixed with a BGR one (a resized mosaic) gives BGR."""
-    ia, ib = a.img, b.img
-    if ia.shape[2] != ib.shape[2]:
-        ia, ib = ia[..., :3], ib[..., :3]
-    if ia.shape != ib.shape:
+    r ~ Beta(32, 32) (so r stays near 0.5), and the boxes of both.  Returns a new Sample."""
+    if a.img.shape != b.img.shape:
         raise ValueError(f"mixup needs images of one shape, got {a.img.shape} and {b.img.shape}")
     r = rng.beta(32.0, 32.0)
-    img = (ia * r + ib * (1 - r)).astype(np.uint8)
+    img = (a.img * r + b.img * (1 - r)).astype(np.uint8)
     return Sample.concat([a, b], img)
 
 

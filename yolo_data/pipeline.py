@@ -56,8 +56,11 @@ def mosaic_sample(load: LoadFn, pool: Sequence[int], index: int, img_size: int, 
                                row_blocks=blocks)
         sample = mosaic4(parts, img_size, centre)
     sample = copy_paste(sample, cfg.copy_paste, rng)
-    return random_perspective(sample, rng, cfg.degrees, cfg.translate, cfg.scale, cfg.shear, cfg.perspective,
-                              border=mosaic_border(img_size))
+    sample = random_perspective(sample, rng, cfg.degrees, cfg.translate, cfg.scale, cfg.shear, cfg.perspective,
+                                border=mosaic_border(img_size))
+    # The canvas is BGRA only for the warp's speed (see mosaic._canvas): every mosaic leaves here BGR,
+    # whichever path made it, so the steps after it (mixup, Albumentations) see one format.
+    return Sample(cv2.cvtColor(sample.img, cv2.COLOR_BGRA2BGR), sample.cls, sample.boxes, sample.segments)
 
 
 def mosaic_with_mixup(load: LoadFn, pool: Sequence[int], index: int, img_size: int, cfg: AugmentConfig,

@@ -9,7 +9,7 @@ import numpy as np
 
 @dataclass
 class Sample:
-    """``img``: (H, W, 3) uint8 BGR (a mosaic canvas is (H, W, 4) BGRA until the photometric step).  ``cls``: (n,) float32 class ids.  ``boxes``: (n, 4) float32 pixel
+    """``img``: (H, W, 3) uint8 BGR (a mosaic canvas is (H, W, 4) BGRA until its perspective warp).  ``cls``: (n,) float32 class ids.  ``boxes``: (n, 4) float32 pixel
     xyxy on ``img``.  ``segments``: one (k, 2) float32 pixel polygon per box, or [] when the sample has
     no polygons (then only boxes are transformed)."""
     img: np.ndarray

@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from .boxes import xyxy_to_xywhn
-from .geometry import PAD_VALUE, LetterboxPlan
+from .geometry import PAD_VALUE, LetterboxPlan, resize_to
 from .photometric import apply_hsv
 
 
@@ -131,8 +131,7 @@ def write_rgb(img: np.ndarray, out: np.ndarray, hsv_gains: Optional[np.ndarray] 
 def write_letterboxed(img: np.ndarray, plan: LetterboxPlan, out: np.ndarray) -> None:
     """Letterbox ``img`` ((h, w, 3) BGR uint8) by ``plan`` straight into ``out`` ((3, H, W) uint8
     planar RGB, H, W = ``plan.shape``): resize when the plan says so, PAD_VALUE around it."""
-    if img.shape[1::-1] != plan.new_unpad:
-        img = cv2.resize(img, plan.new_unpad, interpolation=cv2.INTER_LINEAR)
+    img = resize_to(img, plan)
     top, left = plan.top, plan.left
     bottom, right = top + img.shape[0], left + img.shape[1]
     # only the border strips are filled; the image covers the rest
