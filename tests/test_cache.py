@@ -4,6 +4,7 @@ import multiprocessing as mp
 import os
 import pickle
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import torch
 from yolo_data import cache
 from yolo_data.split import load_split
 from conftest import tree_digest
+import crafting
 
 
 def images(yaml_path):
@@ -110,13 +112,69 @@ def test_planted_code_running_cache_is_never_executed(small_dataset, tmp_path, k
     assert any("was not loaded" in r.message for r in caplog.records)
 
 
-def test_encode_decode_round_trip_and_unsafe_dtype_rejected(small_dataset):
+def test_save_load_round_trip(small_dataset, tmp_path):
     s = load_split(images(small_dataset), nc=3)
-    c = cache.CacheContents(s.store, "fp", s.counts, s.problems)
-    back = cache.decode(cache.encode(c))
+    cache.save(tmp_path / "x.cache", cache.CacheContents(s.store, "fp", s.counts, s.problems))
+    back = cache.load(tmp_path / "x.cache")
     assert back.fingerprint == "fp" and back.counts == s.counts
     assert all(np.array_equal(a, back.store.arrays()[k]) for k, a in s.store.arrays().items())
     assert back.store.labels.dtype == np.float32 and not back.store.labels.flags.writeable
+
+
+def _craft_offset(name, value):
+    def edit(h):
+        h["arrays"][name]["offset"] = value(h)
+    return edit
+
+
+CRAFTED = {  # each with a valid checksum: only the checks of offsets and values can catch it
+    "array offset negative": dict(header=_craft_offset("labels", lambda h: -64)),
+    "array offset inside the header": dict(header=_craft_offset("path_bytes", lambda h: 64)),
+    "arrays overlapping": dict(header=_craft_offset("labels", lambda h: h["arrays"]["shapes"]["offset"])),
+    "array past the end": dict(header=_craft_offset("labels", lambda h: 1 << 40)),
+    "object dtype": dict(header=lambda h: h["arrays"]["labels"].update(dtype="|O")),
+    "payload size wrong": dict(header=lambda h: h.update(payload=[h["payload"][0], 64])),
+    "kind changed": dict(header=lambda h: h.update(kind="images")),
+    "label offsets decreasing": dict(arrays=lambda a: a["label_offsets"].__setitem__(2, 0)),
+    "label offsets negative": dict(arrays=lambda a: a["label_offsets"].__setitem__(1, -5)),
+    "label offsets past the rows": dict(arrays=lambda a: a["label_offsets"].__setitem__(1, 10 ** 6)),
+    "path offsets decreasing": dict(arrays=lambda a: a["path_offsets"].__setitem__(3, 1)),
+    "segment offsets decreasing": dict(arrays=lambda a: a["seg_offsets"].__setitem__(1, -1)),
+    "class negative": dict(arrays=lambda a: a["labels"].__setitem__((0, 0), -1)),
+    "class infinite": dict(arrays=lambda a: a["labels"].__setitem__((0, 0), np.inf)),
+    "image size zero": dict(arrays=lambda a: a["shapes"].__setitem__((0, 0), 0)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CRAFTED))
+def test_crafted_cache_with_a_valid_checksum_is_rejected_and_rebuilt(small_dataset, case, caplog):
+    good = load_split(images(small_dataset), nc=3)
+    f = cache_file(small_dataset)
+    crafting.rewrite(f, **CRAFTED[case])
+    with pytest.raises(cache.CacheError):
+        cache.load(f)
+    with caplog.at_level(logging.WARNING, logger="yolo_data"):
+        rebuilt = load_split(images(small_dataset), nc=3)
+    assert rebuilt.built and same_labels(good, rebuilt)
+    assert any(str(f) in r.message and "rebuilding" in r.message for r in caplog.records)
+
+
+@pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_label_cache_mode_follows_the_umask(small_dataset, umask, mode):
+    old = os.umask(umask)
+    try:
+        load_split(images(small_dataset), nc=3)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(cache_file(small_dataset).stat().st_mode) == mode
+
+
+def test_label_cache_writable_by_every_user_is_not_trusted(small_dataset, caplog):
+    load_split(images(small_dataset), nc=3)
+    os.chmod(cache_file(small_dataset), 0o666)
+    with caplog.at_level(logging.WARNING, logger="yolo_data"):
+        again = load_split(images(small_dataset), nc=3)
+    assert again.built and any("writable by every user" in r.message for r in caplog.records)
 
 
 def test_stale_temp_files_of_dead_writers_are_removed(small_dataset):

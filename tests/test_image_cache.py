@@ -1,6 +1,8 @@
 """cache='ram' and cache='disk': the same items as without a cache, one file, reused and invalidated."""
 import logging
+import os
 import pickle
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -50,23 +52,39 @@ def test_disk_cache_is_one_file_beside_the_labels_reused_then_rebuilt_after_an_e
     assert abs(int(ds2.load_image(i)[0].mean()) - 7) <= 1  # the new pixels, from the rebuilt cache
 
 
-def test_ram_cache_is_shared_memory_and_removed_when_its_builder_exits(small_dataset):
-    code = ("import sys; from yolo_data.dataset import YoloDataset; "
-            f"ds = YoloDataset({str(small_dataset)!r}, 64, split='train', cache_images='ram'); "
-            "print(ds.image_cache.path)")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                       cwd=str(Path(__file__).resolve().parents[1]))
-    assert r.returncode == 0, r.stderr
-    path = Path(r.stdout.strip().splitlines()[-1])
-    assert path.parent == Path("/dev/shm") and not path.exists()
+def test_ram_cache_has_no_name_and_lives_in_the_shared_memory_folder(small_dataset, tmp_path, monkeypatch):
+    ram = tmp_path / "shm"
+    ram.mkdir()
+    monkeypatch.setenv("YOLO_DATA_SHM_DIR", str(ram))
+    ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="ram")
+    st = os.fstat(ds.image_cache.fd)
+    assert ds.image_cache.anonymous and st.st_nlink == 0 and st.st_dev == os.stat(ram).st_dev
+    assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == os.geteuid()
+    assert not list(ram.iterdir())  # nothing to leave behind, nothing another user could open
 
 
-def test_not_enough_memory_falls_back_to_reading_files(small_dataset, monkeypatch, caplog):
-    monkeypatch.setattr(imagecache, "_free_bytes", lambda folder, ram: 1000)
+def test_not_enough_memory_falls_back_to_reading_files(small_dataset, monkeypatch, caplog, tmp_path):
+    monkeypatch.setattr(imagecache, "free_bytes", lambda folder, ram: 1000)
     with caplog.at_level(logging.WARNING, logger="yolo_data"):
-        loader, ds = create_dataloader(str(small_dataset), 64, 2, 32, cache="ram", workers=0, split="train")
-    assert ds.image_cache is None and any("GiB free" in r.message for r in caplog.records)
+        loader, ds = create_dataloader(str(small_dataset), 64, 2, 32, cache="ram", workers=0, split="train",
+                                       ram_cache_dir=tmp_path)
+    assert ds.image_cache is None
+    assert any("GiB free" in r.message and "no image cached" in r.message for r in caplog.records)
     assert sum(len(b[0]) for b in loader) == 6
+
+
+def test_only_some_images_fit_then_those_are_cached_and_the_rest_read_from_files(small_dataset, monkeypatch,
+                                                                                  caplog, tmp_path):
+    plain = YoloDataset(str(small_dataset), 64, split="train")
+    sizes = imagecache.planned_sizes(plain.store.shapes, 64)
+    room = int(sizes[:4].prod(1).sum() * 3) + 100  # the first four images and a little more
+    monkeypatch.setattr(imagecache, "free_bytes", lambda folder, ram: int(room / (1 - imagecache.SAFETY)) + 1)
+    with caplog.at_level(logging.WARNING, logger="yolo_data"):
+        ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="ram", ram_dir=tmp_path)
+    assert [bool(v) for v in ds.image_cache.ok] == [True] * 4 + [False] * 2
+    assert any("cached 4 of 6 images" in r.message for r in caplog.records)
+    for (ia, ta), (ib, tb) in zip(items(plain), items(ds)):
+        assert torch.equal(ia, ib) and torch.equal(ta, tb)
 
 
 def test_unreadable_image_at_build_is_marked_and_read_from_its_file_later(small_dataset, tmp_path, caplog):
@@ -76,7 +94,8 @@ def test_unreadable_image_at_build_is_marked_and_read_from_its_file_later(small_
     data = victim.read_bytes()
     victim.write_bytes(b"garbage")  # broken after the scan, before the cache is built
     with caplog.at_level(logging.WARNING, logger="yolo_data"):
-        cache = imagecache.open_or_build("disk", ds.store, "fp", 64, False, tmp_path / "x.imgcache", 2)
+        spec = imagecache.ImageCacheSpec("disk", 64, False, (tmp_path / "x.imgcache",), workers=2)
+        cache = imagecache.open_or_build(spec, ds.store, "fp")
     assert [bool(v) for v in cache.ok] == [k != i for k in range(len(ds))]
     assert cache.get(i) is None and any("b.jpg" in r.message and "not cached" in r.message for r in caplog.records)
     victim.write_bytes(data)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -20,7 +21,7 @@ from .collate import collate_fn
 from .geometry import LetterboxPlan, letterbox_image, letterbox_plan, rect_plan
 from .hyp import AugmentConfig, load_hyp
 from .cache import user_cache_dir
-from .imagecache import ImageCache, open_or_build
+from .imagecache import ImageCache, ImageCacheSpec, disk_candidates, normalise_mode, open_or_build
 from .images import ImageReadError, LoadedImage, load_image
 from .pipeline import draw_finish, flip_boxes, item_rng, mosaic_with_mixup, single_image_geometry
 from .sample import Sample
@@ -75,7 +76,7 @@ class YoloDataset(Dataset):
                  rect: bool = False, image_weights: bool = False, cache_images=False, single_cls: bool = False,
                  stride: int = 32, pad: float = 0.0, min_items: int = 0, prefix: str = "",
                  workers: Optional[int] = None, split: Optional[str] = None, cache_dir=None, seed: int = 0,
-                 batch_partners: bool = True):
+                 batch_partners: bool = True, ram_dir=None, shm_reserve_bytes: int = 0):
         self.img_size = int(img_size)
         self.augment = augment
         self.hyp = hyp
@@ -125,11 +126,14 @@ class YoloDataset(Dataset):
         self._scratch = Scratch()
         self.image_cache: Optional[ImageCache] = None
         if cache_images:
-            labels_file = self.split_labels.cache_file or user_cache_dir() / "labels.cache"
-            disk_path = labels_file.with_name(f"{labels_file.stem}-images-{self.img_size}"
-                                              f"{'-train' if augment else ''}{'-rect' if self.rect else ''}.imgcache")
-            self.image_cache = open_or_build(cache_images, store, self.split_labels.fingerprint, self.img_size,
-                                             augment, disk_path, workers or 8, prefix)
+            mode = normalise_mode(cache_images)
+            spec = ImageCacheSpec(mode, self.img_size, augment,
+                                  disk_candidates(self.split_labels.default_file, self.img_size, augment, self.rect,
+                                                  cache_dir, user_cache_dir()),
+                                  ram_dir=None if ram_dir is None else Path(ram_dir),
+                                  reserve_bytes=int(shm_reserve_bytes) if mode == "ram" else 0,
+                                  workers=workers or 8, prefix=prefix)
+            self.image_cache = open_or_build(spec, store, self.split_labels.fingerprint)
 
     # -- YOLOv5's attributes, as views over the store ----------------------------------------------
     @property

@@ -84,6 +84,23 @@ def report_progress(text: str) -> None:
             pass
 
 
+def share_from_local_rank_0(tag: str, make):
+    """Inside ``torch_distributed_zero_first``: local rank 0 calls ``make()`` and publishes the string
+    it returns under ``tag`` for this block and node; the other local ranks (which run after it) get
+    that string without calling ``make``.  Outside a block, or without a store: ``make()`` everywhere.
+
+    Returns (value, made_here).  The image cache uses it to hand its descriptor to the other ranks."""
+    block = getattr(_active, "block", None)
+    if block is None:
+        return make(), True
+    store, key, local_rank = block
+    if local_rank == 0:
+        value = make()
+        store.set(f"{key}/share/{tag}", value)
+        return value, True
+    return store.get(f"{key}/share/{tag}").decode("utf-8"), False
+
+
 def _wait_for(store, key: str, local_rank: int) -> None:
     pause, start, last_log = POLL_SECONDS[0], time.monotonic(), time.monotonic()
     try:
@@ -141,9 +158,14 @@ def torch_distributed_zero_first(local_rank: int):
     key = f"yolo_data/zero_first/{block}/{leader}"
     if local_rank != 0:
         _wait_for(store, key, local_rank)
-        yield
+        _active.block = (store, key, local_rank)
+        try:
+            yield
+        finally:
+            _active.block = None
         return
     _active.key, _active.store, _active.last = key, store, 0.0
+    _active.block = (store, key, 0)
     try:
         yield
     except BaseException as e:
@@ -152,7 +174,7 @@ def torch_distributed_zero_first(local_rank: int):
     else:
         store.set(key, "done")
     finally:
-        _active.key = _active.store = None
+        _active.key = _active.store = _active.block = None
 
 
 @contextmanager

@@ -1,49 +1,94 @@
-"""Decoded, resized images of a dataset in one flat file that every process of a node maps.
+"""Decoded, resized images of a split in one :mod:`~yolo_data.container` file of kind ``images``.
 
-``cache='ram'``: the file lives in shared memory (/dev/shm).  Local rank 0 decodes each image once
-(inside ``torch_distributed_zero_first``), the other ranks and every DataLoader worker map the same
-pages: one copy per node instead of one per rank (YOLOv5, Ultralytics) or per worker.  It is removed
-when the process that built it exits.
-``cache='disk'``: the same file in the cache folder beside the label cache (not .npy files beside
-the user's images), reused across runs and rebuilt when the labels' fingerprint, the image size or
-the interpolation changes.
+``cache='ram'``: a file *without a name* (``O_TMPFILE``, mode 0600) in the shared-memory folder
+(``$YOLO_DATA_SHM_DIR``, else /dev/shm).  Local rank 0 decodes each image once, inside
+``torch_distributed_zero_first``, and publishes the file's descriptor in the process group's store; the
+other local ranks open it through ``/proc/<pid>/fd/<fd>`` and every DataLoader worker inherits or reopens
+it the same way.  One copy per node, and since it never has a name, no other user can open or plant it,
+and the kernel frees it when the last process holding it ends, however that happens (exit, exception,
+SIGTERM, SIGKILL): no signal handler and no clean-up pass are needed.  Linux only (``/proc``).
 
-File layout::
+``cache='disk'``: a named file, found like the label cache: in ``cache_dir`` when given, else beside
+the labels (``labels/train-images-640.imgcache``), else the per-user cache folder (a read-only dataset).
+Reused across runs; checked, and rebuilt when damaged or made for other images or settings.
 
-    b"YOLOIMGS" | u32 version | u32 header length | header (JSON) | index arrays | pixels (4 KiB aligned)
+Space is reserved before any pixel is written (``posix_fallocate``), after leaving room for the
+DataLoader's shared-memory batches: a full /dev/shm or disk gives a message naming the size needed and
+the free space, never a SIGBUS.  When not every image fits, the first ones that do are cached and the
+rest are read from their files.
 
-The header names the key (what the pixels depend on) and the arrays: ``offsets`` int64 (n,) byte
-offset of each image, ``hw`` int32 (n, 2) resized size, ``hw0`` int32 (n, 2) decoded size, ``ok``
-uint8 (n,) whether the image could be decoded.  The file is written under a temporary name and
-renamed into place, so it is whole or absent.
+Arrays of the file (n images): ``offsets`` int64 (n,) byte offset of each image in the payload (-1: not
+cached), ``hw`` int32 (n, 2) resized [h, w], ``hw0`` int32 (n, 2) decoded [h, w], ``ok`` uint8 (n,)
+whether the image was decoded.  The payload holds the (h, w, 3) uint8 BGR pixels back to back.  The
+offsets and sizes are not taken on trust: they must equal the layout planned from the label store, so a
+damaged or crafted index can neither move an image nor read outside the file.
 """
 from __future__ import annotations
 
-import atexit
 import hashlib
 import json
 import logging
-import mmap
 import os
-import shutil
-import struct
-import tempfile
+import stat
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import cv2
 import numpy as np
 
+from . import container, distributed
+from .container import CacheError, NoSpaceError
 from .images import ImageReadError, imread_bgr, resize_long_side
 from .store import LabelStore
 
 LOGGER = logging.getLogger("yolo_data")
-MAGIC = b"YOLOIMGS"
-VERSION = 1
-_PREFIX = struct.Struct("<8sII")
-_PAGE = 4096
+KIND = "images"
+VERSION = 2
 SAFETY = 0.1  # keep this share of free RAM or disk untouched
+SHM_DIR_ENV = "YOLO_DATA_SHM_DIR"
+
+
+@dataclass(frozen=True)
+class ImageCacheSpec:
+    """What to cache and where.  ``mode``: 'ram' or 'disk'.  ``disk_files``: candidate files for
+    'disk', in order (see :func:`disk_candidates`).  ``ram_dir``: folder of the RAM cache (None:
+    :func:`shm_dir`).  ``reserve_bytes``: room to leave free for the DataLoader's shared-memory
+    batches.  ``augment`` picks the interpolation, as in ``images.resize_long_side``."""
+    mode: str
+    img_size: int
+    augment: bool
+    disk_files: Tuple[Path, ...] = ()
+    ram_dir: Optional[Path] = None
+    reserve_bytes: int = 0
+    workers: int = 8
+    prefix: str = ""
+
+
+def shm_dir() -> Path:
+    """$YOLO_DATA_SHM_DIR (read now), else /dev/shm."""
+    return Path(os.environ.get(SHM_DIR_ENV) or "/dev/shm")
+
+
+def normalise_mode(mode) -> str:
+    if mode is True or mode == "ram":
+        return "ram"
+    if mode == "disk":
+        return "disk"
+    raise ValueError(f"cache={mode!r}: use False, True/'ram' or 'disk'")
+
+
+def disk_candidates(default_labels_cache: Path, img_size: int, augment: bool, rect: bool, cache_dir,
+                    user_dir: Path) -> Tuple[Path, ...]:
+    """The disk image cache's files, in the label cache's order: only ``cache_dir`` when given, else
+    beside the labels, then the per-user folder.  Named after the split and the settings; in a shared
+    folder also after the split's full path, so two datasets never share a name."""
+    from .cache import folder_cache_file
+    d = Path(default_labels_cache)
+    beside = d.with_name(f"{d.stem}-images-{img_size}{'-train' if augment else ''}{'-rect' if rect else ''}.imgcache")
+    shared = [folder_cache_file(beside, Path(f), ".imgcache") for f in ([cache_dir] if cache_dir else [user_dir])]
+    return tuple(shared) if cache_dir else (beside, *shared)
 
 
 def cache_key(store: LabelStore, labels_fingerprint: str, img_size: int, augment: bool) -> str:
@@ -64,58 +109,100 @@ def planned_sizes(shapes_wh: np.ndarray, img_size: int) -> np.ndarray:
     return np.stack([h, w], 1)
 
 
-def _align(n: int, to: int) -> int:
-    return -(-n // to) * to
+def planned_offsets(hw: np.ndarray, count: int) -> Tuple[np.ndarray, int]:
+    """(offsets int64 (n,), payload bytes) when the first ``count`` images get a slot (-1: none)."""
+    sizes = hw[:, 0] * hw[:, 1] * 3
+    offsets = np.full(len(hw), -1, np.int64)
+    ends = np.cumsum(sizes[:count])
+    offsets[:count] = ends - sizes[:count]
+    return offsets, int(ends[-1]) if count else 0
 
 
 class ImageCache:
-    """Read-only access to a built image cache file (memory-mapped)."""
+    """Read-only access to a built image cache (memory-mapped).  ``fd`` stays open for as long as the
+    object lives: spawned DataLoader workers reopen the file through it (a RAM cache has no name)."""
 
-    def __init__(self, path: Path, key: str):
-        self.path, self.key = Path(path), key
-        self._open()
+    def __init__(self, fd: int, key: str, planned_hw: Optional[np.ndarray] = None, path: Optional[Path] = None):
+        self.fd, self.key, self.path = fd, key, path
+        c = container.read(fd, KIND)
+        self._mm, self._payload, self._st = c.mm, c.payload, c.st
+        a = c.arrays
+        try:
+            self.offsets, self.hw, self.hw0, self.ok = a["offsets"], a["hw"], a["hw0"], a["ok"]
+            if c.meta.get("key") != key:
+                raise CacheError("made for other images or settings")
+        except KeyError as e:
+            raise CacheError(f"index array {e} missing") from None
+        self.count = int(c.meta.get("count", -1))
+        if planned_hw is not None:
+            self._check(planned_hw, len(self._payload))
+        self.nbytes = len(self._payload)
 
-    def _open(self) -> None:
-        with open(self.path, "rb") as f:
-            self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        magic, version, hlen = _PREFIX.unpack_from(self._mm)
-        if magic != MAGIC or version != VERSION:
-            raise ValueError(f"{self.path}: not a yolo_data image cache of version {VERSION}")
-        header = json.loads(bytes(self._mm[_PREFIX.size:_PREFIX.size + hlen]).decode("utf-8"))
-        if header["key"] != self.key:
-            raise ValueError(f"{self.path}: made for other images or settings")
-        if header["size"] != len(self._mm):
-            raise ValueError(f"{self.path}: {len(self._mm)} bytes, expected {header['size']}")
-        arrays = {}
-        for name, spec in header["arrays"].items():
-            dtype = np.dtype(spec["dtype"])
-            count = int(np.prod(spec["shape"]))
-            arrays[name] = np.frombuffer(self._mm, dtype, count, spec["offset"]).reshape(spec["shape"])
-        self.offsets, self.hw, self.hw0, self.ok = arrays["offsets"], arrays["hw"], arrays["hw0"], arrays["ok"]
-        self.nbytes = int(header["pixels"])
+    def _check(self, planned_hw: np.ndarray, payload_size: int) -> None:
+        n = len(planned_hw)
+        if not (self.offsets.shape == (n,) and self.hw.shape == (n, 2) and self.hw0.shape == (n, 2)
+                and self.ok.shape == (n,) and 0 <= self.count <= n):
+            raise CacheError(f"index is not for {n} images")
+        offsets, size = planned_offsets(planned_hw, self.count)
+        if (not np.array_equal(self.hw, planned_hw) or not np.array_equal(self.offsets, offsets)
+                or size != payload_size):
+            raise CacheError("image offsets or sizes do not match the images' layout: damaged index")
+        if self.ok.max(initial=0) > 1 or self.ok[self.count:].any() or (self.hw0[self.ok == 1] < 1).any():
+            raise CacheError("inconsistent image flags or sizes")
+
+    @property
+    def anonymous(self) -> bool:
+        return self._st.st_nlink == 0
 
     def __len__(self) -> int:
         return len(self.offsets)
 
     def get(self, i: int) -> Optional[Tuple[np.ndarray, Tuple[int, int], Tuple[int, int]]]:
-        """(img (h, w, 3) uint8 BGR read-only view, (h0, w0), (h, w)), or None if it was unreadable."""
+        """(img (h, w, 3) uint8 BGR read-only view, (h0, w0), (h, w)), or None when image ``i`` is
+        not cached (unreadable when the cache was built, or beyond what fitted)."""
         if not self.ok[i]:
             return None
         h, w = int(self.hw[i, 0]), int(self.hw[i, 1])
-        img = np.frombuffer(self._mm, np.uint8, h * w * 3, int(self.offsets[i])).reshape(h, w, 3)
+        img = np.frombuffer(self._payload, np.uint8, h * w * 3, int(self.offsets[i])).reshape(h, w, 3)
         return img, (int(self.hw0[i, 0]), int(self.hw0[i, 1])), (h, w)
 
-    # spawned DataLoader workers get the path and map the file themselves
+    # Spawned DataLoader workers reopen the same file (same device and inode) through this process.
     def __getstate__(self):
-        return {"path": self.path, "key": self.key}
+        return {"proc": f"/proc/{os.getpid()}/fd/{self.fd}", "path": self.path, "key": self.key,
+                "id": (self._st.st_dev, self._st.st_ino)}
 
     def __setstate__(self, state):
-        self.path, self.key = state["path"], state["key"]
-        self._open()
+        try:
+            fd = _open_same(state["proc"], state["id"])
+        except OSError:  # no /proc (not Linux): a disk cache still has its name
+            if state["path"] is None:
+                raise
+            fd = _open_same(state["path"], state["id"])
+        self.__init__(fd, state["key"], None, state["path"])
+
+    def __del__(self):
+        fd, self.fd = getattr(self, "fd", -1), -1
+        if fd is not None and fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
-def _free_bytes(folder: Path, ram: bool) -> int:
-    free = shutil.disk_usage(folder).free
+def _open_same(proc_path: str, ident) -> int:
+    """Open a file another process of this job holds, checking it is the same file and ours."""
+    fd = os.open(proc_path, os.O_RDONLY | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != tuple(ident) or st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise CacheError(f"{proc_path} is not the image cache it should be")
+    return fd
+
+
+# -- space ------------------------------------------------------------------------------------------
+def free_bytes(folder: Path, ram: bool) -> int:
+    """Free bytes for a cache in ``folder``; for RAM also no more than the memory available."""
+    free = container.free_bytes(folder)
     if ram:
         try:
             with open("/proc/meminfo") as f:
@@ -126,110 +213,207 @@ def _free_bytes(folder: Path, ram: bool) -> int:
     return free
 
 
-def build(path: Path, key: str, store: LabelStore, img_size: int, augment: bool, workers: int) -> None:
-    """Decode and resize every image of ``store`` into ``path`` (atomically; see the module doc)."""
+def _fitting(hw: np.ndarray, budget: int) -> int:
+    """How many leading images fit in ``budget`` bytes."""
+    return int(np.searchsorted(np.cumsum(hw[:, 0] * hw[:, 1] * 3), budget, side="right"))
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+# -- building ---------------------------------------------------------------------------------------
+def _fill(payload: memoryview, store: LabelStore, hw: np.ndarray, offsets: np.ndarray, count: int,
+          spec: ImageCacheSpec) -> Tuple[np.ndarray, np.ndarray]:
+    """Decode and resize the first ``count`` images into ``payload``; returns (hw0, ok)."""
     n = len(store)
-    hw = planned_sizes(store.shapes, img_size)
-    sizes = hw[:, 0] * hw[:, 1] * 3
-    index = {"offsets": (n,), "hw": (n, 2), "hw0": (n, 2), "ok": (n,)}
-    dtypes = {"offsets": "<i8", "hw": "<i4", "hw0": "<i4", "ok": "|u1"}
-    header_guess = 512 + 64 * len(index)  # room reserved for the JSON header, checked below
-    layout, pos = {}, _align(_PREFIX.size + header_guess, 64)
-    for name, shape in index.items():
-        layout[name] = {"dtype": dtypes[name], "shape": list(shape), "offset": pos}
-        pos = _align(pos + int(np.prod(shape)) * np.dtype(dtypes[name]).itemsize, 64)
-    data_start = _align(pos, _PAGE)
-    offsets = data_start + np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    total = int(data_start + sizes.sum())
-    header = json.dumps({"key": key, "size": total, "pixels": int(sizes.sum()), "arrays": layout}).encode()
-    if len(header) > header_guess:
-        raise RuntimeError("image cache header larger than planned")
+    hw0 = np.zeros((n, 2), np.int32)
+    ok = np.zeros(n, np.uint8)
 
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.ftruncate(fd, total)
-        with mmap.mmap(fd, total) as mm:
-            hw0 = np.zeros((n, 2), np.int32)
-            ok = np.zeros(n, np.uint8)
-
-            def fill(i: int) -> None:
-                try:
-                    im = imread_bgr(store.im_file(i))
-                except ImageReadError as e:
-                    LOGGER.warning(f"{e}; not cached, it will be read from disk when needed")
-                    return
-                hw0[i] = im.shape[:2]
-                im = resize_long_side(im, img_size, augment)
-                h, w = int(hw[i, 0]), int(hw[i, 1])
-                if im.shape[:2] != (h, w):  # the header and the decoder disagree (rare, odd EXIF)
-                    im = cv2.resize(im, (w, h), interpolation=cv2.INTER_LINEAR)
-                dst = np.frombuffer(mm, np.uint8, h * w * 3, int(offsets[i])).reshape(h, w, 3)
-                dst[...] = im
-                ok[i] = 1
-
-            with ThreadPoolExecutor(max(1, workers)) as pool:  # OpenCV decodes without the GIL
-                list(pool.map(fill, range(n)))
-            mm[:_PREFIX.size] = _PREFIX.pack(MAGIC, VERSION, len(header))
-            mm[_PREFIX.size:_PREFIX.size + len(header)] = header
-            for name, a in (("offsets", offsets), ("hw", hw.astype(np.int32)), ("hw0", hw0), ("ok", ok)):
-                raw = np.ascontiguousarray(a, dtype=dtypes[name]).tobytes()
-                start = layout[name]["offset"]
-                mm[start:start + len(raw)] = raw
-            mm.flush()
-        os.fsync(fd)
-        os.close(fd)
-        fd = -1
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if fd >= 0:
-            os.close(fd)
+    def one(i: int) -> None:
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+            im = imread_bgr(store.im_file(i))
+        except ImageReadError as e:
+            LOGGER.warning(f"{spec.prefix}{e}; not cached, it will be read from its file when needed")
+            return
+        hw0[i] = im.shape[:2]
+        im = resize_long_side(im, spec.img_size, spec.augment)
+        h, w = int(hw[i, 0]), int(hw[i, 1])
+        if im.shape[:2] != (h, w):  # the header and the decoder disagree (rare, odd EXIF)
+            im = cv2.resize(im, (w, h), interpolation=cv2.INTER_LINEAR)
+        np.frombuffer(payload, np.uint8, h * w * 3, int(offsets[i])).reshape(h, w, 3)[...] = im
+        ok[i] = 1
+
+    with ThreadPoolExecutor(max(1, spec.workers)) as pool:  # OpenCV decodes without the GIL
+        list(pool.map(one, range(count)))
+    return hw0, ok
 
 
-def _shm_folder() -> Path:
-    return Path("/dev/shm") if os.path.isdir("/dev/shm") else Path(tempfile.gettempdir())
+def build(store: LabelStore, key: str, spec: ImageCacheSpec, count: int, path: Optional[Path] = None,
+          anonymous_in: Optional[Path] = None) -> int:
+    """Write a cache of the first ``count`` images, named (``path``, atomically) or anonymous (in
+    ``anonymous_in``).  Returns an open descriptor of it.  Raises OSError (NoSpaceError: no room)."""
+    hw = planned_sizes(store.shapes, spec.img_size)
+    offsets, size = planned_offsets(hw, count)
+    n = len(store)
+    layout = container.plan(KIND, {"version": VERSION, "key": key, "count": int(count)},
+                            {"offsets": ("<i8", (n,)), "hw": ("<i4", (n, 2)), "hw0": ("<i4", (n, 2)),
+                             "ok": ("|u1", (n,))}, size)
+    with container.NewFile(layout, path=path, anonymous_in=anonymous_in) as f:
+        hw0, ok = _fill(f.payload() if size else memoryview(b""), store, hw, offsets, count, spec)
+        fd = f.commit({"offsets": offsets, "hw": hw, "hw0": hw0, "ok": ok})
+    if path is not None:  # reopen read-only: the write descriptor is not what workers should inherit
+        os.close(fd)
+        fd = container.open_regular(path)
+    return fd
 
 
-def open_or_build(mode, store: LabelStore, labels_fingerprint: str, img_size: int, augment: bool,
-                  disk_path: Path, workers: int, prefix: str = "") -> Optional[ImageCache]:
-    """The image cache for ``mode`` ('ram'/True or 'disk'): reuse a valid file, else build one.
+def _plan_count(hw: np.ndarray, folder: Path, spec: ImageCacheSpec, ram: bool) -> Tuple[int, str]:
+    """How many images to cache in ``folder`` now, and a message when that is not all of them."""
+    need = int((hw[:, 0] * hw[:, 1] * 3).sum())
+    free = free_bytes(folder, ram)
+    budget = int(free * (1 - SAFETY)) - spec.reserve_bytes
+    count = min(len(hw), _fitting(hw, max(budget, 0)))
+    if count == len(hw):
+        return count, ""
+    reserve = (f" after leaving {_gib(spec.reserve_bytes)} for the DataLoader's shared-memory batches"
+               if spec.reserve_bytes else "")
+    what = (f"cached {count:,} of {len(hw):,} images" if count else "no image cached")
+    return count, (f"{spec.prefix}cache={spec.mode!r} needs {_gib(need)} but {folder} has {_gib(free)} free"
+                   f"{reserve}: {what}, the rest are read from their files")
 
-    ``disk_path``: the file for 'disk' (named after the split and settings, not the key, so a cache
-    made stale by edited files is replaced rather than left beside the new one).  'ram' files are
-    named by their key in shared memory.  Returns None (with a warning) when there is not enough
-    free memory or disk for it."""
-    if mode not in (True, "ram", "disk"):
-        raise ValueError(f"cache={mode!r}: use False, True/'ram' or 'disk'")
-    ram = mode != "disk"
-    key = cache_key(store, labels_fingerprint, img_size, augment)
-    path = _shm_folder() / f"yolo_data-{key[:32]}.imgcache" if ram else Path(disk_path)
-    folder = path.parent
+
+def _build_with_room(store: LabelStore, key: str, spec: ImageCacheSpec, folder: Path, ram: bool,
+                     path: Optional[Path] = None) -> Optional[int]:
+    """Build as much of the cache as fits; None (with a warning) when nothing fits.  If the room
+    planned for is gone before it is reserved (another job took it), plan once more with what is left."""
+    hw = planned_sizes(store.shapes, spec.img_size)
+    for attempt in range(2):
+        count, message = _plan_count(hw, folder, spec, ram)
+        if message:
+            LOGGER.warning(message)
+        if not count:
+            return None
+        try:
+            return build(store, key, spec, count, path=path, anonymous_in=folder if ram else None)
+        except NoSpaceError as e:
+            LOGGER.warning(f"{spec.prefix}image cache in {folder}: could not reserve the space ({e})"
+                           + ("; planning again with the room left" if attempt == 0 else
+                              "; images will be read from their files"))
+    return None
+
+
+# -- RAM --------------------------------------------------------------------------------------------
+def _make_ram(store: LabelStore, key: str, spec: ImageCacheSpec) -> str:
+    """Build the anonymous RAM cache; the JSON handle other local ranks open it by, or 'none: why'."""
+    folder = spec.ram_dir or shm_dir()
+    if not os.path.isdir(f"/proc/{os.getpid()}/fd"):
+        return "none: cache='ram' needs Linux (/proc); use cache='disk'"
+    if not folder.is_dir():
+        return f"none: {folder} does not exist; set ${SHM_DIR_ENV} to a RAM-backed folder"
     try:
-        return ImageCache(path, key)
-    except FileNotFoundError:
-        pass
-    except (ValueError, KeyError, struct.error) as e:
-        LOGGER.warning(f"{prefix}image cache {path}: {e}; rebuilding it")
-    need = int(planned_sizes(store.shapes, img_size).prod(1).sum() * 3)
-    free = _free_bytes(folder, ram)
-    if need > free * (1 - SAFETY):
-        LOGGER.warning(f"{prefix}cache={mode!r} needs {need / 2**30:.1f} GiB but {folder} has "
-                       f"{free / 2**30:.1f} GiB free; images will be read from their files")
+        fd = _build_with_room(store, key, spec, folder, ram=True)
+    except OSError as e:  # e.g. O_TMPFILE refused by the folder's filesystem
+        return f"none: cannot create the RAM image cache in {folder} ({e.strerror or e})"
+    if fd is None:
+        return "none: not enough room"
+    st = os.fstat(fd)
+    _held.append(fd)
+    return json.dumps({"pid": os.getpid(), "fd": fd, "id": [st.st_dev, st.st_ino]})
+
+
+_held: List[int] = []  # descriptors of RAM caches this process built, until ImageCache takes them
+
+
+def _open_ram(store: LabelStore, key: str, spec: ImageCacheSpec, planned_hw: np.ndarray) -> Optional[ImageCache]:
+    tag = f"imgcache-{key[:16]}"
+    handle, built_here = distributed.share_from_local_rank_0(tag, lambda: _make_ram(store, key, spec))
+    if handle.startswith("none: "):
+        if handle != "none: not enough room":  # that one was already explained
+            LOGGER.warning(f"{spec.prefix}{handle[6:]}; images will be read from their files")
         return None
-    build(path, key, store, img_size, augment, workers)
-    if ram:  # shared memory is the machine's RAM: give it back when this job ends
-        atexit.register(_unlink_quietly, path)
-    LOGGER.info(f"{prefix}cached {len(store)} images ({need / 2**30:.2f} GiB) in {path}")
-    return ImageCache(path, key)
-
-
-def _unlink_quietly(path: Path) -> None:
+    h = json.loads(handle)
     try:
-        os.unlink(path)
-    except OSError:
-        pass
+        if built_here:
+            fd = h["fd"]
+            _held.remove(fd)
+        else:
+            fd = _open_same(f"/proc/{h['pid']}/fd/{h['fd']}", h["id"])
+        cache = ImageCache(fd, key, planned_hw)
+    except (OSError, CacheError) as e:
+        LOGGER.warning(f"{spec.prefix}cannot open local rank 0's RAM image cache ({e}); "
+                       "images will be read from their files")
+        return None
+    if built_here:
+        LOGGER.info(f"{spec.prefix}cached {int(cache.ok.sum()):,} images ({_gib(cache.nbytes)}) in RAM "
+                    f"(a file without a name in {spec.ram_dir or shm_dir()}, freed when the job ends)")
+    return cache
+
+
+# -- disk -------------------------------------------------------------------------------------------
+def _open_disk(store: LabelStore, key: str, spec: ImageCacheSpec, planned_hw: np.ndarray) -> Optional[ImageCache]:
+    for path in spec.disk_files:  # reuse the first valid one
+        try:
+            fd = container.open_regular(path)
+        except FileNotFoundError:
+            continue
+        except (OSError, CacheError) as e:
+            LOGGER.warning(f"{spec.prefix}image cache {path}: {getattr(e, 'strerror', None) or e}; not used")
+            continue
+        try:
+            container.check_trust(path, os.fstat(fd))
+            cache = ImageCache(fd, key, planned_hw, path)
+            container.remove_stale_temps(path)
+            return cache
+        except CacheError as e:
+            os.close(fd)
+            LOGGER.warning(f"{spec.prefix}image cache {path}: {e}; rebuilding it")
+    for i, path in enumerate(spec.disk_files):  # build in the first place that takes it
+        try:
+            if i > 0 or len(spec.disk_files) == 1:  # never create folders inside the user's dataset
+                path.parent.mkdir(parents=True, exist_ok=True)
+            fd = _build_with_room(store, key, spec, path.parent, ram=False, path=path)
+            if fd is None:
+                return None
+            try:
+                cache = ImageCache(fd, key, planned_hw, path)
+            except BaseException:
+                os.close(fd)
+                raise
+            LOGGER.info(f"{spec.prefix}cached {int(cache.ok.sum()):,} images ({_gib(cache.nbytes)}) in {path}")
+            return cache
+        except (OSError, CacheError) as e:
+            nxt = spec.disk_files[i + 1] if i + 1 < len(spec.disk_files) else None
+            LOGGER.warning(f"{spec.prefix}cannot write image cache {path} ({getattr(e, 'strerror', None) or e})"
+                           + (f"; using {nxt} instead" if nxt else "; images will be read from their files"))
+    return None
+
+
+def open_or_build(spec: ImageCacheSpec, store: LabelStore, labels_fingerprint: str) -> Optional[ImageCache]:
+    """The image cache of ``store`` as ``spec`` asks: reuse a valid one, else build one.  Returns None
+    (with a warning saying why) when none can be had; the images are then read from their files."""
+    key = cache_key(store, labels_fingerprint, spec.img_size, spec.augment)
+    planned_hw = planned_sizes(store.shapes, spec.img_size)
+    if normalise_mode(spec.mode) == "ram":
+        return _open_ram(store, key, spec, planned_hw)
+    return _open_disk(store, key, spec, planned_hw)
+
+
+# -- leftovers --------------------------------------------------------------------------------------
+def leftovers(folders) -> List[Path]:
+    """Files of the current user that yolo_data no longer needs: named RAM caches of yolo_data before
+    0.2 in the shared-memory folder (today's have no name) and temporaries of dead writers."""
+    found = []
+    for folder in folders:
+        folder = Path(folder)
+        if not folder.is_dir():
+            continue
+        for p in list(folder.glob("yolo_data-*.imgcache")) + list(folder.glob(".yolo_data-*.tmp")):
+            try:
+                if p.lstat().st_uid == os.geteuid():
+                    found.append(p)
+            except OSError:
+                pass
+        found += [p for p in container.stale_temps(folder) if p not in found]
+    return sorted(set(found))
+

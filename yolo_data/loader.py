@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 import cv2
 import torch
@@ -15,6 +16,41 @@ from .sampling import YoloSampler
 from .weights import labels_to_image_weights
 
 LOGGER = logging.getLogger("yolo_data")
+PREFETCH = 2  # torch's default prefetch_factor: batches each worker keeps ready
+TORCH_SHM = Path("/dev/shm")  # where torch's workers put their batches (shm_open)
+
+
+def shm_bytes_for_batches(workers: int, batch_size: int, imgsz: int, stride: int, local_ranks: int = 1) -> int:
+    """Shared memory the DataLoader's workers of ``local_ranks`` processes need at once for their
+    batches: each worker's prefetched batches plus the one the training loop holds, of uint8 images
+    at most (imgsz + stride) on a side (rect batches can be a little larger than imgsz)."""
+    if workers <= 0:
+        return 0
+    side = int(imgsz) + int(stride)
+    return local_ranks * (workers * PREFETCH + 1) * batch_size * 3 * side * side
+
+
+def fit_workers_to_shm(workers: int, batch_size: int, imgsz: int, stride: int, local_ranks: int = 1,
+                       prefix: str = "", folder: Path = TORCH_SHM) -> int:
+    """The number of workers whose batches fit in ``folder`` (Docker gives containers 64 MB): the
+    requested one when it fits, else fewer, with a warning that names the fix.  Without this the first
+    batch fails with "No space left on device" or a worker dies of a bus error."""
+    if workers <= 0 or not folder.is_dir():
+        return workers
+    from .container import free_bytes
+    free = free_bytes(folder)
+    need = shm_bytes_for_batches(workers, batch_size, imgsz, stride, local_ranks)
+    if need <= free:
+        return workers
+    fit = workers
+    while fit > 0 and shm_bytes_for_batches(fit, batch_size, imgsz, stride, local_ranks) > free:
+        fit -= 1
+    LOGGER.warning(f"{prefix}{folder} has {free / 2**20:,.0f} MiB free, but {workers} DataLoader workers"
+                   f"{f' on each of {local_ranks} ranks' if local_ranks > 1 else ''} need about "
+                   f"{need / 2**20:,.0f} MiB of shared memory for their batches; using {fit} workers. "
+                   f"Under Docker start the container with --shm-size=8g (or --ipc=host), or pass "
+                   f"workers={fit} to keep this setting.")
+    return fit
 
 
 def init_worker(worker_id: int) -> None:
@@ -26,7 +62,8 @@ def init_worker(worker_id: int) -> None:
 
 def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=None, augment=False, cache=False,
                       pad=0.0, rect=False, rank=-1, workers=8, image_weights=False, quad=False, prefix="",
-                      shuffle=False, seed=0, *, split=None, cache_dir=None, min_items=0, batch_partners=True):
+                      shuffle=False, seed=0, *, split=None, cache_dir=None, min_items=0, batch_partners=True,
+                      ram_cache_dir=None):
     """Build ``(loader, dataset)`` as YOLOv5 7.0's ``create_dataloader`` does.
 
     ``path``: image folder, .txt list, list of these, or a dataset yaml (then ``split`` picks
@@ -40,17 +77,27 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
     The loader's sampler (``loader.sampler``, a :class:`YoloSampler`) gives each rank a disjoint share
     that changes with ``set_epoch``; with ``rect`` and ``shuffle`` it shuffles whole batches.  Workers
     persist across epochs.  Augmentation depends only on (seed, epoch, item), not on ``workers``.
+
+    ``cache``: False, True/'ram' (one copy per node, in a file without a name in ``ram_cache_dir``,
+    default $YOLO_DATA_SHM_DIR or /dev/shm) or 'disk'; room for the workers' batches is left free.
+    When /dev/shm cannot hold the workers' batches (Docker's 64 MB), fewer workers are used, with a
+    warning naming the fix.
     """
+    nd = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    nw = min((os.cpu_count() or 1) // max(nd, 1), batch_size if batch_size > 1 else 0, workers)
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE") or 1) if rank != -1 else 1
     with distributed.torch_distributed_zero_first(rank):
         dataset = YoloDataset(path, imgsz, batch_size, augment=augment, hyp=hyp, rect=rect,
                               image_weights=image_weights, cache_images=cache, single_cls=single_cls,
                               stride=int(stride), pad=pad, min_items=min_items, prefix=prefix,
-                              split=split, cache_dir=cache_dir, seed=seed, batch_partners=batch_partners)
+                              split=split, cache_dir=cache_dir, seed=seed, batch_partners=batch_partners,
+                              ram_dir=ram_cache_dir,
+                              shm_reserve_bytes=shm_bytes_for_batches(nw, batch_size, imgsz, stride, local_ranks))
     batch_size = min(batch_size, len(dataset))
     if quad and batch_size % 4:
         raise ValueError(f"quad=True needs a batch size divisible by 4, got {batch_size}")
-    nd = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    nw = min((os.cpu_count() or 1) // max(nd, 1), batch_size if batch_size > 1 else 0, workers)
+    nw = min(nw, batch_size if batch_size > 1 else 0)
+    nw = fit_workers_to_shm(nw, batch_size, imgsz, stride, local_ranks, prefix)
     ddp = rank != -1 and distributed.is_initialized()
     sampler = YoloSampler(len(dataset), batch_size, shuffle=shuffle, seed=seed,
                           rank=distributed.get_rank() if ddp else 0,

@@ -35,6 +35,7 @@ class SplitLabels:
     counts: Dict[str, int]
     problems: List[Problem] = field(default_factory=list)
     fingerprint: str = ""  # of the inputs (see cache.fingerprint)
+    default_file: Optional[Path] = None  # where the cache goes by default (beside the labels)
 
 
 def _counts(records, store: LabelStore) -> Dict[str, int]:
@@ -89,7 +90,7 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
                 continue
             cache.remove_stale_temps(cfile)  # leftovers of killed writers go even when nobody rewrites
             return SplitLabels(contents.store, cfile, False, time.perf_counter() - t0,
-                               contents.counts, contents.problems, fp)
+                               contents.counts, contents.problems, fp, default)
 
     records = scan_pairs(im_files, lb_files, nc, workers=workers, progress=progress)
     store = LabelStore.from_records(records)
@@ -111,4 +112,4 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
                 nxt = candidates[i + 1] if i + 1 < len(candidates) else None
                 LOGGER.warning(f"cannot write label cache {cfile} ({e.strerror or e})"
                                + (f"; using {nxt} instead" if nxt else "; labels were not cached"))
-    return SplitLabels(store, written, True, time.perf_counter() - t0, counts, problems, fp)
+    return SplitLabels(store, written, True, time.perf_counter() - t0, counts, problems, fp, default)
