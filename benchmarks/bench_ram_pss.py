@@ -7,8 +7,9 @@ Launches ``torchrun --nproc_per_node=NPROC`` (gloo, CPU) on this script's worker
 builds its training loader with ``cache='ram'`` and ``rank=LOCAL_RANK`` (local rank 0 decodes into one
 shared-memory file, the others map it), runs one epoch so every worker has touched every image, then
 reads /proc/<pid>/smaps of itself and its DataLoader workers: PSS (proportional set size: shared pages
-split between the processes mapping them) in total, and PSS of the image-cache mapping alone.  Rank 0
-prints the sums next to the size of the cached pixels.
+split between the processes mapping them) in total, and PSS of the image-cache mapping alone (found by
+its device and inode: the RAM cache is a file without a name).  Rank 0 prints the sums next to the size
+of the cached pixels.
 """
 import argparse
 import json
@@ -22,10 +23,19 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path("/tmp/yolo_data_bench/synthetic-n2000-seed0-640px-q90/data.yaml")
 
 
-def kind_of(path: str, needle: str) -> str:
-    """What a mapping is, for the breakdown: the image cache, other shared memory (batches in flight,
-    torch's shared tensors), file-backed (Python, torch and other libraries), or anonymous (heaps)."""
-    if needle in path:
+def file_id(fd: int):
+    """(major, minor, inode) of an open file: how /proc/PID/smaps names it even when it has no name (the
+    RAM cache is an O_TMPFILE: its mappings show as ``/dev/shm/#NNNN (deleted)`` or alike)."""
+    st = os.fstat(fd)
+    return os.major(st.st_dev), os.minor(st.st_dev), st.st_ino
+
+
+def kind_of(dev: str, inode: str, path: str, cache_id) -> str:
+    """What a mapping is, for the breakdown: the image cache (same device and inode as ``cache_id``),
+    other shared memory (batches in flight, torch's shared tensors), file-backed (Python, torch and
+    other libraries), or anonymous (heaps)."""
+    major, minor = (int(x, 16) for x in dev.split(":"))
+    if (major, minor, int(inode)) == tuple(cache_id):
         return "cache"
     if path.startswith("/dev/shm") or path.startswith("/memfd:") or "(deleted)" in path and "/dev/shm" in path:
         return "shm"
@@ -34,19 +44,20 @@ def kind_of(path: str, needle: str) -> str:
     return "anon"
 
 
-def smaps_pss(pid: int, needle: str):
+def smaps_pss(pid: int, cache_id):
     """{kind: PSS bytes} for one process (see kind_of)."""
     out = {"cache": 0, "shm": 0, "file": 0, "anon": 0}
-    current = ""
+    current = "anon"
     with open(f"/proc/{pid}/smaps") as f:
         for line in f:
             fields = line.split()
             if not fields:
                 continue
             if not fields[0].endswith(":"):  # a mapping header: address perms offset dev inode [path]
-                current = " ".join(fields[5:]) if len(fields) > 5 else ""
+                path = " ".join(fields[5:]) if len(fields) > 5 else ""
+                current = kind_of(fields[3], fields[4], path, cache_id)
             elif fields[0] == "Pss:":
-                out[kind_of(current, needle)] += int(fields[1]) * 1024
+                out[current] += int(fields[1]) * 1024
     return out
 
 
@@ -84,9 +95,11 @@ def rank_main(args) -> None:
     for _ in loader:  # one epoch: every worker maps and reads its share of the cache
         pass
     del _  # the last batch
-    path = str(ds.image_cache.path)
+    cache_id = file_id(ds.image_cache.fd)
+    path = (f"anonymous file, inode {cache_id[2]}" if ds.image_cache.anonymous
+            else f"{ds.image_cache.path}, inode {cache_id[2]}")
     procs = [os.getpid()] + children(os.getpid())
-    measured = [smaps_pss(p, path) for p in procs]
+    measured = [smaps_pss(p, cache_id) for p in procs]
     report = {"rank": dist.get_rank(), "procs": len(procs), "pixels": ds.image_cache.nbytes, "path": path,
               "pss": {k: sum(m[k] for m in measured) for k in measured[0]}}
     everything = [None] * dist.get_world_size()
@@ -140,6 +153,9 @@ def main(argv=None) -> int:
             ("file", "file-backed (Python, torch and other libraries)"), ("anon", "anonymous (heaps, arrays)")]
     for k, label in rows:
         print(f"| of which {label} | {pss[k] / gib:.2f} | {pss[k] / pixels:.2f}× |")
+    if not pss["cache"]:
+        print("\nWARNING: no mapping with the cache's device and inode was found in any smaps; "
+              "its pages are counted under the other rows.")
     print(f"\nA copy per rank (YOLOv5, Ultralytics) would hold {args.nproc}× the pixels: "
           f"{args.nproc * pixels / gib:.2f} GiB; everything but the cache is {(total - pss['cache']) / procs / 2**20:.0f} MiB "
           "per process.")

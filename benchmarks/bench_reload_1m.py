@@ -12,13 +12,18 @@ does) into a temporary folder, deleted at the end.
 
 What is measured, median (min-max) over ``--repeats``:
 
-* warm: ``yolo_data.cache.load(path)`` with the file in the page cache (map + CRC-32 + decode);
+* warm: ``yolo_data.cache.load(path)`` with the file in the page cache (open + map, header and
+  offset checks, CRC-32 of the header and arrays, ``LabelStore.from_arrays`` with its ``validate``);
 * cold-ish: the same after ``posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)`` on the file (no root
   needed; dropping all caches would need root).  The share of the file's pages still resident before
   the load is measured with ``mincore`` and shown; a virtual disk may still be served from the host's
   cache, so this can be warmer than a true first read;
-* breakdown (warm): file read (``open`` + ``read``, what a non-mapping loader would pay), CRC-32 of
-  the body alone, ``cache.decode`` (which includes the CRC) and so decode without the checksum;
+* breakdown (warm): file read (``open`` + ``read``: what a loader that read the file instead of
+  mapping it would pay; for comparison),
+  ``container.read(path, cache.KIND)`` alone (open + map + header and offset checks + CRC-32),
+  ``zlib.crc32`` alone over the same bytes it checks (header + arrays, on a fresh mapping, so the page
+  faults are included), ``container.read`` without the CRC (the difference), and
+  ``LabelStore.from_arrays`` (the store's ``validate``) alone on arrays already read;
 * objects: ``len(gc.get_objects())`` (gc-tracked containers), ``sys.getallocatedblocks()`` (every
   Python object allocation) and tracemalloc's peak/retained bytes around one load; a loader that made
   one object per image would show ~n more of them;
@@ -35,6 +40,7 @@ import argparse
 import contextlib
 import gc
 import hashlib
+import mmap
 import os
 import platform
 import statistics
@@ -42,6 +48,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+import zlib
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -52,7 +59,7 @@ from machine import cpu_model  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from yolo_data import cache  # noqa: E402
+from yolo_data import cache, container  # noqa: E402
 from yolo_data.labels import PairRecord  # noqa: E402
 from yolo_data.store import ImageFiles, Labels, LabelStore  # noqa: E402
 
@@ -187,22 +194,39 @@ def time_loads(path: Path, repeats: int, cold: bool) -> Tuple[List[float], List[
     return times, res
 
 
+def crc_of_mapping(path: Path, end: int) -> Tuple[float, int]:
+    """(seconds, crc) of ``zlib.crc32`` over bytes [0, end) of a fresh read-only mapping of ``path``: the
+    bytes ``container.read`` checks, with the page faults of a first touch; the open and the mmap call
+    are not timed."""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        view = memoryview(mm)[:end]
+        try:
+            return timed(lambda: zlib.crc32(view))
+        finally:
+            view.release()
+
+
 def time_breakdown(path: Path, repeats: int) -> Dict[str, List[float]]:
-    """Warm, on a plain read of the file: read, the CRC-32 alone, decode (includes its CRC-32),
-    decode minus the CRC.  (cache.load itself maps the file instead of reading it.)"""
-    import zlib
-    out: Dict[str, List[float]] = {"file read (open + read), for comparison": [], "CRC-32 of the body": [],
-                                   "decode (CRC-32 + header + frombuffer + validate)": [],
-                                   "decode without the CRC (difference)": []}
+    """Warm: a plain read of the file (what ``cache.load`` avoids by mapping it), ``container.read``
+    alone, the CRC-32 alone over the same bytes, their difference, and ``LabelStore.from_arrays``
+    (validation) alone.  ``cache.load`` = ``container.read`` + header meta checks + ``from_arrays``."""
+    out: Dict[str, List[float]] = {
+        "file read (open + read), for comparison": [],
+        "`container.read` (open + map + header/offset checks + CRC-32)": [],
+        "`zlib.crc32` of header + arrays alone (fresh mapping, page faults included)": [],
+        "`container.read` without the CRC (difference)": [],
+        "`LabelStore.from_arrays` (validate) alone, arrays already read": []}
     for _ in range(repeats):
         gc.collect()
         t_read, data = timed(lambda: read_file(path))
-        body = memoryview(data)[:-cache._DIGEST]
-        t_sha, _ = timed(lambda: zlib.crc32(body))
-        body.release()
-        t_dec, _ = timed(lambda: cache.decode(data))
-        data = None
-        vals = (t_read, t_sha, t_dec, t_dec - t_sha)
+        del data
+        t_cont, c = timed(lambda: container.read(path, cache.KIND))
+        t_crc, crc = crc_of_mapping(path, c.payload_offset)
+        stored = int.from_bytes(c.mm[len(c.mm) - container._CRC:], "little")
+        assert crc == stored, "CRC-32 timed over other bytes than container.read checks"
+        t_val, store = timed(lambda: LabelStore.from_arrays(c.arrays))
+        del store, c
+        vals = (t_read, t_cont, t_crc, t_cont - t_crc, t_val)
         for key, v in zip(out, vals):
             out[key].append(v)
     return out
@@ -309,8 +333,8 @@ def report(args, store, n_poly_rows, cfile, t_build, t_save, warm, cold, parts, 
               f"- gc-tracked objects: {objs['gc']:+,} ({objs['gc'] / n:.6f} per image)",
               f"- allocated blocks (`sys.getallocatedblocks`, every Python object): {objs['blocks']:+,}",
               f"- tracemalloc: peak {objs['peak'] / 1e6:.1f} MB, retained {objs['current'] / 1e6:.1f} MB "
-              f"(file {size / 1e6:.1f} MB: the one `read()` buffer; the store's {objs['n_arrays']} arrays "
-              f"are {objs['views']} views into it)",
+              f"(the file's {size / 1e6:.1f} MB are mapped, not allocated, so not counted here; "
+              f"{objs['views']} of the store's {objs['n_arrays']} arrays are views of the mapping)",
               "", f"Dataset-style access ({acc['n']:,} random images; first 1,000 and 200 polygon images "
                   "checked against the generated data):", "",
               f"- `store.im_file(i)`: {acc['im_file'] * 1e6:.2f} µs, `store.labels_of(i)`: "

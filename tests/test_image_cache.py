@@ -69,7 +69,7 @@ def test_not_enough_memory_falls_back_to_reading_files(small_dataset, monkeypatc
         loader, ds = create_dataloader(str(small_dataset), 64, 2, 32, cache="ram", workers=0, split="train",
                                        ram_cache_dir=tmp_path)
     assert ds.image_cache is None
-    assert any("GiB free" in r.message and "no image cached" in r.message for r in caplog.records)
+    assert any("MiB free" in r.message and "no image cached" in r.message for r in caplog.records)
     assert sum(len(b[0]) for b in loader) == 6
 
 

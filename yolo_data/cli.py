@@ -75,6 +75,37 @@ def report(rows: List[Tuple[str, SplitLabels]]) -> int:
     return 0
 
 
+def leftover_folders(data: Optional[str], cache_dir=None) -> List[Path]:
+    """Where yolo_data may have left files: the shared-memory folder, the per-user cache folder,
+    ``cache_dir``, and the label-cache folders of ``data``'s splits (beside their labels)."""
+    from .cache import user_cache_dir
+    from .imagecache import shm_dir
+    from .sources import default_cache_file, img2label_path, list_image_files
+    folders = [shm_dir(), user_cache_dir()] + ([Path(cache_dir)] if cache_dir else [])
+    if data:
+        for _, paths in _splits(data)[0]:
+            files = list_image_files(paths)
+            if files:
+                folders.append(default_cache_file(paths, img2label_path(files[0])).parent)
+    return list(dict.fromkeys(folders))
+
+
+def leftovers_main(data: Optional[str], cache_dir, remove: bool) -> int:
+    """List (and with ``remove`` delete) files of yours that yolo_data no longer needs."""
+    from .imagecache import leftovers
+    found = leftovers(leftover_folders(data, cache_dir))
+    for p in found:
+        try:
+            size = p.stat().st_size
+            if remove:
+                p.unlink()
+            print(f"{'removed' if remove else 'leftover'}  {size / 2**20:10,.1f} MiB  {p}")
+        except OSError as e:
+            print(f"cannot remove {p}: {e.strerror}", file=sys.stderr)
+    print(f"{len(found)} leftover file(s)" + ("" if remove or not found else "; remove them with --remove-leftovers"))
+    return 0
+
+
 def build_cache_main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         prog="yolo-data-cache",
@@ -85,8 +116,20 @@ def build_cache_main(argv=None) -> int:
     ap.add_argument("--cache-dir", default=None,
                     help="write caches to this folder instead of beside the labels")
     ap.add_argument("--force", action="store_true", help="rescan even when the cache is fresh")
+    ap.add_argument("--leftovers", action="store_true",
+                    help="only list files of yours that yolo_data left behind (temporaries of killed writers, "
+                         "RAM caches of older versions) in /dev/shm, the per-user cache folder, --cache-dir "
+                         "and the dataset's cache folders")
+    ap.add_argument("--remove-leftovers", action="store_true", help="list those files and remove them")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, format="%(message)s")  # problems go into the report below
+    if args.leftovers or args.remove_leftovers:
+        data = None if args.data == str(SAMPLE_YAML) and not SAMPLE_YAML.exists() else args.data
+        try:
+            return leftovers_main(data, args.cache_dir, args.remove_leftovers)
+        except (FileNotFoundError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     try:
         rows = build_caches(args.data, args.workers, args.cache_dir, args.force)
     except (FileNotFoundError, ValueError) as e:

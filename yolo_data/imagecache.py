@@ -219,7 +219,7 @@ def _fitting(hw: np.ndarray, budget: int) -> int:
 
 
 def _gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB"
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 # -- building ---------------------------------------------------------------------------------------
@@ -259,7 +259,8 @@ def build(store: LabelStore, key: str, spec: ImageCacheSpec, count: int, path: O
     layout = container.plan(KIND, {"version": VERSION, "key": key, "count": int(count)},
                             {"offsets": ("<i8", (n,)), "hw": ("<i4", (n, 2)), "hw0": ("<i4", (n, 2)),
                              "ok": ("|u1", (n,))}, size)
-    with container.NewFile(layout, path=path, anonymous_in=anonymous_in) as f:
+    # decoded pixels are the dataset's content: readable by their owner only, named or not
+    with container.NewFile(layout, path=path, anonymous_in=anonymous_in, mode=0o600) as f:
         hw0, ok = _fill(f.payload() if size else memoryview(b""), store, hw, offsets, count, spec)
         fd = f.commit({"offsets": offsets, "hw": hw, "hw0": hw0, "ok": ok})
     if path is not None:  # reopen read-only: the write descriptor is not what workers should inherit
@@ -278,9 +279,10 @@ def _plan_count(hw: np.ndarray, folder: Path, spec: ImageCacheSpec, ram: bool) -
         return count, ""
     reserve = (f" after leaving {_gib(spec.reserve_bytes)} for the DataLoader's shared-memory batches"
                if spec.reserve_bytes else "")
-    what = (f"cached {count:,} of {len(hw):,} images" if count else "no image cached")
+    what = (f"cached {count:,} of {len(hw):,} images, the rest are read from their files" if count
+            else "no image cached, images are read from their files")
     return count, (f"{spec.prefix}cache={spec.mode!r} needs {_gib(need)} but {folder} has {_gib(free)} free"
-                   f"{reserve}: {what}, the rest are read from their files")
+                   f"{reserve}: {what}")
 
 
 def _build_with_room(store: LabelStore, key: str, spec: ImageCacheSpec, folder: Path, ram: bool,

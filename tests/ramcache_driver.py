@@ -1,0 +1,131 @@
+#!/usr/bin/env python
+"""Runs RAM-cache scenarios with real processes and signals; prints one JSON line of results.
+
+Used by tests/test_ram_cache_lifecycle.py, sometimes inside a private mount namespace (``unshare -m``)
+where a small tmpfs stands in for /dev/shm, so the machine's own /dev/shm is never filled or touched.
+
+    ramcache_driver.py kill  DATA RAM_DIR SIGNAL WHEN   # WHEN: build | after
+    ramcache_driver.py two   DATA RAM_DIR               # two builders at once, racing for the room
+    ramcache_driver.py shm   DATA                        # training loader with a /dev/shm too small
+    ramcache_driver.py child-build DATA RAM_DIR SLOW BARRIER   # (internal) one builder
+"""
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+IMGSZ = 320
+
+
+def used_bytes(folder) -> int:
+    st = os.statvfs(folder)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def child_build(data, ram_dir, slow, barrier):
+    """One builder: cache='ram' in ram_dir.  ``slow``: seconds per image decode (so a signal lands
+    mid-build).  ``barrier``: a folder; both builders plan their room, then wait for each other before
+    reserving it (the race of two jobs starting together)."""
+    from yolo_data import container, imagecache
+    from yolo_data.dataset import YoloDataset
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    slow = float(slow)
+    real_read, real_reserve = imagecache.imread_bgr, container.reserve
+
+    def read(path):
+        if not getattr(read, "said", False):
+            read.said = True
+            print("building", flush=True)
+        time.sleep(slow)
+        return real_read(path)
+
+    def reserve(fd, size, folder):
+        if barrier != "-" and Path(folder) == Path(ram_dir):  # not the label cache's write
+            Path(barrier, str(os.getpid())).touch()
+            while len(list(Path(barrier).iterdir())) < 2:
+                time.sleep(0.01)
+        return real_reserve(fd, size, folder)
+
+    imagecache.imread_bgr, container.reserve = read, reserve
+    ds = YoloDataset(data, IMGSZ, 4, cache_images="ram", ram_dir=ram_dir)
+    cached = 0 if ds.image_cache is None else int(ds.image_cache.ok.sum())
+    print(json.dumps({"ready": True, "cached": cached, "n": len(ds),
+                      "used": used_bytes(ram_dir)}), flush=True)
+    if barrier == "-":
+        time.sleep(600)  # held until the test's signal
+
+
+def start_child(data, ram_dir, slow, barrier="-"):
+    return subprocess.Popen([sys.executable, __file__, "child-build", data, ram_dir, str(slow), barrier],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def kill(data, ram_dir, sig, when):
+    before = used_bytes(ram_dir)
+    p = start_child(data, ram_dir, 0.2 if when == "build" else 0.0)
+    line = p.stdout.readline()
+    if when == "after":
+        while line and not line.startswith("{"):
+            line = p.stdout.readline()
+    else:
+        time.sleep(0.3)  # well inside the decoding of the 40 images
+    during = used_bytes(ram_dir)
+    names_during = sorted(os.listdir(ram_dir))
+    p.send_signal(getattr(signal, "SIG" + sig))
+    rc = p.wait(60)
+    time.sleep(0.2)
+    return {"rc": rc, "marker": line.strip()[:200], "before": before, "during": during,
+            "after": used_bytes(ram_dir), "names_during": names_during, "names_after": sorted(os.listdir(ram_dir)),
+            "stderr": p.stderr.read()[-2000:]}
+
+
+def two(data, ram_dir):
+    barrier = Path(ram_dir).parent / f"barrier-{os.getpid()}"
+    barrier.mkdir()
+    before = used_bytes(ram_dir)
+    procs = [start_child(data, ram_dir, 0.0, str(barrier)) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    results = []
+    for p, (out, err) in zip(procs, outs):
+        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+        results.append({"rc": p.returncode, "result": json.loads(lines[-1]) if lines else None, "stderr": err[-3000:]})
+    return {"before": before, "after": used_bytes(ram_dir), "names_after": sorted(os.listdir(ram_dir)),
+            "builders": results}
+
+
+def shm(data, cache):
+    """A training loader with 2 workers when /dev/shm is small; every batch must arrive."""
+    from yolo_data import create_dataloader
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logging.getLogger("yolo_data").addHandler(Keep())
+    logging.getLogger("yolo_data").setLevel(logging.INFO)
+    loader, ds = create_dataloader(data, IMGSZ, 8, 32, augment=True, workers=2, shuffle=True,
+                                   cache=False if cache == "none" else cache, ram_cache_dir="/dev/shm")
+    n = sum(len(imgs) for imgs, *_ in loader)
+    cached = None if ds.image_cache is None else int(ds.image_cache.ok.sum())
+    return {"workers": loader.num_workers, "images": n, "len": len(ds), "cached": cached,
+            "messages": records, "shm_free": os.statvfs("/dev/shm").f_bavail * os.statvfs("/dev/shm").f_frsize}
+
+
+def main():
+    mode, *args = sys.argv[1:]
+    if mode == "child-build":
+        return child_build(*args)
+    result = {"kill": kill, "two": two, "shm": shm}[mode](*args)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

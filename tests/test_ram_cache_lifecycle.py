@@ -1,0 +1,382 @@
+"""Image caches under the conditions people train in: signals, small /dev/shm, several jobs, DDP ranks,
+other users, read-only datasets, damaged and crafted files.  Real processes throughout.
+
+Tests that need a small tmpfs mount one in a private mount namespace (``unshare -m``) and skip where
+the machine refuses that; the machine's own /dev/shm is never filled or cleaned.
+"""
+import contextlib
+import hashlib
+import json
+import logging
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import crafting
+from conftest import make_dataset, tree_digest
+from yolo_data import cache as label_cache
+from yolo_data import imagecache
+from yolo_data.dataset import YoloDataset
+from yolo_data.split import load_split
+
+DRIVER = Path(__file__).with_name("ramcache_driver.py")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def photo_dataset(root: Path, n: int = 40) -> Path:
+    """n images of 320 x 240: 230,400 bytes each when cached at 320 (9.2 MB for 40)."""
+    items = [(f"im{i:03d}.jpg", (320, 240), f"{i % 3} 0.5 0.5 0.2 0.2\n") for i in range(n)]
+    make_dataset(root, items)
+    return root / "images" / "train"
+
+
+def driver(*args, tmpfs=None, timeout=300):
+    """Run the driver, in a private mount namespace with ``tmpfs`` = {folder: size} when given."""
+    cmd = [sys.executable, str(DRIVER), *map(str, args)]
+    if tmpfs:
+        mounts = " && ".join(f"mount -t tmpfs -o size={size},mode=1777 tmpfs {folder}" for folder, size in tmpfs.items())
+        cmd = ["unshare", "-m", "sh", "-c", f'{mounts} && exec "$0" "$@"', *cmd]
+    env = {k: v for k, v in os.environ.items() if k != "YOLO_DATA_SHM_DIR"}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=str(ROOT))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def private_mounts():
+    """Skip (cleanly) where this machine does not allow a private mount namespace with a tmpfs."""
+    try:
+        r = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"],
+                           capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        pytest.skip(f"unshare not available: {e}")
+    if r.returncode != 0:
+        pytest.skip(f"private mount namespaces are refused here: {r.stderr.decode()[-200:]}")
+
+
+# -- gone however the job ends ------------------------------------------------------------------------
+@pytest.mark.parametrize("sig", ["TERM", "KILL"])
+@pytest.mark.parametrize("when", ["build", "after"])
+def test_killed_builder_leaves_nothing_in_the_ram_folder(tmp_path, sig, when):
+    data = photo_dataset(tmp_path / "ds")
+    ram = tmp_path / "shm"
+    ram.mkdir()
+    r = driver("kill", data, ram, sig, when)
+    assert r["rc"] == -getattr(signal, "SIG" + sig), r["stderr"]
+    assert r["marker"].startswith("{" if when == "after" else "building"), r
+    assert r["names_during"] == [] and r["names_after"] == []  # never a name: nothing to leak or to open
+
+
+@pytest.mark.parametrize("sig", ["TERM", "KILL"])
+@pytest.mark.parametrize("when", ["build", "after"])
+def test_killed_builder_gives_the_memory_back(private_mounts, tmp_path, sig, when):
+    data = photo_dataset(tmp_path / "ds")
+    ram = tmp_path / "shm"
+    ram.mkdir()
+    r = driver("kill", data, ram, sig, when, tmpfs={ram: "32m"})
+    assert r["rc"] == -getattr(signal, "SIG" + sig), r["stderr"]
+    assert r["during"] - r["before"] >= 40 * 230_400  # reserved whole before the first pixel
+    assert r["after"] == r["before"] and r["names_after"] == []
+
+
+def test_two_jobs_building_at_once_on_a_small_tmpfs_both_run(private_mounts, tmp_path):
+    """Each cache (9.2 MB) fits alone in the 12 MB tmpfs, not both.  Both plan with the whole room
+    free, then reserve at the same moment: one gets it all, the other plans again and caches what is
+    left; neither dies (before: both died of SIGBUS and leaked their temporaries)."""
+    data = photo_dataset(tmp_path / "ds")
+    ram = tmp_path / "shm"
+    ram.mkdir()
+    r = driver("two", data, ram, tmpfs={ram: "12m"})
+    results = [b["result"] for b in r["builders"]]
+    assert [b["rc"] for b in r["builders"]] == [0, 0], [b["stderr"] for b in r["builders"]]
+    cached = sorted(res["cached"] for res in results)
+    assert cached[1] == 40 and 0 < cached[0] < 40, cached
+    loser = r["builders"][[res["cached"] for res in results].index(cached[0])]["stderr"]
+    assert "could not reserve the space" in loser and f"cached {cached[0]} of 40 images" in loser
+    assert r["after"] == r["before"] and r["names_after"] == []
+
+
+def test_dev_shm_too_small_for_the_batches_uses_fewer_workers_and_says_how_to_fix_it(private_mounts, tmp_path):
+    data = photo_dataset(tmp_path / "ds", 24)
+    r = driver("shm", data, "none", tmpfs={"/dev/shm": "8m"})
+    assert r["images"] == r["len"] == 24 and r["workers"] == 0
+    msg = [m for m in r["messages"] if "--shm-size" in m]
+    assert msg and "--ipc=host" in msg[0] and "using 0 workers" in msg[0] and "/dev/shm has 8 MiB free" in msg[0]
+
+
+def test_ram_cache_leaves_room_for_the_batches(private_mounts, tmp_path):
+    """24 MB /dev/shm: the cache (9.2 MB) fits, but with 2 workers' batches (about 15 MB) it would not:
+    part of it is cached, the workers keep their room, every batch arrives."""
+    data = photo_dataset(tmp_path / "ds")
+    r = driver("shm", data, "ram", tmpfs={"/dev/shm": "24m"})
+    assert r["images"] == r["len"] == 40 and r["workers"] == 2
+    assert 0 < r["cached"] < 40, r
+    assert any(f"cached {r['cached']} of 40 images" in m and "shared-memory batches" in m for m in r["messages"])
+
+
+# -- one copy per node, shared by the ranks -----------------------------------------------------------
+def _rank(rank, world, port, data, ram, out_dir):
+    from datetime import timedelta
+    import torch.distributed as dist
+    os.environ.update(LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=60))
+    try:
+        from yolo_data import create_dataloader
+        loader, ds = create_dataloader(data, 320, 4, 32, rank=rank, workers=1, cache="ram", ram_cache_dir=ram)
+        c = ds.image_cache
+        st = os.fstat(c.fd)
+        h = hashlib.sha256()
+        for i in range(len(ds)):
+            h.update(c.get(i)[0].tobytes())
+        batches = [hashlib.sha256(imgs.numpy().tobytes()).hexdigest() for imgs, *_ in loader]
+        Path(out_dir, f"{rank}.json").write_text(json.dumps({
+            "ino": [st.st_dev, st.st_ino], "nlink": st.st_nlink, "pixels": h.hexdigest(), "batches": batches,
+            "names": os.listdir(ram)}))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_of_a_node_share_one_anonymous_file(tmp_path):
+    import torch.multiprocessing as tmp
+    from test_distributed import free_port
+    data = photo_dataset(tmp_path / "ds", 12)
+    ram = tmp_path / "shm"
+    ram.mkdir()
+    tmp.start_processes(_rank, args=(2, free_port(), str(data), str(ram), str(tmp_path)), nprocs=2, join=True,
+                        start_method="fork")
+    r0, r1 = (json.loads((tmp_path / f"{k}.json").read_text()) for k in range(2))
+    assert r0["ino"] == r1["ino"] and r0["nlink"] == r1["nlink"] == 0  # the same file, without a name
+    assert r0["pixels"] == r1["pixels"] and r0["names"] == r1["names"] == []
+    assert len(r0["batches"]) == len(r1["batches"]) >= 1  # workers (forked) read it too
+    assert not list(ram.iterdir())
+
+
+# -- other users ----------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def public_tmp():
+    """A temp folder that user nobody can enter (pytest's own is private to root)."""
+    base = Path(tempfile.mkdtemp(prefix="yolo_data_users_"))
+    os.chmod(base, 0o755)
+    try:
+        yield base
+    finally:
+        for p in [base, *base.rglob("*")]:
+            if p.is_dir() and not p.is_symlink():
+                os.chmod(p, 0o755)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def as_nobody(fn, *args):
+    """Run fn(*args) in a forked child as user nobody; returns what it returns (or its error's repr)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to another user")
+    ctx = mp.get_context("fork")
+    q = ctx.SimpleQueue()
+
+    def child():
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            q.put(fn(*args))
+        except BaseException as e:
+            q.put(f"error: {e!r}")
+
+    p = ctx.Process(target=child)
+    p.start()
+    out = q.get()
+    p.join(60)
+    return out
+
+
+def _try_open(path):
+    try:
+        with open(path, "rb") as f:
+            f.read(16)
+        return "opened"
+    except PermissionError:
+        return "denied"
+    except OSError as e:
+        return f"{type(e).__name__}"
+
+
+def _list(folder):
+    return sorted(os.listdir(folder))
+
+
+def test_another_user_can_neither_read_nor_find_the_ram_cache(small_dataset):
+    with public_tmp() as base:
+        ram = base / "shm"
+        ram.mkdir()
+        os.chmod(ram, 0o1777)
+        ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="ram", ram_dir=ram)
+        proc = f"/proc/{os.getpid()}/fd/{ds.image_cache.fd}"
+        assert _try_open(proc) == "opened"  # its owner can
+        assert as_nobody(_try_open, proc) == "denied"
+        assert as_nobody(_list, ram) == []
+
+
+def _plant(folder, name):
+    """As another user: put junk under every name an older yolo_data would have looked for."""
+    for n in [name, "yolo_data-" + "0" * 32 + ".imgcache"]:
+        Path(folder, n).write_bytes(b"\0" * 4096)
+    return _list(folder)
+
+
+def test_files_planted_by_another_user_are_never_used(small_dataset):
+    with public_tmp() as base:
+        ram = base / "shm"
+        ram.mkdir()
+        os.chmod(ram, 0o1777)
+        planted = as_nobody(_plant, ram, "anything.imgcache")
+        assert len(planted) == 2, planted
+        plain = YoloDataset(str(small_dataset), 64, split="train")
+        ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="ram", ram_dir=ram)
+        for i in range(len(ds)):
+            assert np.array_equal(ds.image_cache.get(i)[0], plain.load_image(i)[0])
+
+
+def _build_disk_planted(data, shared):
+    """As nobody: build a disk cache in a shared folder, then zero its pixels (the checksum does not
+    cover pixels: only the owner check can refuse this file)."""
+    ds = YoloDataset(data, 64, split="train", cache_images="disk", cache_dir=shared)
+    path = ds.image_cache.path
+    off = crafting.header_of(path)["payload"][0]
+    raw = bytearray(path.read_bytes())
+    raw[off:-4] = bytes(len(raw) - 4 - off)
+    path.write_bytes(bytes(raw))
+    os.chmod(path, 0o644)
+    return str(path)
+
+
+def test_disk_cache_of_another_user_is_not_trusted_and_ours_is_private(small_dataset, caplog):
+    with public_tmp() as base:
+        data = base / "ds"
+        shutil.copytree(small_dataset.parent, data)
+        for p in [data, *data.rglob("*")]:
+            os.chmod(p, 0o777 if p.is_dir() else 0o666)
+        shared = base / "shared_cache"
+        shared.mkdir()
+        os.chmod(shared, 0o1777)
+        planted = as_nobody(_build_disk_planted, str(data / "data.yaml"), str(shared))
+        assert not planted.startswith("error"), planted
+        with caplog.at_level(logging.WARNING, logger="yolo_data"):
+            ds = YoloDataset(str(data / "data.yaml"), 64, split="train", cache_images="disk", cache_dir=shared)
+        assert str(ds.image_cache.path) == planted
+        assert any("owned by another user" in r.message for r in caplog.records)
+        plain = YoloDataset(str(data / "data.yaml"), 64, split="train")
+        for i in range(len(ds)):
+            assert np.array_equal(ds.image_cache.get(i)[0], plain.load_image(i)[0])  # rebuilt, not zeros
+        assert os.stat(planted).st_uid == os.geteuid() and (os.stat(planted).st_mode & 0o777) == 0o600
+        assert as_nobody(_try_open, planted) == "denied"
+
+
+def _disk_twice(data, user_cache):
+    os.environ["YOLO_DATA_CACHE_DIR"] = user_cache
+    out = []
+    for _ in range(2):
+        ds = YoloDataset(data, 64, split="train", cache_images="disk")
+        out.append([str(ds.image_cache.path), os.stat(ds.image_cache.path).st_mtime_ns,
+                    str(ds.split_labels.cache_file), ds.split_labels.built])
+    return out
+
+
+def test_read_only_dataset_with_an_admins_label_cache_and_cache_disk(small_dataset):
+    with public_tmp() as base:
+        data = base / "ds"
+        shutil.copytree(small_dataset.parent, data)
+        load_split(str(data / "images" / "train"), nc=3)  # the admin builds the label cache
+        user_cache = base / "user_cache"
+        user_cache.mkdir()
+        os.chmod(user_cache, 0o777)
+        for p in [data, *data.rglob("*")]:
+            os.chmod(p, 0o555 if p.is_dir() else 0o444)
+        before = tree_digest(data)
+        out = as_nobody(_disk_twice, str(data / "data.yaml"), str(user_cache))
+        assert isinstance(out, list), out
+        (img1, mtime1, lab1, built1), (img2, mtime2, lab2, built2) = out
+        assert lab1 == lab2 == str(data / "labels" / "train.cache") and not built1 and not built2
+        assert img1 == img2 and Path(img1).parent == user_cache and mtime1 == mtime2  # built once, reused
+        assert tree_digest(data) == before
+
+
+def test_disk_caches_of_two_datasets_in_the_user_folder_have_their_own_names(tmp_path, caplog):
+    a = make_dataset(tmp_path / "a", [("x.jpg", (64, 48), "0 0.5 0.5 0.2 0.2\n")])
+    b = make_dataset(tmp_path / "b", [("x.jpg", (48, 64), "1 0.5 0.5 0.2 0.2\n")])
+    (tmp_path / "a" / "labels").rename(tmp_path / "a" / "labels_ro")  # no labels folder: caches go to the user folder
+    (tmp_path / "b" / "labels").rename(tmp_path / "b" / "labels_ro")
+    da = YoloDataset(str(a), 64, split="train", cache_images="disk")
+    db = YoloDataset(str(b), 64, split="train", cache_images="disk")
+    assert da.image_cache.path != db.image_cache.path
+    assert da.image_cache.path.parent == db.image_cache.path.parent
+    mtime = da.image_cache.path.stat().st_mtime_ns
+    again = YoloDataset(str(a), 64, split="train", cache_images="disk")
+    assert again.image_cache.path == da.image_cache.path and again.image_cache.path.stat().st_mtime_ns == mtime
+
+
+# -- damaged and crafted image caches ---------------------------------------------------------------------
+def _swap_two(a):
+    o = a["offsets"]
+    o[0], o[1] = o[1], o[0]
+
+
+DAMAGE = {
+    "offsets swapped (valid checksum)": dict(arrays=_swap_two),
+    "offset negative (valid checksum)": dict(arrays=lambda a: a["offsets"].__setitem__(2, -100)),
+    "offset past the end (valid checksum)": dict(arrays=lambda a: a["offsets"].__setitem__(2, 1 << 40)),
+    "size changed (valid checksum)": dict(arrays=lambda a: a["hw"].__setitem__((0, 0), 10)),
+    "count beyond the images (valid checksum)": dict(header=lambda h: h["meta"].update(count=99)),
+    "index byte flipped": dict(arrays=lambda a: a["offsets"].__setitem__(1, a["offsets"][1] ^ 64), fix_crc=False),
+    "header offset into the header (valid checksum)": dict(header=lambda h: h["arrays"]["hw"].update(offset=64)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGE) + ["truncated", "a label cache in its place"])
+def test_damaged_or_crafted_disk_cache_is_reported_and_rebuilt(small_dataset, case, caplog):
+    plain = YoloDataset(str(small_dataset), 64, split="train")
+    first = YoloDataset(str(small_dataset), 64, split="train", cache_images="disk")
+    path = first.image_cache.path
+    del first
+    if case == "truncated":
+        path.write_bytes(path.read_bytes()[:-1000])
+    elif case == "a label cache in its place":
+        shutil.copy(small_dataset.parent / "labels" / "train.cache", path)
+    else:
+        crafting.rewrite(path, **DAMAGE[case])
+    with caplog.at_level(logging.WARNING, logger="yolo_data"):
+        ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="disk")
+    assert any(str(path) in r.message and "rebuilding" in r.message for r in caplog.records)
+    for i in range(len(ds)):
+        assert np.array_equal(ds.image_cache.get(i)[0], plain.load_image(i)[0])
+
+
+def test_leftovers_are_listed_and_removed_by_the_cli(tmp_path):
+    import socket
+    ram = tmp_path / "shm"
+    user = tmp_path / "user"
+    ram.mkdir()
+    user.mkdir()
+    old = ram / ("yolo_data-" + "a" * 32 + ".imgcache")  # a named RAM cache of an older yolo_data
+    old.write_bytes(b"x" * 100)
+    dead = user / f".train-0123.cache.{socket.gethostname()}.999999999.abcd.tmp"  # a killed writer's
+    dead.write_bytes(b"x")
+    alive = user / f".train-0123.cache.{socket.gethostname()}.{os.getpid()}.abcd.tmp"  # a running writer's
+    alive.write_bytes(b"x")
+    env = dict(os.environ, YOLO_DATA_SHM_DIR=str(ram), YOLO_DATA_CACHE_DIR=str(user))
+    tool = [sys.executable, str(ROOT / "tools" / "build_cache.py")]
+    r = subprocess.run(tool + ["--leftovers"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and str(old) in r.stdout and str(dead) in r.stdout and str(alive) not in r.stdout
+    assert old.exists() and dead.exists()  # listing removes nothing
+    r = subprocess.run(tool + ["--remove-leftovers"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and "removed" in r.stdout
+    assert not old.exists() and not dead.exists() and alive.exists()
