@@ -102,3 +102,26 @@ def test_unreadable_image_at_build_is_marked_and_read_from_its_file_later(small_
     ds.image_cache = cache
     assert ds.load_image(i)[0].shape[:2] == (64, 48)  # from the file, as if uncached
     assert np.array_equal(ds.load_image(0)[0], cache.get(0)[0])
+
+
+def test_ram_cache_without_o_tmpfile_is_unlinked_at_once(small_dataset, tmp_path, monkeypatch):
+    """Filesystems that refuse O_TMPFILE: a unique name, removed before a single pixel is written."""
+    from yolo_data import container
+    real_open = os.open
+
+    def no_tmpfile(path, flags, *a):
+        if flags & getattr(os, "O_TMPFILE", 0) == getattr(os, "O_TMPFILE", -1):
+            raise OSError(95, "Operation not supported")
+        return real_open(path, flags, *a)
+
+    monkeypatch.setattr(container.os, "open", no_tmpfile)
+    ram = tmp_path / "shm"
+    ram.mkdir()
+    seen = []
+    real_reserve = container.reserve
+    monkeypatch.setattr(container, "reserve", lambda fd, size, folder: (
+        seen.append(os.listdir(folder)) if Path(folder) == ram else None, real_reserve(fd, size, folder)))
+    plain = YoloDataset(str(small_dataset), 64, split="train")
+    ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="ram", ram_dir=ram)
+    assert seen == [[]] and ds.image_cache.anonymous and not list(ram.iterdir())
+    assert all(np.array_equal(ds.image_cache.get(i)[0], plain.load_image(i)[0]) for i in range(len(ds)))

@@ -267,7 +267,7 @@ class NewFile:
         flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
         if anonymous_in is not None:
             self.folder = Path(anonymous_in)
-            self.fd = os.open(self.folder, flags | os.O_TMPFILE, 0o600)
+            self.fd = _open_anonymous(self.folder, flags)
             self.mode = 0o600
         else:
             self.folder = Path(path).parent
@@ -342,6 +342,21 @@ class NewFile:
         if exc_type is not None:
             self.discard()
         return False
+
+
+def _open_anonymous(folder: Path, flags: int) -> int:
+    """A new file without a name in ``folder``'s filesystem, mode 0600.  ``O_TMPFILE`` where the
+    filesystem has it (tmpfs, ext4, xfs, btrfs); elsewhere a unique name, unlinked at once."""
+    if hasattr(os, "O_TMPFILE"):
+        try:
+            return os.open(folder, flags | os.O_TMPFILE, 0o600)
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+    path = Path(folder) / f".yolo_data-{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(path, flags | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    os.unlink(path)
+    return fd
 
 
 def _pwrite_all(fd: int, data, offset: int) -> None:
