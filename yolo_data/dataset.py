@@ -70,6 +70,10 @@ class YoloDataset(Dataset):
     Each item is ``(img, targets, path, shapes)``: img uint8 (3, H, W) RGB tensor; targets float32
     (n, 6) [0, class, x, y, w, h] normalised to the final image (column 0 is filled by the collate
     function with the image's index in the batch); shapes ``((h0, w0), ((h / h0, w / w0), (padw, padh)))``.
+
+    ``cache_images``: False, True/'ram' or 'disk' (see :mod:`~yolo_data.imagecache`); ``ram_dir``: the
+    folder of a RAM cache (default $YOLO_DATA_SHM_DIR or /dev/shm); ``shm_reserve_bytes``: room a RAM
+    cache leaves free there for the DataLoader's batches (``create_dataloader`` computes it).
     """
 
     def __init__(self, path, img_size: int = 640, batch_size: int = 16, augment: bool = False, hyp=None,
