@@ -125,3 +125,24 @@ def test_ram_cache_without_o_tmpfile_is_unlinked_at_once(small_dataset, tmp_path
     ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="ram", ram_dir=ram)
     assert seen == [[]] and ds.image_cache.anonymous and not list(ram.iterdir())
     assert all(np.array_equal(ds.image_cache.get(i)[0], plain.load_image(i)[0]) for i in range(len(ds)))
+
+
+def test_killed_disk_cache_writer_leaves_a_temporary_that_the_next_run_removes(small_dataset):
+    """SIGKILL mid-build: the cache name is absent or whole, and the writer's temporary goes next run."""
+    code = ("import time, sys; from yolo_data import imagecache; from yolo_data.dataset import YoloDataset\n"
+            "real = imagecache.imread_bgr\n"
+            "def slow(p):\n    print('building', flush=True); time.sleep(30); return real(p)\n"
+            "imagecache.imread_bgr = slow\n"
+            f"YoloDataset({str(small_dataset)!r}, 64, split='train', cache_images='disk', workers=1)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                         cwd=str(Path(__file__).resolve().parents[1]))
+    assert p.stdout.readline().strip() == "building"
+    labels = small_dataset.parent / "labels"
+    temps = list(labels.glob(".train-images-64.imgcache.*.tmp"))
+    assert len(temps) == 1 and temps[0].stat().st_size > 0  # reserved whole while being written
+    p.kill()
+    p.wait(30)
+    assert temps[0].exists() and not (labels / "train-images-64.imgcache").exists()
+    ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="disk")
+    assert ds.image_cache.path == labels / "train-images-64.imgcache" and not temps[0].exists()
+    assert not list(labels.glob("*.tmp"))
