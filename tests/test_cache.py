@@ -74,13 +74,20 @@ def test_damaged_cache_is_reported_and_rebuilt(small_dataset, damage, caplog):
     else:
         data[len(data) // 2 if damage == "flip middle" else -1] ^= 0x40
     f.write_bytes(bytes(data))
+    assert_rejected_then_rebuilt(small_dataset, good, caplog)
+
+
+def assert_rejected_then_rebuilt(small_dataset, good, caplog):
+    """The cache file is refused, a warning names it, the next load rescans to the same labels and
+    writes a whole file again."""
+    f = cache_file(small_dataset)
     with pytest.raises(cache.CacheError):
         cache.load(f)
     with caplog.at_level(logging.WARNING, logger="yolo_data"):
         rebuilt = load_split(images(small_dataset), nc=3)
     assert rebuilt.built and same_labels(good, rebuilt)
     assert any(str(f) in r.message and "rebuilding" in r.message for r in caplog.records)
-    cache.load(f)  # the rebuilt file is whole again
+    cache.load(f)
 
 
 class _Plant:
@@ -151,12 +158,7 @@ def test_crafted_cache_with_a_valid_checksum_is_rejected_and_rebuilt(small_datas
     good = load_split(images(small_dataset), nc=3)
     f = cache_file(small_dataset)
     crafting.rewrite(f, **CRAFTED[case])
-    with pytest.raises(cache.CacheError):
-        cache.load(f)
-    with caplog.at_level(logging.WARNING, logger="yolo_data"):
-        rebuilt = load_split(images(small_dataset), nc=3)
-    assert rebuilt.built and same_labels(good, rebuilt)
-    assert any(str(f) in r.message and "rebuilding" in r.message for r in caplog.records)
+    assert_rejected_then_rebuilt(small_dataset, good, caplog)
 
 
 @pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])

@@ -103,11 +103,14 @@ class LabelStore:
         for name, offsets, total in (("path_offsets", self.path_offsets, len(self.path_bytes)),
                                      ("label_offsets", self.label_offsets, len(self.labels)),
                                      ("seg_offsets", self.seg_offsets, len(self.seg_points))):
-            if offsets[0] != 0 or offsets[-1] != total or (len(offsets) > 1 and np.diff(offsets).min() < 0):
+            # a bool per entry, not an int64 difference: 8x less temporary memory at a million images
+            if offsets[0] != 0 or offsets[-1] != total or not np.all(offsets[1:] >= offsets[:-1]):
                 raise ValueError(f"{name} do not run from 0 to {total} without decreasing")
         if n and self.shapes.min() < 1:
             raise ValueError("image sizes must be positive")
-        if len(self.labels) and not (np.isfinite(self.labels).all() and self.labels[:, 0].min() >= 0):
+        # one float64 sum is finite exactly when every value is (no temporary array of flags)
+        if len(self.labels) and not (np.isfinite(self.labels.sum(dtype=np.float64))
+                                     and self.labels[:, 0].min() >= 0):
             raise ValueError("labels hold non-finite numbers or negative classes")
 
     # -- access ------------------------------------------------------------------------------------
