@@ -146,3 +146,24 @@ def test_killed_disk_cache_writer_leaves_a_temporary_that_the_next_run_removes(s
     ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="disk")
     assert ds.image_cache.path == labels / "train-images-64.imgcache" and not temps[0].exists()
     assert not list(labels.glob("*.tmp"))
+
+
+def _cached_in_worker(ds_and_index):
+    ds, i = ds_and_index
+    return ds.image_cache is not None and ds.image_cache.get(i) is not None
+
+
+def test_spawned_workers_reopen_the_ram_cache_through_the_parent(small_dataset, tmp_path):
+    """A RAM cache has no name: a spawned worker (macOS-style start, or a user's own DataLoader)
+    reopens it through /proc/<parent>/fd and checks it is the same file."""
+    plain = YoloDataset(str(small_dataset), 64, 2, split="train")
+    ds = YoloDataset(str(small_dataset), 64, 2, split="train", cache_images="ram", ram_dir=tmp_path)
+    loader = torch.utils.data.DataLoader(ds, batch_size=2, num_workers=1, multiprocessing_context="spawn",
+                                         collate_fn=YoloDataset.collate_fn)
+    got = torch.cat([imgs for imgs, *_ in loader])
+    want = torch.cat([imgs for imgs, *_ in torch.utils.data.DataLoader(plain, batch_size=2,
+                                                                       collate_fn=YoloDataset.collate_fn)])
+    assert torch.equal(got, want)
+    import multiprocessing
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        assert pool.map(_cached_in_worker, [(ds, 0)]) == [True]  # from the cache, not from the files
