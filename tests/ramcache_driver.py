@@ -12,9 +12,11 @@ where a small tmpfs stands in for /dev/shm, so the machine's own /dev/shm is nev
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,13 +33,13 @@ def used_bytes(folder) -> int:
 
 def child_build(data, ram_dir, slow, barrier):
     """One builder: cache='ram' in ram_dir.  ``slow``: seconds per image decode (so a signal lands
-    mid-build).  ``barrier``: a folder; both builders plan their room, then wait for each other before
-    reserving it (the race of two jobs starting together)."""
-    from yolo_data import container, imagecache
+    mid-build).  ``barrier``: a folder; both builders wait for each other there, then plan and reserve
+    their room at the same moment (two jobs starting together)."""
+    from yolo_data import imagecache
     from yolo_data.dataset import YoloDataset
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     slow = float(slow)
-    real_read, real_reserve = imagecache.imread_bgr, container.reserve
+    real_read, real_lock = imagecache.imread_bgr, imagecache.planning_lock
 
     def read(path):
         if not getattr(read, "said", False):
@@ -46,14 +48,14 @@ def child_build(data, ram_dir, slow, barrier):
         time.sleep(slow)
         return real_read(path)
 
-    def reserve(fd, size, folder):
-        if barrier != "-" and Path(folder) == Path(ram_dir):  # not the label cache's write
+    def lock(folder):
+        if barrier != "-":
             Path(barrier, str(os.getpid())).touch()
             while len(list(Path(barrier).iterdir())) < 2:
-                time.sleep(0.01)
-        return real_reserve(fd, size, folder)
+                time.sleep(0.001)
+        return real_lock(folder)
 
-    imagecache.imread_bgr, container.reserve = read, reserve
+    imagecache.imread_bgr, imagecache.planning_lock = read, lock
     ds = YoloDataset(data, IMGSZ, 4, cache_images="ram", ram_dir=ram_dir)
     cached = 0 if ds.image_cache is None else int(ds.image_cache.ok.sum())
     print(json.dumps({"ready": True, "cached": cached, "n": len(ds),
@@ -87,11 +89,13 @@ def kill(data, ram_dir, sig, when):
 
 
 def two(data, ram_dir):
-    barrier = Path(ram_dir).parent / f"barrier-{os.getpid()}"
-    barrier.mkdir()
+    barrier = tempfile.mkdtemp(prefix="yolo_data_barrier_")
     before = used_bytes(ram_dir)
-    procs = [start_child(data, ram_dir, 0.0, str(barrier)) for _ in range(2)]
-    outs = [p.communicate(timeout=300) for p in procs]
+    try:
+        procs = [start_child(data, ram_dir, 0.0, barrier) for _ in range(2)]
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        shutil.rmtree(barrier, ignore_errors=True)
     results = []
     for p, (out, err) in zip(procs, outs):
         lines = [ln for ln in out.splitlines() if ln.startswith("{")]

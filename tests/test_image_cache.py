@@ -167,3 +167,41 @@ def test_spawned_workers_reopen_the_ram_cache_through_the_parent(small_dataset, 
     import multiprocessing
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         assert pool.map(_cached_in_worker, [(ds, 0)]) == [True]  # from the cache, not from the files
+
+
+def test_room_taken_between_planning_and_reserving_is_planned_again(small_dataset, tmp_path, monkeypatch, caplog):
+    """Another program fills the folder after the plan: the reservation fails with a message naming
+    the sizes, the plan is made again with the room left, and what fits is cached."""
+    from yolo_data import container
+    plain = YoloDataset(str(small_dataset), 64, split="train")
+    sizes = imagecache.planned_sizes(plain.store.shapes, 64).prod(1) * 3
+    frees = iter([10 ** 9, int((sizes[:3].sum() + 100) / (1 - imagecache.SAFETY)) + 1])
+    monkeypatch.setattr(imagecache, "free_bytes", lambda folder, ram: next(frees))
+    real_reserve, calls = container.reserve, []
+
+    def reserve(fd, size, folder):
+        calls.append(size)
+        if len(calls) == 1 and Path(folder) == tmp_path:
+            raise container.NoSpaceError(28, f"{size} bytes needed in {folder}, 0 free")
+        return real_reserve(fd, size, folder)
+
+    monkeypatch.setattr(container, "reserve", reserve)
+    with caplog.at_level(logging.WARNING, logger="yolo_data"):
+        ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="ram", ram_dir=tmp_path)
+    text = " | ".join(r.message for r in caplog.records)
+    assert "could not reserve the space" in text and "planning again" in text and "cached 3 of 6 images" in text
+    assert [bool(v) for v in ds.image_cache.ok] == [True] * 3 + [False] * 3
+
+
+def test_planning_lock_held_elsewhere_delays_but_never_blocks(small_dataset, tmp_path, monkeypatch, caplog):
+    import fcntl
+    monkeypatch.setattr(imagecache, "LOCK_WAIT_SECONDS", 0.3)
+    holder = os.open(tmp_path, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # e.g. another user's process on /dev/shm
+    try:
+        with caplog.at_level(logging.INFO, logger="yolo_data"):
+            ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="ram", ram_dir=tmp_path)
+    finally:
+        os.close(holder)
+    assert ds.image_cache is not None and ds.image_cache.ok.all()
+    assert any("stayed locked" in r.message for r in caplog.records)

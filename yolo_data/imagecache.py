@@ -25,11 +25,13 @@ damaged or crafted index can neither move an image nor read outside the file.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import stat
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,11 +45,17 @@ from .container import CacheError, NoSpaceError
 from .images import ImageReadError, imread_bgr, resize_long_side
 from .store import LabelStore
 
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; planning goes on without the lock
+    fcntl = None
+
 LOGGER = logging.getLogger("yolo_data")
 KIND = "images"
 VERSION = 2
 SAFETY = 0.1  # keep this share of free RAM or disk untouched
 SHM_DIR_ENV = "YOLO_DATA_SHM_DIR"
+LOCK_WAIT_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -249,23 +257,31 @@ def _fill(payload: memoryview, store: LabelStore, hw: np.ndarray, offsets: np.nd
     return hw0, ok
 
 
-def build(store: LabelStore, key: str, spec: ImageCacheSpec, count: int, path: Optional[Path] = None,
-          anonymous_in: Optional[Path] = None) -> int:
-    """Write a cache of the first ``count`` images, named (``path``, atomically) or anonymous (in
-    ``anonymous_in``).  Returns an open descriptor of it.  Raises OSError (NoSpaceError: no room)."""
+def reserve_file(store: LabelStore, key: str, spec: ImageCacheSpec, count: int, path: Optional[Path] = None,
+                 anonymous_in: Optional[Path] = None) -> container.NewFile:
+    """A new cache file for the first ``count`` images, its whole size reserved: named (``path``,
+    written atomically) or anonymous (in ``anonymous_in``).  Raises OSError (NoSpaceError: no room)."""
     hw = planned_sizes(store.shapes, spec.img_size)
-    offsets, size = planned_offsets(hw, count)
+    _, size = planned_offsets(hw, count)
     n = len(store)
     layout = container.plan(KIND, {"version": VERSION, "key": key, "count": int(count)},
                             {"offsets": ("<i8", (n,)), "hw": ("<i4", (n, 2)), "hw0": ("<i4", (n, 2)),
                              "ok": ("|u1", (n,))}, size)
     # decoded pixels are the dataset's content: readable by their owner only, named or not
-    with container.NewFile(layout, path=path, anonymous_in=anonymous_in, mode=0o600) as f:
+    return container.NewFile(layout, path=path, anonymous_in=anonymous_in, mode=0o600)
+
+
+def write_images(f: container.NewFile, store: LabelStore, spec: ImageCacheSpec) -> int:
+    """Decode the images into a reserved file and commit it; returns a read-only descriptor of it."""
+    count = int(f.layout.meta["count"])
+    hw = planned_sizes(store.shapes, spec.img_size)
+    offsets, size = planned_offsets(hw, count)
+    with f:
         hw0, ok = _fill(f.payload() if size else memoryview(b""), store, hw, offsets, count, spec)
         fd = f.commit({"offsets": offsets, "hw": hw, "hw0": hw0, "ok": ok})
-    if path is not None:  # reopen read-only: the write descriptor is not what workers should inherit
+    if f.path is not None:  # reopen read-only: the write descriptor is not what workers should inherit
         os.close(fd)
-        fd = container.open_regular(path)
+        fd = container.open_regular(f.path)
     return fd
 
 
@@ -285,23 +301,57 @@ def _plan_count(hw: np.ndarray, folder: Path, spec: ImageCacheSpec, ram: bool) -
                    f"{reserve}: {what}")
 
 
+@contextlib.contextmanager
+def planning_lock(folder: Path):
+    """Held while a job measures the free room of ``folder`` and reserves its share, so two jobs
+    starting together do not both plan with the same room (on tmpfs both reservations can then fail).
+    An advisory ``flock`` on the folder itself: no lock file to leave behind.  Waits at most
+    LOCK_WAIT_SECONDS (another user's process could hold it), then goes on without it."""
+    fd = -1
+    try:
+        if fcntl is None:
+            raise OSError("no flock")
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC)
+        deadline = time.monotonic() + LOCK_WAIT_SECONDS
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    LOGGER.info(f"{folder} stayed locked for {LOCK_WAIT_SECONDS:.0f} s; planning without the lock")
+                    break
+                time.sleep(0.02)
+    except OSError:  # no flock here (or not a folder we may open): plan without it
+        pass
+    try:
+        yield
+    finally:
+        if fd >= 0:
+            os.close(fd)  # releases the lock
+
+
 def _build_with_room(store: LabelStore, key: str, spec: ImageCacheSpec, folder: Path, ram: bool,
                      path: Optional[Path] = None) -> Optional[int]:
-    """Build as much of the cache as fits; None (with a warning) when nothing fits.  If the room
-    planned for is gone before it is reserved (another job took it), plan once more with what is left."""
+    """Build as much of the cache as fits; None (with a warning) when nothing fits.  Planning and
+    reserving happen under :func:`planning_lock`; decoding after it is released.  If the room is gone
+    anyway before it is reserved (another program took it), plan once more with what is left."""
     hw = planned_sizes(store.shapes, spec.img_size)
     for attempt in range(2):
-        count, message = _plan_count(hw, folder, spec, ram)
-        if message:
-            LOGGER.warning(message)
-        if not count:
-            return None
-        try:
-            return build(store, key, spec, count, path=path, anonymous_in=folder if ram else None)
-        except NoSpaceError as e:
-            LOGGER.warning(f"{spec.prefix}image cache in {folder}: could not reserve the space ({e})"
-                           + ("; planning again with the room left" if attempt == 0 else
-                              "; images will be read from their files"))
+        with planning_lock(folder):
+            count, message = _plan_count(hw, folder, spec, ram)
+            if message:
+                LOGGER.warning(message)
+            if not count:
+                return None
+            try:
+                f = reserve_file(store, key, spec, count, path=path, anonymous_in=folder if ram else None)
+            except NoSpaceError as e:
+                LOGGER.warning(f"{spec.prefix}image cache in {folder}: could not reserve the space ({e})"
+                               + ("; planning again with the room left" if attempt == 0 else
+                                  "; images will be read from their files"))
+                continue
+        return write_images(f, store, spec)
     return None
 
 
