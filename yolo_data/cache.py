@@ -4,7 +4,7 @@ The file is a :mod:`~yolo_data.container` of kind ``labels``: the store's flat a
 header the fingerprint of the inputs, the scan counts and the problems found.  Loading never unpickles
 anything, every offset is checked against the file, the arrays' values against each other
 (``LabelStore.validate``), and the file is memory-mapped, not read: a million-image cache (about 300 MB)
-loads in about 0.1 s, and every DataLoader worker and rank on a node shares its pages.  It is written
+loads in about 0.16 s, and every DataLoader worker and rank on a node shares its pages.  It is written
 atomically under a unique temporary name, with the mode the umask gives.
 """
 from __future__ import annotations
