@@ -153,3 +153,76 @@ def test_rank_0_dying_in_the_block_stops_the_others_promptly(tmp_path):
     for r in (1, 2):
         res = json.loads((tmp_path / f"{r}.json").read_text())
         assert "ValueError: labels folder vanished" in res["error"] and res["s"] < 10
+
+
+def _late_file_worker(rank, world, port, yaml, out_dir):
+    """Local rank 0 adds an image right after writing the cache, before the others read: they must
+    use rank 0's label set anyway (before: rank 1 rescanned, got 7 images and one step more)."""
+    os.environ.update(LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    init(rank, world, port)
+    try:
+        from yolo_data import create_dataloader, split
+        if rank == 0:
+            real = split._load_or_scan
+
+            def then_add_a_file(*a, **k):
+                s = real(*a, **k)
+                src = Path(yaml).parent / "images" / "train" / "a.jpg"
+                (src.parent / "zz_late.jpg").write_bytes(src.read_bytes())
+                return s
+            split._load_or_scan = then_add_a_file
+        loader, ds = create_dataloader(yaml, 64, 2, 32, rank=rank, workers=0, split="train")
+        Path(out_dir, f"{rank}.json").write_text(json.dumps({
+            "n": len(ds), "steps": len(loader), "built": ds.split_labels.built,
+            "cache": str(ds.split_labels.cache_file)}))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_every_local_rank_trains_on_the_label_set_rank_0_wrote(small_dataset, tmp_path):
+    run(_late_file_worker, 2, str(small_dataset), str(tmp_path))
+    r0, r1 = (json.loads((tmp_path / f"{k}.json").read_text()) for k in range(2))
+    assert (Path(small_dataset).parent / "images" / "train" / "zz_late.jpg").exists()
+    assert r0["built"] and not r1["built"] and r0["cache"] == r1["cache"]
+    assert r0["n"] == r1["n"] == 6 and r0["steps"] == r1["steps"]
+
+
+def _two_nodes_worker(rank, world, port, yamls, out_dir):
+    """Each rank is local rank 0 of its own node, with its own copy of the dataset: rank 1's copy has
+    an extra image.  Both must fail before the first batch, saying what differs."""
+    os.environ.update(LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+    init(rank, world, port)
+    t0 = time.monotonic()
+    try:
+        from yolo_data import RanksDisagreeError, create_dataloader
+        try:
+            create_dataloader(yamls[rank], 64, 2, 32, rank=0, workers=0, split="train")
+            out = {"error": None}
+        except RanksDisagreeError as e:
+            out = {"error": str(e)}
+        out["seconds"] = time.monotonic() - t0
+        Path(out_dir, f"{rank}.json").write_text(json.dumps(out))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_of_different_nodes_with_different_data_fail_at_once_saying_what_differs(tmp_path):
+    from conftest import make_dataset
+    items = [(f"{c}.jpg", (64, 48), "0 0.5 0.5 0.2 0.2\n") for c in "abcde"]
+    node0 = make_dataset(tmp_path / "node0", items)
+    node1 = make_dataset(tmp_path / "node1", items + [("f.jpg", (64, 48), "1 0.5 0.5 0.2 0.2\n")])
+    run(_two_nodes_worker, 2, [str(node0), str(node1)], str(tmp_path))
+    r0, r1 = (json.loads((tmp_path / f"{k}.json").read_text()) for k in range(2))
+    for r in (r0, r1):
+        assert r["error"] and r["seconds"] < 30
+        assert "rank 0: 5 images, 5 boxes, 2 steps per epoch" in r["error"]
+        assert "rank 1: 6 images, 6 boxes, 2 steps per epoch" in r["error"]
+
+
+def test_ranks_of_different_nodes_with_the_same_data_agree(tmp_path):
+    from conftest import make_dataset
+    items = [(f"{c}.jpg", (64, 48), "0 0.5 0.5 0.2 0.2\n") for c in "abcde"]
+    yamls = [str(make_dataset(tmp_path / f"node{k}", items)) for k in range(2)]
+    run(_two_nodes_worker, 2, yamls, str(tmp_path))
+    assert all(json.loads((tmp_path / f"{k}.json").read_text())["error"] is None for k in range(2))

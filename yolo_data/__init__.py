@@ -1,18 +1,18 @@
 """yolo_data: a YOLOv5-compatible detection dataloader with a safe label cache and DDP done right.
 
 Data flow, one module each: sources (files) -> labels (verify a pair) -> scan (in parallel) ->
-store (flat arrays) -> cache (safe file) -> split (load or build) -> images / geometry (per item) ->
+store (flat arrays) -> cache (label cache, in the container format) -> split (load or build) -> images / geometry (per item) ->
 dataset -> loader.
 """
 from .dataset import LoadImagesAndLabels, YoloDataset
-from .distributed import ZeroFirstError, torch_distributed_zero_first, wait_for_the_master
+from .distributed import RanksDisagreeError, ZeroFirstError, torch_distributed_zero_first, wait_for_the_master
 from .loader import create_dataloader
 from .torch_utils import init_torch_seeds, select_device, smart_DDP, time_synchronized
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "create_dataloader", "torch_distributed_zero_first", "wait_for_the_master", "select_device",
     "time_synchronized", "init_torch_seeds", "smart_DDP", "YoloDataset", "LoadImagesAndLabels",
-    "ZeroFirstError",
+    "ZeroFirstError", "RanksDisagreeError",
 ]

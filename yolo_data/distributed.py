@@ -12,6 +12,7 @@ limit, log progress now and then, and raise at once if rank 0 failed.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import threading
@@ -24,6 +25,7 @@ import torch.distributed as dist
 LOGGER = logging.getLogger("yolo_data")
 
 _block_ids = itertools.count()  # every rank enters the blocks in the same order, so ids agree
+_check_ids = itertools.count()  # likewise for check_ranks_agree
 _active = threading.local()  # the key local rank 0 reports progress under, while inside a block
 POLL_SECONDS = (0.01, 0.5)  # first and longest pause between store checks
 LOG_EVERY_SECONDS = 30.0
@@ -32,6 +34,11 @@ ACK_SECONDS = 10.0  # how long a failing rank 0 waits for the others to read its
 
 class ZeroFirstError(RuntimeError):
     """Local rank 0 failed inside ``torch_distributed_zero_first``; the message says how."""
+
+
+class RanksDisagreeError(RuntimeError):
+    """The ranks built different datasets (other files on other nodes, or files changed in between);
+    training would hang at the first collective.  The message says which ranks differ and how."""
 
 
 def is_initialized() -> bool:
@@ -99,6 +106,48 @@ def share_from_local_rank_0(tag: str, make):
         store.set(f"{key}/share/{tag}", value)
         return value, True
     return store.get(f"{key}/share/{tag}").decode("utf-8"), False
+
+
+def _describe(values: dict) -> str:
+    return ", ".join(f"{v:,} {k}" if isinstance(v, int) else f"{k} {v}" for k, v in values.items())
+
+
+def check_ranks_agree(values: dict, what: str) -> None:
+    """Every rank publishes ``values`` (a small JSON-able dict, e.g. images and steps per epoch) in the
+    process group's store and waits for all the others' (no time limit: a node may still be scanning).
+    Raises :class:`RanksDisagreeError` on every rank at once when any differs from rank 0's, naming the
+    ranks and their values.  A no-op without an initialised process group or its store."""
+    if not is_initialized() or get_world_size() < 2:
+        return
+    store = _default_store()
+    if store is None:
+        return
+    key = f"yolo_data/agree/{next(_check_ids)}"
+    rank, world = dist.get_rank(), dist.get_world_size()
+    store.set(f"{key}/{rank}", json.dumps(values))
+    keys = [f"{key}/{r}" for r in range(world)]
+    pause, start, last_log = POLL_SECONDS[0], time.monotonic(), time.monotonic()
+    try:
+        while not store.check(keys):
+            time.sleep(pause)
+            pause = min(pause * 2, POLL_SECONDS[1])
+            if time.monotonic() - last_log >= LOG_EVERY_SECONDS:
+                last_log = time.monotonic()
+                missing = [r for r, k in enumerate(keys) if not store.check([k])]
+                LOGGER.info(f"rank {rank}: waiting for ranks {missing[:8]} to build {what} "
+                            f"({time.monotonic() - start:.0f} s)")
+        got = [json.loads(store.get(k).decode("utf-8")) for k in keys]
+    except (RuntimeError, OSError) as e:
+        raise ZeroFirstError(f"rank {rank} lost the process group's store while comparing {what} "
+                             f"with the other ranks ({e})") from None
+    differ = [r for r in range(1, world) if got[r] != got[0]]
+    if differ:
+        shown = "; ".join(f"rank {r}: {_describe(got[r])}" for r in differ[:4])
+        more = f" (and {len(differ) - 4} more ranks)" if len(differ) > 4 else ""
+        raise RanksDisagreeError(
+            f"the ranks built different datasets for {what}: rank 0: {_describe(got[0])}; {shown}{more}. "
+            "Every rank must see the same files: on several nodes give each the same copy of the dataset "
+            "(same files, same labels); on one node do not change files while the job starts.")
 
 
 def _wait_for(store, key: str, local_rank: int) -> None:

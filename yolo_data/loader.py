@@ -110,4 +110,7 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
     loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=nw,
                         pin_memory=torch.cuda.is_available(), collate_fn=collate, drop_last=quad,
                         persistent_workers=nw > 0, worker_init_fn=init_worker)
+    if ddp:  # a rank with other data would hang the first collective instead of failing here
+        distributed.check_ranks_agree({"images": len(dataset), "boxes": dataset.store.num_boxes(),
+                                       "steps per epoch": len(loader)}, f"{prefix}{path}")
     return loader, dataset

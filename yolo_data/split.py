@@ -5,13 +5,15 @@ other ranks then find a fresh cache and only read it.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Union
 
-from . import cache
+from . import cache, distributed
 from .labels import Problem
 from .scan import Progress, scan_pairs
 from .sources import default_cache_file, img2label_path, list_image_files
@@ -66,7 +68,47 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
 
     ``nc``: number of class names when known (larger class ids are then errors).  ``force``: rescan
     even if a fresh cache exists.  ``save=False`` scans without writing a cache.
+
+    Inside ``torch_distributed_zero_first`` the other local ranks do not look at the files again: they
+    map exactly the cache file local rank 0 loaded or wrote (named in the process group's store, and
+    checked to hold the fingerprint rank 0 saw), so a file added or changed in between cannot give
+    them another label set, and so other numbers of steps per epoch, than rank 0.
     """
+    made = {}
+
+    def on_rank_0() -> str:
+        made["split"] = s = _load_or_scan(path, nc, cache_dir, workers, force, progress, save)
+        return json.dumps({"file": None if s.cache_file is None else str(s.cache_file), "fingerprint": s.fingerprint,
+                           "default": str(s.default_file)})
+
+    tag = "labels-" + hashlib.sha256(json.dumps([str(p) for p in _as_list(path)] + [nc]).encode(
+        "utf-8", "surrogateescape")).hexdigest()[:16]
+    value, here = distributed.share_from_local_rank_0(tag, on_rank_0)
+    if here:
+        return made["split"]
+    t0 = time.perf_counter()
+    info = json.loads(value)
+    if info["file"] is not None:
+        try:
+            contents = cache.load(Path(info["file"]))
+            if contents.fingerprint != info["fingerprint"]:
+                raise cache.CacheError("replaced since local rank 0 used it")
+            return SplitLabels(contents.store, Path(info["file"]), False, time.perf_counter() - t0,
+                               contents.counts, contents.problems, info["fingerprint"], Path(info["default"]))
+        except (OSError, cache.CacheError) as e:
+            reason = f"cannot read local rank 0's label cache {info['file']} ({e})"
+    else:
+        reason = "local rank 0 could not write its label cache"
+    LOGGER.warning(f"{reason}; this rank scans the files itself, and the ranks are checked to agree "
+                   "before the first batch")
+    return _load_or_scan(path, nc, cache_dir, workers, force, progress, save)
+
+
+def _as_list(path) -> List:
+    return list(path) if isinstance(path, (list, tuple)) else [path]
+
+
+def _load_or_scan(path, nc, cache_dir, workers, force, progress, save) -> SplitLabels:
     t0 = time.perf_counter()
     im_files = list_image_files(path)
     if not im_files:
