@@ -14,7 +14,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 from torch.utils.data import Dataset
 
-from . import distributed
+from . import distributed, failures
 from .boxes import xywhn_to_xyxy
 from .albument import AlbumentationsStep
 from .collate import collate_fn
@@ -181,7 +181,12 @@ class YoloDataset(Dataset):
 
     # -- images ---------------------------------------------------------------------------------------
     def _read_image(self, i: int) -> LoadedImage:
-        return load_image(self.store.im_file(i), self.img_size, self.augment)
+        path = self.store.im_file(i)
+        try:
+            return load_image(path, self.img_size, self.augment)
+        except ImageReadError as e:  # passed the scan, fails now: the next run leaves it out
+            failures.remember(self.split_labels.cache_file, path, str(e))
+            raise
 
     def load_image(self, i: int) -> Tuple[np.ndarray, Tuple[int, int], Tuple[int, int]]:
         """YOLOv5's form: (img (h, w, 3) uint8 BGR resized, (h0, w0), (h, w))."""

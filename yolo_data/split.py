@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Union
 
-from . import cache, distributed
+from . import cache, distributed, failures
 from .labels import Problem
 from .scan import Progress, scan_pairs
 from .sources import default_cache_file, img2label_path, list_image_files
@@ -77,9 +77,11 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
     made = {}
 
     def on_rank_0() -> str:
-        made["split"] = s = _load_or_scan(path, nc, cache_dir, workers, force, progress, save)
+        s = _load_or_scan(path, nc, cache_dir, workers, force, progress, save)
+        failed, nbytes = failures.read(s.cache_file)
+        made["split"] = failures.leave_out(s, failed)
         return json.dumps({"file": None if s.cache_file is None else str(s.cache_file), "fingerprint": s.fingerprint,
-                           "default": str(s.default_file)})
+                           "default": str(s.default_file), "failed_bytes": nbytes})
 
     tag = "labels-" + hashlib.sha256(json.dumps([str(p) for p in _as_list(path)] + [nc]).encode(
         "utf-8", "surrogateescape")).hexdigest()[:16]
@@ -93,15 +95,17 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
             contents = cache.load(Path(info["file"]))
             if contents.fingerprint != info["fingerprint"]:
                 raise cache.CacheError("replaced since local rank 0 used it")
-            return SplitLabels(contents.store, Path(info["file"]), False, time.perf_counter() - t0,
-                               contents.counts, contents.problems, info["fingerprint"], Path(info["default"]))
+            s = SplitLabels(contents.store, Path(info["file"]), False, time.perf_counter() - t0,
+                            contents.counts, contents.problems, info["fingerprint"], Path(info["default"]))
+            return failures.leave_out(s, failures.read(s.cache_file, upto=info["failed_bytes"])[0])
         except (OSError, cache.CacheError) as e:
             reason = f"cannot read local rank 0's label cache {info['file']} ({e})"
     else:
         reason = "local rank 0 could not write its label cache"
     LOGGER.warning(f"{reason}; this rank scans the files itself, and the ranks are checked to agree "
                    "before the first batch")
-    return _load_or_scan(path, nc, cache_dir, workers, force, progress, save)
+    s = _load_or_scan(path, nc, cache_dir, workers, force, progress, save)
+    return failures.leave_out(s, failures.read(s.cache_file)[0])
 
 
 def _as_list(path) -> List:
