@@ -1,8 +1,10 @@
 """Shared fixtures: tiny datasets written into tmp_path, and copies of ../shared datasets."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
+import signal
 from pathlib import Path
 
 import cv2
@@ -79,3 +81,21 @@ def copy_shared(name: str, dst: Path) -> Path:
 @pytest.fixture
 def coco128(tmp_path):
     return copy_shared("coco128", tmp_path)
+
+
+class Overran(Exception):
+    """Not an OSError (as TimeoutError is): os.walk swallows those, so the limit would never show."""
+
+
+@contextlib.contextmanager
+def hard_limit(seconds: int):
+    """Fail (instead of hanging) when the block runs longer than ``seconds``."""
+    def expire(signum, frame):
+        raise Overran(f"still running after {seconds} s")
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

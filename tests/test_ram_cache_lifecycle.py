@@ -19,12 +19,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import crafting
 from conftest import make_dataset, tree_digest
-from yolo_data import cache as label_cache
-from yolo_data import imagecache
 from yolo_data.dataset import YoloDataset
 from yolo_data.split import load_split
 

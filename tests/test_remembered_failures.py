@@ -5,7 +5,6 @@ import os
 from pathlib import Path
 
 import cv2
-import numpy as np
 import pytest
 
 from conftest import make_dataset, write_image

@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from yolo_data.sources import default_cache_file, img2label_path, list_image_files, load_dataset_yaml
+from yolo_data.datayaml import load_dataset_yaml
+from yolo_data.sources import default_cache_file, img2label_path, list_image_files
 from conftest import write_image
 
 

@@ -3,34 +3,17 @@ trusted, replaced by a real cache.  Each test runs under a hard time limit: a re
 instead of hanging the suite."""
 import logging
 import os
-import signal
-from contextlib import contextmanager
-from pathlib import Path
 
-import pytest
-
+from conftest import hard_limit
 from yolo_data import failures
 from yolo_data.dataset import YoloDataset
 from yolo_data.split import load_split
 
 
-@contextmanager
-def time_limit(seconds):
-    def fail(*_):
-        raise TimeoutError(f"blocked for {seconds} s")
-    old = signal.signal(signal.SIGALRM, fail)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def test_fifo_as_label_cache(small_dataset, caplog):
     cache = small_dataset.parent / "labels" / "train.cache"
     os.mkfifo(cache)
-    with time_limit(20), caplog.at_level(logging.WARNING, logger="yolo_data"):
+    with hard_limit(20), caplog.at_level(logging.WARNING, logger="yolo_data"):
         s = load_split(str(small_dataset.parent / "images" / "train"), nc=3)
     assert s.built and len(s.store) == 6 and cache.is_file()
     assert any("not a regular file" in r.message and str(cache) in r.message for r in caplog.records)
@@ -39,7 +22,7 @@ def test_fifo_as_label_cache(small_dataset, caplog):
 def test_fifo_as_disk_image_cache(small_dataset, caplog):
     path = small_dataset.parent / "labels" / "train-images-64.imgcache"
     os.mkfifo(path)
-    with time_limit(20), caplog.at_level(logging.WARNING, logger="yolo_data"):
+    with hard_limit(20), caplog.at_level(logging.WARNING, logger="yolo_data"):
         ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="disk")
     assert ds.image_cache is not None and ds.image_cache.path == path and path.is_file()
     assert any("not a regular file" in r.message for r in caplog.records)
@@ -51,7 +34,7 @@ def test_device_as_label_cache(small_dataset, tmp_path, caplog):
     first = load_split(str(small_dataset.parent / "images" / "train"), nc=3, cache_dir=d)
     first.cache_file.unlink()
     first.cache_file.symlink_to("/dev/zero")  # would be read forever, or mapped as zeros
-    with time_limit(20), caplog.at_level(logging.WARNING, logger="yolo_data"):
+    with hard_limit(20), caplog.at_level(logging.WARNING, logger="yolo_data"):
         s = load_split(str(small_dataset.parent / "images" / "train"), nc=3, cache_dir=d)
     assert s.built and len(s.store) == 6 and any("not a regular file" in r.message for r in caplog.records)
 
@@ -60,7 +43,7 @@ def test_fifo_as_failure_record(small_dataset):
     ds = YoloDataset(str(small_dataset), 64, split="train")
     record = failures.record_file(ds.split_labels.cache_file)
     os.mkfifo(record)
-    with time_limit(20):
+    with hard_limit(20):
         failures.remember(ds.split_labels.cache_file, ds.im_files[0], "test")  # no reader: skipped
         assert failures.read(ds.split_labels.cache_file) == ({}, 0)
         assert len(YoloDataset(str(small_dataset), 64, split="train")) == 6

@@ -20,7 +20,8 @@ from typing import Dict, List, Optional, Sequence
 
 from . import container
 from .container import CacheError
-from .labels import COORD_TOLERANCE, MIN_IMAGE_SIDE, Problem
+from .labels import COORD_TOLERANCE, MAX_CLASS_ID, MAX_LABEL_BYTES, MIN_IMAGE_SIDE, Problem
+from .sources import MAX_CACHE_STEM
 from .store import LabelStore
 
 LOGGER = logging.getLogger("yolo_data")
@@ -54,8 +55,8 @@ def fingerprint(im_files: Sequence[str], lb_files: Sequence[str], nc: Optional[i
     """sha256 of everything that decides the scan's result: the format version, the scan settings and
     each image and label file's path, size and modification time (a missing file counts too)."""
     h = hashlib.sha256()
-    h.update(json.dumps({"version": FORMAT_VERSION, "nc": nc, "tol": COORD_TOLERANCE,
-                         "min_side": MIN_IMAGE_SIDE}).encode())
+    h.update(json.dumps({"version": FORMAT_VERSION, "nc": nc, "tol": COORD_TOLERANCE, "min_side": MIN_IMAGE_SIDE,
+                         "max_label_bytes": MAX_LABEL_BYTES, "max_class": MAX_CLASS_ID}).encode())
     for im, lb in zip(im_files, lb_files):
         h.update((_stat_line(im) + _stat_line(lb)).encode("utf-8", "surrogateescape"))
     return h.hexdigest()
@@ -112,7 +113,10 @@ def user_cache_dir() -> Path:
 
 def folder_cache_file(default: Path, folder: Path, suffix: str = ".cache") -> Path:
     """The file for ``default`` inside a shared cache folder; the hash of the full default path keeps
-    two datasets with a split of the same name apart."""
+    two datasets with a split of the same name apart (and lets a very long stem be cut short)."""
     digest = hashlib.sha256(str(Path(default).absolute()).encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    return Path(folder) / f"{Path(default).stem}-{digest}{suffix}"
+    stem = Path(default).stem
+    while len(os.fsencode(stem)) > MAX_CACHE_STEM:
+        stem = stem[:-1]
+    return Path(folder) / f"{stem}-{digest}{suffix}"
 

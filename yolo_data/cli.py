@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from .sources import is_dataset_yaml, load_dataset_yaml
+from .datayaml import is_dataset_yaml, load_dataset_yaml
 from .split import SplitLabels, load_split
 
 # The sample that ships in a source checkout (data/ is not part of an installed wheel).
@@ -132,9 +132,12 @@ def build_cache_main(argv=None) -> int:
             return 2
     try:
         rows = build_caches(args.data, args.workers, args.cache_dir, args.force)
-    except (FileNotFoundError, ValueError) as e:
+    except (OSError, ValueError) as e:  # a missing or unreadable path, a malformed yaml: one line, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if getattr(sys.stdout, "errors", None) == "strict" and hasattr(sys.stdout, "reconfigure"):
+        # a file name that is not UTF-8 (lone surrogates) prints as its bytes instead of a traceback
+        sys.stdout.reconfigure(errors="surrogateescape")
     return report(rows)
 
 

@@ -27,6 +27,7 @@ see it whole or not at all; temporaries of writers that died are removed by the 
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import mmap
 import os
@@ -392,7 +393,7 @@ def stale_temps(folder: Path, name: Optional[str] = None) -> Iterator[Path]:
     its process no longer exists, from other hosts (a shared filesystem) once a day old.  Only files of
     the current user are considered."""
     host, now = socket.gethostname(), time.time()
-    pattern = f".{name}.*.tmp" if name else ".*.tmp"
+    pattern = f".{glob.escape(name)}.*.tmp" if name else ".*.tmp"  # a name like tr[a]in is not a pattern
     for tmp in Path(folder).glob(pattern):
         try:
             st = tmp.lstat()

@@ -26,7 +26,7 @@ from .images import ImageReadError, LoadedImage, load_image
 from .pipeline import draw_finish, flip_boxes, item_rng, mosaic_with_mixup, single_image_geometry
 from .sample import Sample
 from .sampling import SharedEpoch
-from .sources import is_dataset_yaml, load_dataset_yaml
+from .datayaml import is_dataset_yaml, load_dataset_yaml
 from .split import SplitLabels, load_split
 from .store import ImageFiles, LabelFiles, Labels, Segments
 from .tensors import BatchImages, Scratch, targets_of, write_letterboxed, write_rgb

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Tuple
 
@@ -23,8 +24,23 @@ class LoadedImage:
 
 def imread_bgr(path: str) -> np.ndarray:
     """(h, w, 3) uint8 BGR with EXIF orientation applied (cv2.imread, as YOLOv5: gray, RGBA and 16-bit
-    images come out as 8-bit BGR).  Raises ImageReadError naming the file."""
-    im = cv2.imread(path)
+    images come out as 8-bit BGR).  Raises ImageReadError naming the file.
+
+    cv2.imread takes the path as UTF-8 (and crashes the process on a name with lone surrogates, i.e. one
+    whose bytes are not UTF-8): other names are read here and decoded with the same flags."""
+    path = os.fspath(path)
+    try:
+        utf8 = os.fsencode(path) == path.encode("utf-8")
+    except UnicodeEncodeError:
+        utf8 = False
+    if utf8:
+        im = cv2.imread(path)
+    else:
+        try:
+            buf = np.fromfile(path, dtype=np.uint8)
+            im = cv2.imdecode(buf, cv2.IMREAD_COLOR) if buf.size else None
+        except (OSError, cv2.error):  # as cv2.imread: unreadable or undecodable is None
+            im = None
     if im is None:
         raise ImageReadError(f"{path}: image cannot be read (missing, or not decodable)")
     return im

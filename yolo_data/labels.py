@@ -1,24 +1,47 @@
 """Read and verify one image/label pair -> a :class:`PairRecord` (or a named problem).
 
 Nothing here modifies a file: a JPEG that lacks its end marker is reported, not "restored".
-The image is checked from its header (format, size, EXIF orientation), never decoded.
+Only regular files are opened (a FIFO blocks its reader, /dev/zero never ends), and a label file is read
+up to :data:`MAX_LABEL_BYTES`.  JPEG and PNG are checked from their headers and marker or chunk
+structure, never decoded.  The rarer formats (TIFF, WebP, BMP, ...) are decoded once with the decoder
+used for training, so the scan keeps only what training can read.
 """
 from __future__ import annotations
 
 import os
+import re
+import stat
+import struct
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import BinaryIO, List, Optional, Tuple
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from .boxes import polygon_to_xyxy, xyxy_to_xywh
+from .images import ImageReadError, imread_bgr
 from .sources import IMG_FORMATS
 
 MIN_IMAGE_SIDE = 10  # YOLOv5 leaves out images below 10 px a side
 COORD_TOLERANCE = 1e-4  # label writers round; 1.00001 is still "inside the image"
+MAX_LABEL_BYTES = 16 * 2**20  # about 500,000 box rows; a larger "label file" is the wrong file
+MAX_CLASS_ID = 2**24  # class ids are stored as float32, which holds every integer below 2**24 exactly
+_MAX_EXIF_BYTES = 16 * 2**20
 _EXIF_ORIENTATION = 0x0112
 _JPEG_EOI = b"\xff\xd9"
+_HEADER_ONLY = ("jpeg", "mpo", "png")  # checked without decoding (an MPO is a JPEG to OpenCV)
+_PNG_TRUNCATED = "truncated PNG (ends before its IEND chunk)"
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
+_FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+# Numbers in label files: what float() reads minus underscores ('1_0' is 10 to float()), 'nan', 'inf',
+# 'infinity' and non-ASCII digits.  A text made only of the characters below holds nothing else that
+# float() accepts, so the common case needs one search per file and float() per token.
+_PLAIN_CHARS = re.compile(r"[^0-9.eE+\-\s]")
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_NON_FINITE = re.compile(r"[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
+_CLASS_ID = re.compile(r"[0-9]+(?:\.0*)?")  # '3' or '3.0' (some exporters write floats)
 
 
 @dataclass
@@ -53,47 +76,134 @@ class _Corrupt(Exception):
     """Raised inside the checks; becomes a dropped :class:`Problem`."""
 
 
+class _NotRegular(Exception):
+    """The path is a folder, FIFO, device or socket; ``kind`` says which ("a FIFO")."""
+
+    def __init__(self, kind: str):
+        super().__init__(kind)
+        self.kind = kind
+
+
+def _open_regular(path: str) -> Tuple[BinaryIO, os.stat_result]:
+    """Open a regular file for reading -> (binary file, its fstat).  Raises OSError or _NotRegular.
+
+    Anything else is refused before it is opened: opening a FIFO blocks until a writer comes, a device
+    may act on open, /dev/zero never ends.  O_NONBLOCK and the fstat cover a file swapped in between.
+    """
+    st = os.stat(path)  # follows symlinks: a link to /dev/zero is a character device
+    if stat.S_ISREG(st.st_mode):
+        fd = os.open(path, _OPEN_FLAGS)
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode):
+                return os.fdopen(fd, "rb"), st
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    raise _NotRegular(next((kind for test, kind in _FILE_KINDS if test(st.st_mode)), "a special file"))
+
+
+def _pread(f: BinaryIO, n: int, pos: int) -> bytes:
+    """n bytes at pos, without moving or filling f's buffer (one system call on POSIX)."""
+    if hasattr(os, "pread"):
+        return os.pread(f.fileno(), n, pos)
+    f.seek(pos)
+    return f.read(n)
+
+
 def image_size(im_file: str) -> Tuple[Tuple[int, int], List[str]]:
-    """(w, h) of an image from its header, EXIF orientation applied, plus warnings.  Raises _Corrupt."""
+    """(w, h) of an image as OpenCV decodes it (EXIF orientation applied), plus warnings.  Raises _Corrupt.
+
+    JPEG and PNG from their headers and structure only; other formats are decoded with the training
+    decoder (rare in detection datasets, and Pillow reads TIFFs that OpenCV cannot).
+    """
     warnings = []
     try:
-        with Image.open(im_file) as im:
-            fmt = (im.format or "").lower()
-            w, h = im.size
-            try:
-                orientation = im.getexif().get(_EXIF_ORIENTATION)
-            except Exception:  # a broken EXIF block is the file's problem, not a reason to drop it
-                orientation = None
-                warnings.append("unreadable EXIF data ignored")
-    except UnidentifiedImageError:
-        raise _Corrupt("not an image PIL can identify (empty, text or damaged file)") from None
+        f, st = _open_regular(im_file)
+    except _NotRegular as e:
+        raise _Corrupt(f"not a regular file ({e.kind})") from None
     except OSError as e:
         raise _Corrupt(f"cannot read image header ({e})") from None
-    if fmt not in IMG_FORMATS:
-        raise _Corrupt(f"image format {fmt or 'unknown'} is not one of {', '.join(IMG_FORMATS)}")
-    suffix = im_file.rsplit(".", 1)[-1].lower()
-    if fmt == "jpeg" and suffix not in ("jpg", "jpeg") or fmt != "jpeg" and suffix in ("jpg", "jpeg"):
-        warnings.append(f"{fmt.upper()} data in a .{suffix} file")
-    if orientation in (5, 6, 7, 8):  # transposing orientations: OpenCV decodes it as h x w
-        w, h = h, w
-    elif orientation not in (None, 1, 2, 3, 4):
-        warnings.append(f"invalid EXIF orientation {orientation!r} ignored")
+    with f:
+        orientation = None
+        try:
+            with Image.open(f) as im:
+                fmt = (im.format or "").lower()
+                w, h = im.size
+                if fmt != "png":  # Pillow's PNG getexif() decodes the whole image to look past IDAT
+                    try:
+                        orientation = im.getexif().get(_EXIF_ORIENTATION)
+                    except Exception:  # a broken EXIF block is the file's problem, not a reason to drop it
+                        warnings.append("unreadable EXIF data ignored")
+        except UnidentifiedImageError:
+            raise _Corrupt("not an image PIL can identify (empty, text or damaged file)") from None
+        except OSError as e:
+            raise _Corrupt(f"cannot read image header ({e})") from None
+        if fmt not in IMG_FORMATS:
+            raise _Corrupt(f"image format {fmt or 'unknown'} is not one of {', '.join(IMG_FORMATS)}")
+        suffix = im_file.rsplit(".", 1)[-1].lower()
+        if fmt == "jpeg" and suffix not in ("jpg", "jpeg") or fmt != "jpeg" and suffix in ("jpg", "jpeg"):
+            warnings.append(f"{fmt.upper()} data in a .{suffix} file")
+        if fmt == "png":
+            exif = _png_exif(f, st.st_size)
+            if exif is not None:
+                try:
+                    if not exif:
+                        raise ValueError("empty or oversized eXIf chunk")
+                    parsed = Image.Exif()
+                    parsed.load(exif)
+                    orientation = parsed.get(_EXIF_ORIENTATION)
+                except Exception:
+                    warnings.append("unreadable EXIF data ignored")
+        elif fmt in ("jpeg", "mpo"):
+            warnings.extend(_jpeg_tail_warnings(f, st.st_size))
+        if orientation in (5, 6, 7, 8):  # transposing orientations: OpenCV decodes it as h x w
+            w, h = h, w
+        elif orientation not in (None, 1, 2, 3, 4):
+            warnings.append(f"invalid EXIF orientation {orientation!r} ignored")
+        if fmt not in _HEADER_ONLY:
+            # Decode the file already open and checked (through /proc where there is one), not whatever
+            # the name may point to by now; the decoded size is the one training sees.
+            fd_path = f"/proc/self/fd/{f.fileno()}"
+            try:
+                h, w = imread_bgr(fd_path if os.path.exists(fd_path) else im_file).shape[:2]
+            except ImageReadError:
+                raise _Corrupt(f"OpenCV, the decoder used for training, cannot decode this {fmt.upper()} "
+                               "image (Pillow reads its header)") from None
     if w < MIN_IMAGE_SIDE or h < MIN_IMAGE_SIDE:
         raise _Corrupt(f"image size {w}x{h} is below {MIN_IMAGE_SIDE} pixels a side")
-    if fmt in ("jpeg", "mpo"):
-        warnings.extend(_jpeg_tail_warnings(im_file))
     return (w, h), warnings
 
 
-def _jpeg_tail_warnings(im_file: str) -> List[str]:
+def _png_exif(f: BinaryIO, size: int) -> Optional[bytes]:
+    """Walk a PNG's chunks (4-byte length, 4-byte type, data, 4-byte CRC) from byte 8 to IEND, reading
+    8 bytes a chunk and nothing else -> the data of its first eXIf chunk, or None.  Raises _Corrupt when
+    the file ends before IEND (OpenCV refuses such a file, even when only IEND is missing).
+
+    Wherever the eXIf chunk stands (also after IDAT) OpenCV applies it, and a second one is ignored.
+    """
+    pos, exif = 8, None
+    while True:
+        head = _pread(f, 8, pos)
+        if len(head) < 8:
+            raise _Corrupt(_PNG_TRUNCATED)
+        length, kind = struct.unpack(">I4s", head)
+        end = pos + 12 + length
+        if end > size:
+            raise _Corrupt(_PNG_TRUNCATED)
+        if kind == b"IEND":
+            return exif
+        if kind == b"eXIf" and exif is None:
+            exif = _pread(f, length, pos + 8) if length <= _MAX_EXIF_BYTES else b""
+        pos = end
+
+
+def _jpeg_tail_warnings(f: BinaryIO, size: int) -> List[str]:
     """A JPEG should end with FF D9.  Bytes after it are harmless; no marker at all means truncation."""
-    with open(im_file, "rb") as f:
-        size = f.seek(0, os.SEEK_END)
-        f.seek(max(0, size - 2))
-        if f.read() == _JPEG_EOI:  # the common case reads 2 bytes, not a whole tail of the file
-            return []
-        f.seek(max(0, size - 65536))
-        tail = f.read()
+    if _pread(f, 2, max(0, size - 2)) == _JPEG_EOI:  # the common case reads 2 bytes, not a whole tail
+        return []
+    tail = _pread(f, min(size, 65536), max(0, size - 65536))
     eoi = tail.rfind(_JPEG_EOI)
     if eoi < 0:
         return ["truncated JPEG (no end marker): the missing bottom decodes as gray; file left unchanged"]
@@ -101,29 +211,41 @@ def _jpeg_tail_warnings(im_file: str) -> List[str]:
 
 
 def _parse_rows(text: str, nc: Optional[int]) -> Tuple[np.ndarray, Optional[List[np.ndarray]]]:
-    """Label text -> (n, 5) float32 rows and optional per-row polygons.  Raises _Corrupt."""
+    """Label text -> (n, 5) float32 rows and optional per-row polygons.  Raises _Corrupt.
+
+    Numbers are plain decimals (exponents allowed); class ids are digits ('3', or '3.0'), below
+    ``nc`` when given and always below MAX_CLASS_ID.
+    """
+    plain = _PLAIN_CHARS.search(text) is None
     rows = []
     for lineno, line in enumerate(text.splitlines(), 1):
         words = line.split()
         if not words:
             continue
+        if not plain:
+            _check_numbers(words, lineno)
         try:
             values = [float(x) for x in words]
         except ValueError:
-            bad = next(x for x in words if not _is_float(x))
+            bad = next(x for x in words if not _NUMBER.fullmatch(x))
             raise _Corrupt(f"line {lineno}: {bad[:20]!r} is not a number") from None
         n = len(values)
         if n != 5 and (n < 7 or n % 2 == 0):
             raise _Corrupt(f"line {lineno}: {n} columns (expected 5: class x y w h, "
                            "or a class and 3 or more x y points)")
-        if not all(np.isfinite(values)):
-            raise _Corrupt(f"line {lineno}: non-finite value")
         cls = values[0]
-        if cls != int(cls) or cls < 0:
-            raise _Corrupt(f"line {lineno}: class {words[0]!r} is not a non-negative integer")
+        if not _CLASS_ID.fullmatch(words[0]):
+            raise _Corrupt(f"line {lineno}: class {words[0][:20]!r} is not a non-negative integer "
+                           "written in digits (as 3 or 3.0)")
+        if cls >= MAX_CLASS_ID:
+            raise _Corrupt(f"line {lineno}: class {words[0][:20]!r} is too large (class ids must be below "
+                           f"{MAX_CLASS_ID:,}, the integers float32 holds exactly)")
         if nc is not None and cls >= nc:
             raise _Corrupt(f"line {lineno}: class {int(cls)} but the dataset has {nc} names (0..{nc - 1})")
         coords = values[1:]
+        if not all(np.isfinite(coords)):  # only an overflowing exponent or digits get here ('1e999')
+            bad = next(w for w, v in zip(words[1:], coords) if not np.isfinite(v))
+            raise _Corrupt(f"line {lineno}: non-finite value {bad[:20]!r}")
         if min(coords) < -COORD_TOLERANCE or max(coords) > 1 + COORD_TOLERANCE:
             raise _Corrupt(f"line {lineno}: coordinates must be normalised to [0, 1], "
                            f"got min {min(coords):g} max {max(coords):g}")
@@ -148,12 +270,14 @@ def _parse_rows(text: str, nc: Optional[int]) -> Tuple[np.ndarray, Optional[List
     return np.concatenate([classes[:, None], np.stack(boxes)], 1).astype(np.float32), segments
 
 
-def _is_float(x: str) -> bool:
-    try:
-        float(x)
-        return True
-    except ValueError:
-        return False
+def _check_numbers(words: List[str], lineno: int) -> None:
+    """Raise _Corrupt naming the first token that is not a plain decimal number."""
+    for w in words:
+        if _NUMBER.fullmatch(w):
+            continue
+        if _NON_FINITE.fullmatch(w):
+            raise _Corrupt(f"line {lineno}: non-finite value {w!r}")
+        raise _Corrupt(f"line {lineno}: {w[:20]!r} is not a number")
 
 
 def read_labels(lb_file: str, nc: Optional[int]):
@@ -162,15 +286,26 @@ def read_labels(lb_file: str, nc: Optional[int]):
     status is 'ok', 'missing' or 'empty'.  Raises _Corrupt for a file that cannot be trusted.
     """
     warnings = []
-    if os.path.isdir(lb_file):
-        return np.zeros((0, 5), np.float32), None, "missing", ["a folder stands where the label file should be"]
     try:
-        with open(lb_file, "rb") as f:
-            raw = f.read()
+        f, st = _open_regular(lb_file)
     except FileNotFoundError:
         return np.zeros((0, 5), np.float32), None, "missing", []
+    except _NotRegular as e:
+        if e.kind == "a folder":
+            return np.zeros((0, 5), np.float32), None, "missing", ["a folder stands where the label file should be"]
+        raise _Corrupt(f"label file is not a regular file ({e.kind})") from None
     except OSError as e:
         raise _Corrupt(f"cannot read label file ({e})") from None
+    with f:
+        if st.st_size > MAX_LABEL_BYTES:
+            raise _Corrupt(_too_large(f"{st.st_size:,} bytes"))
+        # Never more than the limit + 1 bytes, also when the size was wrong (a /proc file says 0) or the
+        # file grew since fstat; and no buffer of the limit's size for a small file.
+        raw = f.read(st.st_size + 1)
+        if len(raw) > st.st_size:
+            raw += f.read(MAX_LABEL_BYTES + 1 - len(raw))
+    if len(raw) > MAX_LABEL_BYTES:
+        raise _Corrupt(_too_large(f"more than {MAX_LABEL_BYTES:,} bytes"))
     if b"\x00" in raw:
         raise _Corrupt("label file is binary, not text")
     try:
@@ -192,10 +327,16 @@ def read_labels(lb_file: str, nc: Optional[int]):
     return labels, segments, "ok", warnings
 
 
+def _too_large(size: str) -> str:
+    return (f"label file is {size}, over the limit of {MAX_LABEL_BYTES:,} bytes "
+            "(yolo_data.labels.MAX_LABEL_BYTES)")
+
+
 def verify_pair(im_file: str, lb_file: str, nc: Optional[int] = None) -> PairRecord:
     """Check one image/label pair.  Never raises for bad data: problems are recorded on the result.
 
-    ``nc``: number of class names, or None when unknown (then class ids are only checked to be >= 0).
+    ``nc``: number of class names, or None when unknown (then class ids are only checked to be below
+    MAX_CLASS_ID).
     """
     rec = PairRecord(im_file=im_file)
     current = im_file

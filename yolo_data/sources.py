@@ -1,114 +1,103 @@
-"""Where the files are: a path, a .txt list, a folder or a dataset yaml -> sorted image files.
+"""Where the files are: a path, a .txt list or a folder -> sorted image files; where their labels and
+the split's cache file are.  (A dataset yaml is read by :mod:`~yolo_data.datayaml`.)  Only reading
+happens here.
 
-Only reading happens here.  A dataset yaml is parsed with ``yaml.safe_load``; nothing in it is executed
-or downloaded (YOLOv5 runs a ``download:`` script, we do not).
+File names are kept exactly as the filesystem gives them: a name that is not UTF-8 (Latin-1 bytes from
+an old share) is a ``str`` with lone surrogates (Python's ``os.fsdecode``), which ``os.fsencode`` turns
+back into the same bytes.
 """
 from __future__ import annotations
 
+import codecs
+import hashlib
+import logging
 import os
-from dataclasses import dataclass, field
+import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Union
 
-import yaml
+
+LOGGER = logging.getLogger("yolo_data")
 
 # Suffixes YOLOv5 accepts as images (lower case, no dot).
 IMG_FORMATS = ("bmp", "dng", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp", "pfm")
-SPLITS = ("train", "val", "test")
+# Cache file names: the temporary adds '.<host>.<pid>.<random>.tmp' (up to 87 bytes) and a disk image
+# cache '-images-<size>-train-rect.imgcache' (33 more); names longer than this keep a prefix and a hash.
+MAX_CACHE_STEM = 100
 
 PathLike = Union[str, os.PathLike]
 
 
-@dataclass
-class DatasetSpec:
-    """A parsed dataset yaml.
+def _walk(top: str) -> List[str]:
+    """Files under ``top``, following symlinks to folders (as YOLOv5 does) but entering each real
+    folder once: a link back to a folder on the way here (``loop -> .``, which os.walk otherwise follows
+    40 levels deep, or without end with two such links) is skipped with one warning naming it, and so is
+    a second way into a folder already listed.  Within a folder, real subfolders come before links."""
+    files: List[str] = []
+    st = os.stat(top)
+    seen = {(st.st_dev, st.st_ino): top}  # each real folder -> the path it is listed under
+    for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
+        # Hidden names are skipped as glob('**/*.*') skips them in YOLOv5 (macOS '._x.jpg' files).
+        subs = [os.path.join(dirpath, d) for d in sorted(dirnames) if not d.startswith(".")]
+        keep = []
+        for sub in sorted(subs, key=os.path.islink):  # stable: real folders first, each group sorted
+            try:
+                st = os.stat(sub)
+            except OSError:  # vanished since, or a dangling link: nothing to list
+                continue
+            key = (st.st_dev, st.st_ino)
+            if key not in seen:
+                seen[key] = sub
+                keep.append(os.path.basename(sub))
+            elif os.path.join(os.path.realpath(dirpath), "").startswith(os.path.join(os.path.realpath(sub), "")):
+                LOGGER.warning(f"{sub}: symlink loop (leads back to {seen[key]}); not followed")
+            else:
+                LOGGER.warning(f"{sub}: the same folder as {seen[key]}, which is listed; not listed twice")
+        dirnames[:] = keep
+        files.extend(os.path.join(dirpath, f) for f in filenames if not f.startswith("."))
+    return files
 
-    ``splits`` maps 'train'/'val'/'test' to what that split names (a folder, a .txt list or a list of
-    those), already made absolute against ``root``.  ``names`` is a list indexed by class id.
-    """
-    yaml_file: Path
-    root: Path
-    splits: Dict[str, List[str]] = field(default_factory=dict)
-    names: List[str] = field(default_factory=list)
 
-    @property
-    def nc(self) -> int:
-        return len(self.names)
-
-
-def is_dataset_yaml(path) -> bool:
-    return isinstance(path, (str, os.PathLike)) and str(path).lower().endswith((".yaml", ".yml"))
-
-
-def _names_list(names, yaml_file: Path) -> List[str]:
-    if names is None:
-        return []
-    if isinstance(names, dict):
+def _read_list(txt: Path) -> List[str]:
+    """Lines of a .txt image list, stripped.  UTF-8 (a BOM is dropped); a line that is not UTF-8 (a
+    list saved in cp1252 or Latin-1) is decoded as the filesystem decodes names, so its bytes name the
+    same file on disk."""
+    with open(txt, "rb") as f:
+        raw = f.read()
+    if raw.startswith(codecs.BOM_UTF8):
+        raw = raw[len(codecs.BOM_UTF8):]
+    # Lines end at \n, \r\n or \r only: str.splitlines would also split a name at \x85 or \u2028.
+    try:
+        text = raw.decode("utf-8")
+        return [x.strip() for x in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+    except UnicodeDecodeError:
+        pass
+    enc, errors = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+    out = []
+    for line in raw.splitlines():
         try:
-            ids = sorted(int(k) for k in names)
-        except (TypeError, ValueError):
-            raise ValueError(f"{yaml_file}: 'names' keys must be class ids 0..n-1, got {list(names)[:5]}")
-        if ids != list(range(len(ids))):
-            raise ValueError(f"{yaml_file}: 'names' keys must be 0..{len(ids) - 1} without gaps")
-        return [str(names[k] if k in names else names[str(k)]) for k in ids]
-    if isinstance(names, (list, tuple)):
-        return [str(n) for n in names]
-    raise ValueError(f"{yaml_file}: 'names' must be a list or a dict of id: name, got {type(names).__name__}")
-
-
-def load_dataset_yaml(yaml_file: PathLike) -> DatasetSpec:
-    """Parse a YOLOv5-style dataset yaml (keys ``path``, ``train``, ``val``, ``test``, ``names``).
-
-    A relative ``path`` is taken relative to the yaml's own folder (``path: .`` is that folder); split
-    entries are relative to ``path``.  Without ``path`` they are relative to the yaml's folder.
-    """
-    yaml_file = Path(yaml_file)
-    if not yaml_file.is_file():
-        raise FileNotFoundError(f"dataset yaml {yaml_file} does not exist")
-    with open(yaml_file, encoding="utf-8") as f:
-        try:
-            data = yaml.safe_load(f)
-        except yaml.YAMLError as e:
-            raise ValueError(f"{yaml_file}: not valid yaml ({e})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{yaml_file}: expected a mapping with train/val/names, got {type(data).__name__}")
-    root = Path(data.get("path") or ".").expanduser()
-    if not root.is_absolute():
-        root = (yaml_file.parent / root)
-    root = Path(os.path.normpath(root.absolute()))
-    splits = {}
-    for split in SPLITS:
-        entry = data.get(split)
-        if entry in (None, ""):
-            continue
-        entries = entry if isinstance(entry, (list, tuple)) else [entry]
-        splits[split] = [str(p if Path(p).is_absolute() else root / p) for p in map(str, entries)]
-    names = _names_list(data.get("names"), yaml_file)
-    if "nc" in data and names and int(data["nc"]) != len(names):
-        raise ValueError(f"{yaml_file}: nc={data['nc']} but {len(names)} names are given")
-    return DatasetSpec(yaml_file=yaml_file, root=root, splits=splits, names=names)
+            out.append(line.decode("utf-8").strip())
+        except UnicodeDecodeError:
+            out.append(line.decode(enc, errors).strip())
+    return out
 
 
 def list_image_files(path: Union[PathLike, Sequence[PathLike]]) -> List[str]:
     """Image files named by ``path``, as YOLOv5 finds them, sorted as strings.
 
-    ``path`` is a folder (searched recursively), a .txt file with one image path a line (``./x`` is
-    relative to the .txt's folder, other relative entries to the working directory, as in YOLOv5), a
-    single image file, or a list of these.  Files whose suffix is not an image format are skipped.
+    ``path`` is a folder (searched recursively, each real folder once), a .txt file with one image path
+    a line (``./x`` is relative to the .txt's folder, other relative entries to the working directory,
+    as in YOLOv5), a single image file, or a list of these.  Files whose suffix is not an image format
+    are skipped.  Names are as the filesystem gives them (``os.fsdecode``), UTF-8 or not.
     """
     files: List[str] = []
     for p in path if isinstance(path, (list, tuple)) else [path]:
         p = Path(p)
         if p.is_dir():
-            # Hidden names are skipped as glob('**/*.*') skips them in YOLOv5 (macOS '._x.jpg' files).
-            for dirpath, dirnames, filenames in os.walk(p, followlinks=True):
-                dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-                files.extend(os.path.join(dirpath, f) for f in filenames if not f.startswith("."))
+            files.extend(_walk(str(p)))
         elif p.is_file() and p.suffix.lower() == ".txt":
             parent = str(p.parent) + os.sep
-            with open(p, encoding="utf-8") as t:
-                lines = [x.strip() for x in t.read().strip().splitlines()]
-            files.extend(x.replace("./", parent, 1) if x.startswith("./") else x for x in lines if x)
+            files.extend(x.replace("./", parent, 1) if x.startswith("./") else x for x in _read_list(p) if x)
         elif p.is_file():
             files.append(str(p))
         else:
@@ -122,14 +111,37 @@ def img2label_path(im_file: str) -> str:
     return sb.join(im_file.rsplit(sa, 1)).rsplit(".", 1)[0] + ".txt"
 
 
+def _digest(text: str, n: int = 12) -> str:
+    return hashlib.sha256(os.fsencode(text)).hexdigest()[:n]
+
+
+def _bounded_stem(stem: str, limit: int = MAX_CACHE_STEM) -> str:
+    """``stem`` when it is at most ``limit`` bytes on disk, else its first characters and a hash of all
+    of it, so a cache file beside a very long folder name still fits the filesystem's 255 bytes."""
+    if len(os.fsencode(stem)) <= limit:
+        return stem
+    cut = stem[:limit]
+    while len(os.fsencode(cut)) > limit - 13:
+        cut = cut[:-1]
+    return f"{cut}-{_digest(stem)}"
+
+
 def default_cache_file(path: Union[PathLike, Sequence[PathLike]], first_label_file: Optional[str]) -> Path:
     """Where YOLOv5 keeps the label cache of ``path``: beside a .txt list, else beside the labels folder.
 
-    ``labels/train2017/`` -> ``labels/train2017.cache``.
+    ``labels/train2017/`` -> ``labels/train2017.cache``.  A split of several entries gets a hash of all
+    of them in its name (``labels/A-<hash>.cache``), so it never shares a file with a split of its first
+    entry alone.  Names longer than MAX_CACHE_STEM bytes are shortened (see ``_bounded_stem``).
     """
-    p = Path(path[0] if isinstance(path, (list, tuple)) else path)
+    entries = list(path) if isinstance(path, (list, tuple)) else [path]
+    p = Path(entries[0])
     if p.is_file():
-        return p.with_suffix(".cache")
-    if first_label_file is None:
-        return (p.parent / p.name).with_suffix(".cache")
-    return Path(first_label_file).parent.with_suffix(".cache")
+        f = p.with_suffix(".cache")
+    elif first_label_file is None:
+        f = (p.parent / p.name).with_suffix(".cache")
+    else:
+        f = Path(first_label_file).parent.with_suffix(".cache")
+    stem = f.stem
+    if len(entries) > 1:
+        stem += "-" + _digest("\0".join(os.path.abspath(os.fspath(e)) for e in entries))
+    return f.with_name(_bounded_stem(stem) + f.suffix)

@@ -7,6 +7,7 @@ the sequences below (``im_files``, ``labels``, ...) build per-image objects only
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 from typing import Dict, Iterable, List, Sequence
 
@@ -35,7 +36,8 @@ def _gather(values: np.ndarray, offsets: np.ndarray, index: np.ndarray):
 class LabelStore:
     """All images of a split that passed the scan.
 
-    path_bytes uint8 (B,) / path_offsets int64 (n+1,): UTF-8 image paths, concatenated.
+    path_bytes uint8 (B,) / path_offsets int64 (n+1,): image paths as the filesystem's bytes (``os.fsencode``:
+    UTF-8, with the bytes of a name that is not UTF-8 kept as they are), concatenated.
     shapes int32 (n, 2): [w, h] in pixels, EXIF orientation applied.
     labels float32 (L, 5): [class, x, y, w, h] normalised; label_offsets int64 (n+1,) per image.
     seg_points float32 (P, 2): normalised polygon points; seg_offsets int64 (L+1,) per label row
@@ -58,7 +60,7 @@ class LabelStore:
     def from_records(cls, records: Sequence[PairRecord]) -> "LabelStore":
         """Build from scan results, in order, leaving out corrupt pairs."""
         good = [r for r in records if r.status != "corrupt"]
-        encoded = [r.im_file.encode("utf-8") for r in good]
+        encoded = [os.fsencode(r.im_file) for r in good]  # a Latin-1 name round-trips via surrogateescape
         seg_counts = []
         seg_arrays = []
         for r in good:
@@ -118,7 +120,7 @@ class LabelStore:
         return len(self.shapes)
 
     def im_file(self, i: int) -> str:
-        return self.path_bytes[self.path_offsets[i]:self.path_offsets[i + 1]].tobytes().decode("utf-8")
+        return os.fsdecode(self.path_bytes[self.path_offsets[i]:self.path_offsets[i + 1]].tobytes())
 
     def labels_of(self, i: int) -> np.ndarray:
         """(n, 5) float32 read-only view [class, x, y, w, h] normalised."""
