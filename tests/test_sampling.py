@@ -90,5 +90,49 @@ def test_image_weights_loader_favours_the_rare_class(tmp_path):
     items = [(f"{i}.jpg", (32, 32), "0 0.5 0.5 0.2 0.2\n") for i in range(9)] + [("rare.jpg", (32, 32), "1 0.5 0.5 0.2 0.2\n")]
     yaml = make_dataset(tmp_path, items, names=("common", "rare"))
     loader, ds = create_dataloader(str(yaml), 32, 5, 32, image_weights=True, workers=0, split="train")
+    rare = lambda: sum(p.endswith("rare.jpg") for p in paths) / len(paths)  # noqa: E731
     paths = [p for _ in range(20) for _, _, batch, _ in loader for p in batch]
-    assert sum(p.endswith("rare.jpg") for p in paths) / len(paths) > 0.35  # uniform would be 0.1
+    assert rare() < 0.2  # uniform (0.1) until the training script weights the draws, as with YOLOv5
+    loader.sampler.set_weights(labels_to_image_weights(ds.labels, 2))
+    paths = [p for _ in range(20) for _, _, batch, _ in loader for p in batch]
+    assert rare() > 0.35
+
+
+def _yolov5_image_weights_epochs(workers):
+    """YOLOv5's train.py with --image-weights: dataset.indices set at the start of each epoch."""
+    import random
+    import tempfile
+    from pathlib import Path
+    from conftest import make_dataset
+    from yolo_data import create_dataloader
+    tmp = Path(tempfile.mkdtemp())
+    items = [(f"{i}.jpg", (32, 32), f"{i % 2} 0.5 0.5 0.2 0.2\n") for i in range(8)]
+    yaml = make_dataset(tmp, items, names=("a", "b"))
+    loader, ds = create_dataloader(str(yaml), 32, 4, 32, image_weights=True, workers=workers, shuffle=True,
+                                   split="train")
+    epochs = []
+    for epoch in range(3):
+        only = 5 + epoch  # weights that pick one image, another one each epoch
+        ds.indices = random.Random(epoch).choices(range(ds.n), weights=[int(i == only) for i in range(8)], k=ds.n)
+        epochs.append(sorted(Path(p).name for _, _, batch, _ in loader for p in batch))
+    return epochs
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dataset_indices_set_each_epoch_reach_persistent_workers(workers):
+    """Before: persistent workers kept the indices of their start, so epochs after the first ignored
+    the weights train.py computed (and our own weighting was applied on top)."""
+    epochs = _yolov5_image_weights_epochs(workers)
+    assert epochs == [["5.jpg"] * 8, ["6.jpg"] * 8, ["7.jpg"] * 8]
+
+
+def test_dataset_indices_must_be_n_image_indices(tmp_path):
+    from conftest import make_dataset
+    from yolo_data.dataset import YoloDataset
+    ds = YoloDataset(str(make_dataset(tmp_path, [("a.jpg", (32, 32), None), ("b.jpg", (32, 32), None)])), 32,
+                     split="train")
+    for bad in ([0], [0, 2], [-1, 0]):
+        with pytest.raises(ValueError, match="2 image indices"):
+            ds.indices = bad
+    ds.indices = [1, 1]
+    assert ds[0][2].endswith("b.jpg") and ds[1][2].endswith("b.jpg")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
+import torch
 from torch.utils.data import Dataset
 
 from . import distributed, failures
@@ -124,7 +125,9 @@ class YoloDataset(Dataset):
             self.batch, self.batch_shapes = plan.batch_index, plan.batch_shapes
         self.store = store
         self.n = n
-        self.indices = range(n)
+        # shared memory: YOLOv5's train.py sets dataset.indices each epoch (--image-weights) in the main
+        # process, and persistent DataLoader workers must see the new ones
+        self._indices = torch.arange(n, dtype=torch.int64).share_memory_()
 
         self._reported = set()  # unreadable-image warnings already given (per process)
         self._scratch = Scratch()
@@ -140,6 +143,21 @@ class YoloDataset(Dataset):
             self.image_cache = open_or_build(spec, store, self.split_labels.fingerprint)
 
     # -- YOLOv5's attributes, as views over the store ----------------------------------------------
+    @property
+    def indices(self) -> np.ndarray:
+        """(n,) int64: item position -> image index (YOLOv5's ``dataset.indices``; identity by default)."""
+        return self._indices.numpy()
+
+    @indices.setter
+    def indices(self, value) -> None:
+        """Set all n entries at once, as YOLOv5's train.py does with ``random.choices(range(n),
+        weights=iw, k=n)``; DataLoader workers (persistent or not) read the new ones from then on."""
+        value = np.asarray(value, dtype=np.int64)
+        if value.shape != (self.n,) or (self.n and (value.min() < 0 or value.max() >= self.n)):
+            raise ValueError(f"dataset.indices must be {self.n} image indices in 0..{self.n - 1}, "
+                             f"got shape {value.shape}")
+        self._indices.copy_(torch.from_numpy(value))
+
     @property
     def im_files(self) -> Sequence[str]:
         return ImageFiles(self.store)

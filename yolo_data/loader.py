@@ -13,7 +13,6 @@ from . import distributed
 from .collate import QuadCollate, collate_fn
 from .dataset import YoloDataset
 from .sampling import YoloSampler
-from .weights import labels_to_image_weights
 
 LOGGER = logging.getLogger("yolo_data")
 PREFETCH = 2  # torch's default prefetch_factor: batches each worker keeps ready
@@ -104,8 +103,8 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
                           world_size=distributed.get_world_size() if ddp else 1,
                           batch_index=dataset.batch if dataset.rect else None, drop_last=quad,
                           on_epoch=dataset.shared_epoch.set)
-    if image_weights:  # rare classes first, until the training script sets its own weights
-        sampler.set_weights(labels_to_image_weights(dataset.labels, dataset.num_classes()))
+    # image_weights=True: the training script weights the draws, as with YOLOv5 (whose train.py sets
+    # dataset.indices each epoch) or with sampler.set_weights; weighting here too would apply it twice
     collate = QuadCollate(seed, dataset.shared_epoch) if quad else collate_fn
     loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=nw,
                         pin_memory=torch.cuda.is_available(), collate_fn=collate, drop_last=quad,
