@@ -96,8 +96,21 @@ def test_quad_makes_double_size_images_from_groups_of_four(colour_dataset):
     imgs, targets, paths, shapes = next(iter(loader))
     assert imgs.shape == (2, 3, 192, 192) and len(paths) == 2 and len(loader) == 1  # 12 // 8, drop_last
     assert set(targets[:, 0].tolist()) <= {0, 1} and ((targets[:, 2:] >= 0) & (targets[:, 2:] <= 1)).all()
-    with pytest.raises(ValueError, match="divisible by 4"):
-        create_dataloader(str(colour_dataset), 96, 6, 32, quad=True, workers=0, split="train")
+    with pytest.raises(ValueError, match="at least 4"):
+        create_dataloader(str(colour_dataset), 96, 3, 32, quad=True, workers=0, split="train")
+
+
+def test_quad_with_a_batch_size_not_divisible_by_4_runs_as_in_yolov5(colour_dataset, caplog):
+    """YOLOv5 accepts --quad with any batch size; collate_fn4 leaves the last B % 4 items unused."""
+    import logging
+    with caplog.at_level(logging.WARNING, logger="yolo_data"):
+        loader, ds = create_dataloader(str(colour_dataset), 96, 6, 32, augment=True, hyp=str(HIGH), quad=True,
+                                       workers=0, shuffle=True, split="train")
+    assert any("batch size 6" in r.message and "last 2 items" in r.message for r in caplog.records)
+    batches = list(loader)
+    assert len(batches) == 2 and all(imgs.shape == (1, 3, 192, 192) and len(paths) == 1
+                                     for imgs, _, paths, _ in batches)
+    assert all(set(t[:, 0].tolist()) <= {0} for _, t, _, _ in batches)
 
 
 def test_workers_persist_across_epochs_and_shut_down(colour_dataset):

@@ -53,7 +53,8 @@ def collate_fn(batch):
 
 class QuadCollate:
     """YOLOv5's collate_fn4: each group of 4 items becomes one image of twice the size, either the
-    first item upsampled 2x (bilinear) or the 4 tiled 2x2, with even odds.  B items -> B // 4 images.
+    first item upsampled 2x (bilinear) or the 4 tiled 2x2, with even odds.  B items -> B // 4 images
+    (as in YOLOv5, the last B % 4 items are not used).
 
     The coin for a group is drawn from (seed, epoch, the group's paths), never from global state, so
     the batch is the same whichever worker collates it.  ``epoch``: the dataset's SharedEpoch.

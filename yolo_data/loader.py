@@ -93,8 +93,12 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
                               ram_dir=ram_cache_dir,
                               shm_reserve_bytes=shm_bytes_for_batches(nw, batch_size, imgsz, stride, local_ranks))
     batch_size = min(batch_size, len(dataset))
-    if quad and batch_size % 4:
-        raise ValueError(f"quad=True needs a batch size divisible by 4, got {batch_size}")
+    if quad and batch_size < 4:
+        raise ValueError(f"quad=True makes one image of every 4 items: the batch size must be at least 4, "
+                         f"got {batch_size}")
+    if quad and batch_size % 4:  # YOLOv5's collate_fn4 does the same, silently
+        LOGGER.warning(f"{prefix}quad=True with batch size {batch_size}: the last {batch_size % 4} items of "
+                       f"each batch are not used (as in YOLOv5); a multiple of 4 uses them all")
     nw = min(nw, batch_size if batch_size > 1 else 0)
     nw = fit_workers_to_shm(nw, batch_size, imgsz, stride, local_ranks, prefix)
     ddp = rank != -1 and distributed.is_initialized()
