@@ -224,7 +224,8 @@ def time_breakdown(path: Path, repeats: int) -> Dict[str, List[float]]:
         t_crc, crc = crc_of_mapping(path, c.payload_offset)
         stored = int.from_bytes(c.mm[len(c.mm) - container._CRC:], "little")
         assert crc == stored, "CRC-32 timed over other bytes than container.read checks"
-        t_val, store = timed(lambda: LabelStore.from_arrays(c.arrays))
+        arrays = c.arrays
+        t_val, store = timed(lambda: LabelStore.from_arrays(arrays))
         del store, c
         vals = (t_read, t_cont, t_crc, t_cont - t_crc, t_val)
         for key, v in zip(out, vals):

@@ -8,7 +8,7 @@ Data: the generated COCO-like set (benchmarks/make_synthetic.py, 2,000 JPEGs of 
 first with ``python benchmarks/make_synthetic.py`` or ``bench_scan.py`` if it is missing) is turned
 into a ``--copies`` x 2,000 image split: every image is hard-linked ``--copies`` times under new names
 (``c{k}_<name>.jpg``) and its label file copied beside each link.  Each library gets its own such
-folder, because all three write ``labels/train.cache``.  Hard links are safe here: the files are our
+folder, because YOLOv5 and Ultralytics both write ``labels/train.cache``.  Hard links are safe here: the files are our
 own generated ones (never /work/shared) and none of them is a damaged JPEG a peer would rewrite.
 Every file is read once before measuring, so all libraries start from the same warm page cache.
 
@@ -143,9 +143,11 @@ def warm_page_cache(*folders: Path) -> None:
                     pass
 
 
-def cache_file_of(images: Path) -> Path:
-    """labels/train.cache: where all three libraries keep this split's cache."""
-    return images.parents[1] / "labels" / f"{images.name}.cache"
+def cache_file_of(lib: str, images: Path) -> Path:
+    """Where ``lib`` keeps this split's cache: labels/train.cache for YOLOv5 and Ultralytics,
+    labels/train.yolo_data.cache for yolo_data."""
+    suffix = ".yolo_data.cache" if lib.startswith("yolo_data") else ".cache"
+    return images.parents[1] / "labels" / f"{images.name}{suffix}"
 
 
 # -- one measurement ---------------------------------------------------------------------------------
@@ -175,7 +177,7 @@ def construct(libs: Libs, lib: str, images: Path, scan: bool, yd_workers: Option
 
 def timed_construct(libs: Libs, lib: str, images: Path, scan: bool, yd_workers, verbose: bool):
     """(seconds, Outcome).  For a scan the cache file is deleted first (outside the timed window)."""
-    cfile = cache_file_of(images)
+    cfile = cache_file_of(lib, images)
     if scan:
         cfile.unlink(missing_ok=True)
     elif not cfile.is_file():
@@ -215,7 +217,7 @@ def run_rounds(libs: Libs, copies: Dict[str, Path], repeats: int, warmup: int, y
                 s.scan.append(t_scan)
                 s.reload.append(t_reload)
                 s.outcome = out
-                s.cache_bytes = cache_file_of(copies[lib]).stat().st_size
+                s.cache_bytes = cache_file_of(lib, copies[lib]).stat().st_size
     return res
 
 

@@ -36,7 +36,7 @@ What is measured, per dataset x workers x library:
 Datasets: coco128 (``--root``, only read) and a generated COCO-like set of ``--synthetic-n`` images
 (benchmarks/make_synthetic.py; reused from /tmp/yolo_data_bench/ when a complete one with the same
 settings is there, generated otherwise).  Each library gets its own copy of each dataset inside a
-temporary folder (all three write ``labels/<split>.cache`` beside the labels): labels and yaml are
+temporary folder (all three write a label cache beside the labels): labels and yaml are
 copied; images are hard links for the generated set and real copies for datasets under /work/shared
 (YOLOv5 rewrites a damaged JPEG in place, and a link would let it write into the shared folder).  The
 copies' pages are read once before measuring, so every library starts with a warm page cache.

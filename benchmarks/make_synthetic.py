@@ -273,7 +273,7 @@ def _prepare(out: Path, splits: Dict[str, int], overwrite: bool) -> None:
                     raise FileExistsError(f"{d} is not empty (use overwrite=True / --overwrite)")
                 shutil.rmtree(d)
             d.mkdir(parents=True, exist_ok=True)
-    stale = [out / "labels" / f"{s}.cache" for s in splits]  # a label cache of older files
+    stale = [out / "labels" / f"{s}{x}" for s in splits for x in (".cache", ".yolo_data.cache")]  # of older files
     for f in stale + [out / MARKER]:
         if f.exists():
             f.unlink()

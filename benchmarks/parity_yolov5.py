@@ -1,7 +1,7 @@
 """Parity check: yolo_data's ``create_dataloader`` against YOLOv5 7.0's, with augment=False.
 
 For every dataset split and loader configuration this builds both loaders on the same files (each
-library on its own temporary copy of the dataset, since both write ``labels/<split>.cache``),
+library on its own temporary copy of the dataset, each writing its label cache beside the labels),
 iterates both fully with workers=0 and shuffle=False, and checks, per image of every batch:
 
 * image tensors exactly equal (``torch.equal``; otherwise the max abs pixel difference is reported),

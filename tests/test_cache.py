@@ -23,7 +23,7 @@ def images(yaml_path):
 
 
 def cache_file(yaml_path):
-    return Path(yaml_path).parent / "labels" / "train.cache"
+    return Path(yaml_path).parent / "labels" / "train.yolo_data.cache"
 
 
 def same_labels(a, b):
@@ -43,8 +43,25 @@ def test_built_once_then_reused_and_dataset_untouched(small_dataset):
     second = load_split(images(small_dataset), nc=3)
     assert not second.built and second.counts == first.counts and same_labels(first, second)
     after = tree_digest(root)
-    assert after.pop("labels/train.cache") and after == before  # only the cache file was added
+    assert after.pop("labels/train.yolo_data.cache") and after == before  # only the cache file was added
     assert not [p for p in root.rglob("*.tmp")]
+
+
+def test_a_yolov5_cache_beside_ours_is_never_touched(small_dataset):
+    """YOLOv5 and Ultralytics write labels/train.cache; ours has its own name, so switching loaders
+    rescans nothing and their pickle stays byte for byte as it was, with its modification time."""
+    import io
+    theirs = Path(small_dataset).parent / "labels" / "train.cache"
+    buf = io.BytesIO()  # what YOLOv5's np.save(path, dict) writes: a pickled dict in an .npy file
+    np.save(buf, {"hash": "0" * 64, "version": 0.6, "msgs": [], "results": (6, 1, 1, 0, 6)}, allow_pickle=True)
+    theirs.write_bytes(buf.getvalue())
+    os.utime(theirs, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+    first = load_split(images(small_dataset), nc=3)
+    second = load_split(images(small_dataset), nc=3)
+    assert first.built and first.cache_file == cache_file(small_dataset) != theirs
+    assert not second.built and second.cache_file == first.cache_file  # ours reused
+    assert theirs.read_bytes() == buf.getvalue() and theirs.stat().st_mtime_ns == 1_600_000_000_000_000_000
+    assert sorted(p.name for p in theirs.parent.glob("*.cache")) == ["train.cache", "train.yolo_data.cache"]
 
 
 def test_edited_label_file_and_changed_settings_are_picked_up(small_dataset):

@@ -398,5 +398,5 @@ def test_load_split_over_every_odd_case_keeps_the_good_ones(tmp_path):
     assert ds_labels["good.png"] == [[0.0, 0.5, 0.5, pytest.approx(0.4), pytest.approx(0.4)]]
     assert counts["corrupt"] == len(IMAGES) + len(LABELS) - len(expected_kept)
     after = regular_digest(root)
-    after.pop("labels/train.cache")
+    after.pop("labels/train.yolo_data.cache")
     assert after == before  # nothing was modified, not even the truncated files

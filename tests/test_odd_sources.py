@@ -6,6 +6,7 @@ into tmp_path; tests that could hang run under a hard time limit.
 """
 import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -73,7 +74,7 @@ def test_latin1_file_name_is_listed_scanned_cached_reloaded_and_decoded(tmp_path
     assert cafe in list_image_files(root / "images" / "train")
 
     built = load_split(str(root / "images" / "train"), nc=3)
-    assert built.built and built.cache_file == root / "labels" / "train.cache"
+    assert built.built and built.cache_file == root / "labels" / "train.yolo_data.cache"
     files = [built.store.im_file(i) for i in range(len(built.store))]
     assert cafe in files and os.fsencode(cafe).endswith(b"/caf\xe9.jpg")  # the name as on disk
     assert built.store.labels_of(files.index(cafe)).shape == (2, 5)  # its Latin-1-named label file read
@@ -139,7 +140,7 @@ def test_txt_list_in_cp1252_names_the_files_on_disk(tmp_path):
     files = list_image_files(lst)
     assert [os.path.isfile(f) for f in files] == [True, True]
     split = load_split(str(lst), nc=3)
-    assert len(split.store) == 2 and split.cache_file == root / "train.cache"
+    assert len(split.store) == 2 and split.cache_file == root / "train.yolo_data.cache"
 
 
 def test_non_utf8_name_missing_file_is_an_image_read_error_naming_it(tmp_path):
@@ -289,7 +290,7 @@ def test_stale_temps_of_a_split_with_glob_characters_are_removed(tmp_path):
     make_dataset(root, [("a.jpg", (32, 32), "0 0.5 0.5 0.2 0.2\n")], split="tr[a]in")
     first = load_split(str(root / "images" / "tr[a]in"))
     f = first.cache_file
-    assert f == root / "labels" / "tr[a]in.cache"
+    assert f == root / "labels" / "tr[a]in.yolo_data.cache"
     host = socket.gethostname()
     dead = f.parent / f".{f.name}.{host}.999999999.abc123.tmp"
     alive = f.parent / f".{f.name}.{host}.{os.getpid()}.def456.tmp"
@@ -308,7 +309,7 @@ def test_a_split_of_several_entries_has_its_own_cache(tmp_path):
     spec = load_dataset_yaml(y)
     train = load_split(spec.splits["train"], nc=3)
     val = load_split(spec.splits["val"], nc=3)
-    assert val.cache_file == root / "labels" / "A.cache"  # YOLOv5's place for a single entry, as before
+    assert val.cache_file == root / "labels" / "A.yolo_data.cache"  # YOLOv5's place, our own name
     assert train.cache_file.parent == root / "labels" and train.cache_file.name.startswith("A-")
     assert train.cache_file != val.cache_file and len(train.store) == 2 and len(val.store) == 1
     assert not load_split(spec.splits["train"], nc=3).built and not load_split(spec.splits["val"], nc=3).built
@@ -325,7 +326,7 @@ def test_a_very_long_split_name_is_cached_and_reused(tmp_path):
     first = load_split(str(root / "images" / LONG))
     f = first.cache_file
     assert f is not None and f.parent == root / "labels" and f.is_file()
-    assert f.name.startswith(LONG[:80]) and len(f.name) <= 106
+    assert f.name.startswith(LONG[:80]) and f.name.endswith(".yolo_data.cache") and len(f.name) <= 116
     assert not load_split(str(root / "images" / LONG)).built
     lst = root / (LONG + ".txt")  # a .txt list with a long name too
     lst.write_text(f"./images/{LONG}/a.jpg\n")
@@ -335,9 +336,11 @@ def test_a_very_long_split_name_is_cached_and_reused(tmp_path):
 def test_folder_cache_file_bounds_a_long_name(tmp_path):
     from yolo_data import cache
     from yolo_data.store import LabelStore
-    default = tmp_path / "labels" / (LONG + ".cache")  # a caller that did not shorten it
+    default = tmp_path / "labels" / (LONG + ".yolo_data.cache")  # a caller that did not shorten it
     f = cache.folder_cache_file(default, tmp_path / "shared")
-    assert f.parent == tmp_path / "shared" and f.name.startswith(LONG[:90]) and len(f.name) <= 123
+    assert f.parent == tmp_path / "shared" and f.name.startswith(LONG[:90]) and len(f.name) <= 133
+    short = cache.folder_cache_file(tmp_path / "labels" / "train.yolo_data.cache", tmp_path / "shared").name
+    assert re.fullmatch(r"train-[0-9a-f]{16}\.yolo_data\.cache", short) and f.name.endswith(".yolo_data.cache")
     assert cache.folder_cache_file(tmp_path / "labels" / (LONG + "x.cache"), tmp_path / "shared") != f
     f.parent.mkdir()
     cache.save(f, cache.CacheContents(LabelStore.from_records([]), "fp", {}, []))  # its temporary fits too

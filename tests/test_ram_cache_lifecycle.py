@@ -303,7 +303,7 @@ def test_read_only_dataset_with_an_admins_label_cache_and_cache_disk(small_datas
         out = as_nobody(_disk_twice, str(data / "data.yaml"), str(user_cache))
         assert isinstance(out, list), out
         (img1, mtime1, lab1, built1), (img2, mtime2, lab2, built2) = out
-        assert lab1 == lab2 == str(data / "labels" / "train.cache") and not built1 and not built2
+        assert lab1 == lab2 == str(data / "labels" / "train.yolo_data.cache") and not built1 and not built2
         assert img1 == img2 and Path(img1).parent == user_cache and mtime1 == mtime2  # built once, reused
         assert tree_digest(data) == before
 
@@ -348,7 +348,7 @@ def test_damaged_or_crafted_disk_cache_is_reported_and_rebuilt(small_dataset, ca
     if case == "truncated":
         path.write_bytes(path.read_bytes()[:-1000])
     elif case == "a label cache in its place":
-        shutil.copy(small_dataset.parent / "labels" / "train.cache", path)
+        shutil.copy(small_dataset.parent / "labels" / "train.yolo_data.cache", path)
     else:
         crafting.rewrite(path, **DAMAGE[case])
     with caplog.at_level(logging.WARNING, logger="yolo_data"):
@@ -366,9 +366,9 @@ def test_leftovers_are_listed_and_removed_by_the_cli(tmp_path):
     user.mkdir()
     old = ram / ("yolo_data-" + "a" * 32 + ".imgcache")  # a named RAM cache of an older yolo_data
     old.write_bytes(b"x" * 100)
-    dead = user / f".train-0123.cache.{socket.gethostname()}.999999999.abcd.tmp"  # a killed writer's
+    dead = user / f".train-0123.yolo_data.cache.{socket.gethostname()}.999999999.abcd.tmp"  # a killed writer's
     dead.write_bytes(b"x")
-    alive = user / f".train-0123.cache.{socket.gethostname()}.{os.getpid()}.abcd.tmp"  # a running writer's
+    alive = user / f".train-0123.yolo_data.cache.{socket.gethostname()}.{os.getpid()}.abcd.tmp"  # a running writer's
     alive.write_bytes(b"x")
     env = dict(os.environ, YOLO_DATA_SHM_DIR=str(ram), YOLO_DATA_CACHE_DIR=str(user))
     tool = [sys.executable, str(ROOT / "tools" / "build_cache.py")]

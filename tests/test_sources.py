@@ -24,7 +24,7 @@ def test_txt_list_resolves_dot_slash_against_its_folder(tmp_path):
     assert list_image_files(lst) == sorted([str(tmp_path / "data") + os.sep + "images/x.jpg", "/abs/y.jpg"])
     both = list_image_files([lst, tmp_path / "data" / "images"])  # a list of sources, as YOLOv5 takes
     assert len(both) == 3 and sum(f.endswith("x.jpg") for f in both) == 2
-    assert default_cache_file(lst, None) == tmp_path / "data" / "train.cache"
+    assert default_cache_file(lst, None) == tmp_path / "data" / "train.yolo_data.cache"
 
 
 def test_missing_path_names_it(tmp_path):
@@ -34,7 +34,7 @@ def test_missing_path_names_it(tmp_path):
 
 def test_label_path_replaces_last_images_folder():
     assert img2label_path("/d/images/x/images/train/a.b.jpg") == "/d/images/x/labels/train/a.b.txt"
-    assert str(default_cache_file("/d/images/train", "/d/labels/train/a.txt")) == "/d/labels/train.cache"
+    assert str(default_cache_file("/d/images/train", "/d/labels/train/a.txt")) == "/d/labels/train.yolo_data.cache"
 
 
 def test_yaml_relative_path_names_dict_and_list(tmp_path):

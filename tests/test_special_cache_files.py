@@ -11,7 +11,7 @@ from yolo_data.split import load_split
 
 
 def test_fifo_as_label_cache(small_dataset, caplog):
-    cache = small_dataset.parent / "labels" / "train.cache"
+    cache = small_dataset.parent / "labels" / "train.yolo_data.cache"
     os.mkfifo(cache)
     with hard_limit(20), caplog.at_level(logging.WARNING, logger="yolo_data"):
         s = load_split(str(small_dataset.parent / "images" / "train"), nc=3)

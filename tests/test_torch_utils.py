@@ -1,11 +1,16 @@
 import os
+import platform
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 
+import yolo_data
 from yolo_data import init_torch_seeds, select_device, time_synchronized
+from yolo_data.torch_utils import device_line
 
 
 def test_cpu_and_default_without_cuda(monkeypatch):
@@ -41,6 +46,21 @@ def test_gpu_ids_and_batch_size_check_with_two_visible_gpus(monkeypatch):
         select_device("0,1", batch_size=15)
     with pytest.raises(ValueError, match="'0,2' requested but 2"):
         select_device("0,2")
+    line = device_line(torch.device("cuda:0"), [0, 1])  # YOLOv5's layout: one GPU a line, aligned
+    head = f"yolo_data {yolo_data.__version__} Python-{platform.python_version()} torch-{torch.__version__} "
+    assert line == head + "CUDA:0 (FakeGPU, 8192MiB)\n" + " " * len(head) + "CUDA:1 (FakeGPU, 8192MiB)"
+
+
+@pytest.mark.parametrize("local_rank", [None, "0", "1"])
+def test_the_printing_rank_logs_one_device_line_without_logging_configured(local_rank):
+    env = {k: v for k, v in os.environ.items() if k != "LOCAL_RANK"}
+    if local_rank is not None:
+        env["LOCAL_RANK"] = local_rank
+    r = subprocess.run([sys.executable, "-c", "from yolo_data import select_device; select_device('cpu')"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0 and r.stdout == ""
+    head = f"yolo_data {yolo_data.__version__} Python-{platform.python_version()} torch-{torch.__version__} "
+    assert r.stderr == ("" if local_rank == "1" else head + "CPU\n")
 
 
 def test_init_torch_seeds_seeds_everything_and_sets_cudnn_flags():

@@ -68,9 +68,9 @@ def main(argv=None):
 
     train_loader, train_set = create_dataloader(args.data, args.imgsz, args.batch_size // world, 32, hyp=str(HYP),
                                                 augment=True, rank=local_rank, workers=args.workers,
-                                                shuffle=True, seed=args.seed, split="train")
+                                                shuffle=True, seed=args.seed, split="train", prefix="train: ")
     val_loader, _ = create_dataloader(args.data, args.imgsz, args.batch_size // world, 32, rect=True, pad=0.5,
-                                      rank=local_rank, workers=args.workers, split="val")
+                                      rank=local_rank, workers=args.workers, split="val", prefix="val: ")
     model = tiny_model().to(device)
     if local_rank != -1:
         model = smart_DDP(model)

@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Sequence
 from . import container
 from .container import CacheError
 from .labels import COORD_TOLERANCE, MAX_CLASS_ID, MAX_LABEL_BYTES, MIN_IMAGE_SIDE, Problem
-from .sources import MAX_CACHE_STEM
+from .sources import LABEL_CACHE_SUFFIX, MAX_CACHE_STEM, cache_stem
 from .store import LabelStore
 
 LOGGER = logging.getLogger("yolo_data")
@@ -111,11 +111,12 @@ def user_cache_dir() -> Path:
     return Path(base) / "yolo_data"
 
 
-def folder_cache_file(default: Path, folder: Path, suffix: str = ".cache") -> Path:
-    """The file for ``default`` inside a shared cache folder; the hash of the full default path keeps
-    two datasets with a split of the same name apart (and lets a very long stem be cut short)."""
+def folder_cache_file(default: Path, folder: Path, suffix: str = LABEL_CACHE_SUFFIX) -> Path:
+    """The file for ``default`` inside a shared cache folder (``train2017-<hash>.yolo_data.cache``); the
+    hash of the full default path keeps two datasets with a split of the same name apart (and lets a
+    very long stem be cut short)."""
     digest = hashlib.sha256(str(Path(default).absolute()).encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    stem = Path(default).stem
+    stem = cache_stem(default)
     while len(os.fsencode(stem)) > MAX_CACHE_STEM:
         stem = stem[:-1]
     return Path(folder) / f"{stem}-{digest}{suffix}"

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from . import distributed, failures
+from . import distributed, failures, summary
 from .boxes import xywhn_to_xyxy
 from .albument import AlbumentationsStep
 from .collate import collate_fn
@@ -102,6 +102,7 @@ class YoloDataset(Dataset):
         show = distributed.get_local_rank(-1) in (-1, 0)
         self.split_labels: SplitLabels = load_split(paths, nc=len(self.names) or None, cache_dir=cache_dir,
                                                     workers=workers, progress=_progress_bar(prefix, show))
+        summary.log_split_summary(self.split_labels, prefix, path)  # every run, cache or scan (rank 0 only)
         store = self.split_labels.store
         if not len(store):
             raise RuntimeError(f"{prefix}no usable images in {path}: "
@@ -128,6 +129,7 @@ class YoloDataset(Dataset):
         # shared memory: YOLOv5's train.py sets dataset.indices each epoch (--image-weights) in the main
         # process, and persistent DataLoader workers must see the new ones
         self._indices = torch.arange(n, dtype=torch.int64).share_memory_()
+        self.indices_version = 0  # counts assignments (the loader's early start compares it)
 
         self._reported = set()  # unreadable-image warnings already given (per process)
         self._scratch = Scratch()
@@ -157,6 +159,7 @@ class YoloDataset(Dataset):
             raise ValueError(f"dataset.indices must be {self.n} image indices in 0..{self.n - 1}, "
                              f"got shape {value.shape}")
         self._indices.copy_(torch.from_numpy(value))
+        self.indices_version += 1
 
     @property
     def im_files(self) -> Sequence[str]:

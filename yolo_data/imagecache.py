@@ -43,6 +43,7 @@ import numpy as np
 from . import container, distributed
 from .container import CacheError, NoSpaceError
 from .images import ImageReadError, imread_bgr, resize_long_side
+from .sources import cache_stem
 from .store import LabelStore
 
 try:
@@ -94,7 +95,8 @@ def disk_candidates(default_labels_cache: Path, img_size: int, augment: bool, re
     folder also after the split's full path, so two datasets never share a name."""
     from .cache import folder_cache_file
     d = Path(default_labels_cache)
-    beside = d.with_name(f"{d.stem}-images-{img_size}{'-train' if augment else ''}{'-rect' if rect else ''}.imgcache")
+    settings = f"{img_size}{'-train' if augment else ''}{'-rect' if rect else ''}"
+    beside = d.with_name(f"{cache_stem(d)}-images-{settings}.imgcache")  # labels/train2017-images-640.imgcache
     shared = [folder_cache_file(beside, Path(f), ".imgcache") for f in ([cache_dir] if cache_dir else [user_dir])]
     return tuple(shared) if cache_dir else (beside, *shared)
 

@@ -61,6 +61,7 @@ class YoloSampler(Sampler[int]):
         self.drop_last = drop_last
         self.on_epoch = on_epoch
         self.weights: Optional[np.ndarray] = None
+        self.weights_version = 0  # counts set_weights calls (the loader's early start compares it)
         self.epoch = 0
         self._explicit = False
         self._started = False
@@ -76,6 +77,16 @@ class YoloSampler(Sampler[int]):
             if weights.shape != (self.n,) or (weights < 0).any() or weights.sum() <= 0:
                 raise ValueError(f"image weights must be {self.n} non-negative numbers, not all zero")
         self.weights = weights
+        self.weights_version += 1
+
+    def next_pass_epoch(self) -> int:
+        """The epoch the next pass will use (``__iter__``'s rule, without starting the pass)."""
+        return self.epoch + 1 if self._started and not self._explicit else self.epoch
+
+    def forget_pass(self) -> None:
+        """Undo the bookkeeping of a pass that was started but never handed out (the loader's early
+        start, when the training script changed something before its first pass)."""
+        self._started = False
 
     # -- the global order for an epoch ---------------------------------------------------------------
     def _batches(self) -> List[np.ndarray]:

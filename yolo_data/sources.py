@@ -21,9 +21,13 @@ LOGGER = logging.getLogger("yolo_data")
 
 # Suffixes YOLOv5 accepts as images (lower case, no dot).
 IMG_FORMATS = ("bmp", "dng", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp", "pfm")
-# Cache file names: the temporary adds '.<host>.<pid>.<random>.tmp' (up to 87 bytes) and a disk image
-# cache '-images-<size>-train-rect.imgcache' (33 more); names longer than this keep a prefix and a hash.
+# Cache file names: the suffix adds 16 bytes, a shared cache folder's hash 17, the temporary
+# '.<host>.<pid>.<random>.tmp' up to 87 and a disk image cache '-images-<size>-train-rect.imgcache' 33;
+# names longer than this keep a prefix and a hash, so every one stays well under 255 bytes.
 MAX_CACHE_STEM = 100
+# Our label cache's suffix.  YOLOv5 and Ultralytics both write '<labels folder>.cache' (a pickle) beside
+# the labels; a name of our own means switching loaders never makes either rescan the other's split.
+LABEL_CACHE_SUFFIX = ".yolo_data.cache"
 
 PathLike = Union[str, os.PathLike]
 
@@ -127,15 +131,17 @@ def _bounded_stem(stem: str, limit: int = MAX_CACHE_STEM) -> str:
 
 
 def default_cache_file(path: Union[PathLike, Sequence[PathLike]], first_label_file: Optional[str]) -> Path:
-    """Where YOLOv5 keeps the label cache of ``path``: beside a .txt list, else beside the labels folder.
+    """Where the label cache of ``path`` goes by default: beside a .txt list, else beside the labels
+    folder, as in YOLOv5, but under a name of our own (LABEL_CACHE_SUFFIX).
 
-    ``labels/train2017/`` -> ``labels/train2017.cache``.  A split of several entries gets a hash of all
-    of them in its name (``labels/A-<hash>.cache``), so it never shares a file with a split of its first
+    ``labels/train2017/`` -> ``labels/train2017.yolo_data.cache`` (YOLOv5's ``labels/train2017.cache``
+    is never read, written or removed).  A split of several entries gets a hash of all of them in its
+    name (``labels/A-<hash>.yolo_data.cache``), so it never shares a file with a split of its first
     entry alone.  Names longer than MAX_CACHE_STEM bytes are shortened (see ``_bounded_stem``).
     """
     entries = list(path) if isinstance(path, (list, tuple)) else [path]
     p = Path(entries[0])
-    if p.is_file():
+    if p.is_file():  # YOLOv5's stem rule (a dotted folder name loses its last suffix), our suffix
         f = p.with_suffix(".cache")
     elif first_label_file is None:
         f = (p.parent / p.name).with_suffix(".cache")
@@ -144,4 +150,11 @@ def default_cache_file(path: Union[PathLike, Sequence[PathLike]], first_label_fi
     stem = f.stem
     if len(entries) > 1:
         stem += "-" + _digest("\0".join(os.path.abspath(os.fspath(e)) for e in entries))
-    return f.with_name(_bounded_stem(stem) + f.suffix)
+    return f.with_name(_bounded_stem(stem) + LABEL_CACHE_SUFFIX)
+
+
+def cache_stem(cache_file: PathLike) -> str:
+    """The split's part of a cache file's name, which names derived from it start with:
+    ``train2017`` for ``labels/train2017.yolo_data.cache``, ``train-images-64`` for ``train-images-64.imgcache``."""
+    name = Path(cache_file).name
+    return name[:-len(LABEL_CACHE_SUFFIX)] if name.endswith(LABEL_CACHE_SUFFIX) else Path(name).stem

@@ -142,8 +142,8 @@ def _load_or_scan(path, nc, cache_dir, workers, force, progress, save) -> SplitL
     store = LabelStore.from_records(records)
     problems = [p for r in records for p in r.problems]
     counts = _counts(records, store)
-    for p in problems:
-        LOGGER.warning(str(p))
+    for p in problems:  # the dataset's summary shows them on every run (the first few), yolo-data-cache all
+        LOGGER.debug(str(p))
     written = None
     if save:
         contents = cache.CacheContents(store, fp, counts, problems)

@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import logging
+import platform
 import random
 import re
 import time
 
 import numpy as np
 import torch
+
+from . import summary
 
 LOGGER = logging.getLogger("yolo_data")
 
@@ -24,17 +27,19 @@ def select_device(device="", batch_size: int = 0) -> torch.device:
     With several CUDA ids the first one is returned (the training script spreads over the rest with
     DDP), and ``batch_size`` must divide by their number.  Unlike YOLOv5 this never sets
     CUDA_VISIBLE_DEVICES: ids are the ones torch sees now.  Raises ValueError naming what is missing.
+    The printing rank (LOCAL_RANK 0 or unset) logs one line, as YOLOv5 does:
+    ``yolo_data 0.2.0 Python-3.11.7 torch-2.3.1 CUDA:0 (NVIDIA H100 80GB HBM3, 81559MiB)``.
     """
     spec = str(device).strip().lower().replace("cuda:", "").replace("none", "").replace(" ", "")
     if spec == "cpu":
-        return torch.device("cpu")
+        return _announce(torch.device("cpu"))
     if spec == "mps":
         if not _mps_available():
             raise ValueError("device 'mps' requested but Apple MPS is not available here")
-        return torch.device("mps")
+        return _announce(torch.device("mps"))
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if spec == "":
-        return torch.device("cuda:0") if count else torch.device("cpu")
+        return _announce(torch.device("cuda:0")) if count else _announce(torch.device("cpu"))
     if not re.fullmatch(r"\d+(,\d+)*", spec):
         raise ValueError(f"invalid device {device!r}: use '', 'cpu', 'mps', '0', '0,1' or 'cuda:1'")
     ids = [int(x) for x in spec.split(",")]
@@ -44,10 +49,29 @@ def select_device(device="", batch_size: int = 0) -> torch.device:
                          + ("" if count else " (no CUDA here: use device='cpu')"))
     if len(ids) > 1 and batch_size > 0 and batch_size % len(ids):
         raise ValueError(f"batch_size {batch_size} is not a multiple of the {len(ids)} GPUs in {device!r}")
-    for i in ids:
+    return _announce(torch.device(f"cuda:{ids[0]}"), ids)
+
+
+def device_line(device: torch.device, cuda_ids=()) -> str:
+    """``yolo_data <version> Python-<version> torch-<version> CPU`` (or ``MPS``, or one
+    ``CUDA:<id> (<name>, <memory>MiB)`` per id, each further one on its own line, aligned)."""
+    from . import __version__  # at call time: the package has finished importing
+    head = f"yolo_data {__version__} Python-{platform.python_version()} torch-{torch.__version__} "
+    if device.type != "cuda":
+        return head + device.type.upper()
+    gpus = []
+    for i in cuda_ids or [device.index or 0]:
         p = torch.cuda.get_device_properties(i)
-        LOGGER.info(f"CUDA:{i} ({p.name}, {p.total_memory / (1 << 20):.0f} MiB)")
-    return torch.device(f"cuda:{ids[0]}")
+        gpus.append(f"CUDA:{i} ({p.name}, {p.total_memory / (1 << 20):.0f}MiB)")
+    return head + ("\n" + " " * len(head)).join(gpus)
+
+
+def _announce(device: torch.device, cuda_ids=()) -> torch.device:
+    """Log the device line on the printing rank (see :mod:`~yolo_data.summary`); return ``device``."""
+    if summary.printing_rank():
+        summary.console()
+        LOGGER.info(device_line(device, cuda_ids))
+    return device
 
 
 def time_synchronized() -> float:

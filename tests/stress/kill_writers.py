@@ -52,7 +52,7 @@ def main(argv=None) -> int:
                  for i in range(args.images)]
         yaml = make_dataset(Path(tmp) / "ds", items)
         img_dir = str(yaml.parent / "images" / "train")
-        cache_file = yaml.parent / "labels" / "train.cache"
+        cache_file = yaml.parent / "labels" / "train.yolo_data.cache"
         reference = fingerprint_of(load_split(img_dir, nc=3, save=False))
         t0 = time.monotonic()
         _writer(img_dir)

@@ -1,0 +1,79 @@
+#!/usr/bin/env python
+"""Time to the first batch when a training script does other work (builds its model) between building
+the loader and its first ``iter``: yolo_data's loader starts its workers, and the first pass, when it is
+built (as YOLOv5's InfiniteDataLoader does); the comparison is the same loader with that early start
+turned off (workers forked on the first ``iter``, torch's default).  Alternating, medians.
+
+    python benchmarks/bench_first_batch.py [--data ../shared/datasets/coco128/images/train2017]
+        [--setup-s 2] [--repeats 3] [--workers 2]
+
+The data folder is copied to a temporary folder first (the label cache is written there).
+"""
+import argparse
+import gc
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from torch.utils.data import DataLoader
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import yolo_data.loader as loader_module  # noqa: E402
+from machine import cpu_model  # noqa: E402
+from yolo_data import create_dataloader  # noqa: E402
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "coco128" / "images" / "train2017"
+
+
+def _late_start(self, *args, **kwargs):
+    """The early start turned off: a plain persistent DataLoader."""
+    DataLoader.__init__(self, *args, **kwargs)
+    self._early = None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=str(SHARED), help="image folder (copied to a temporary folder)")
+    ap.add_argument("--setup-s", type=float, default=2.0, help="seconds the script spends before its first iter")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--imgsz", type=int, default=640)
+    ap.add_argument("--batch-size", type=int, default=32)
+    args = ap.parse_args(argv)
+    src = Path(args.data)
+    if not src.is_dir():
+        print(f"{src} does not exist; pass --data", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="yolo_data_first_batch_") as tmp:
+        root = Path(tmp) / "ds"
+        shutil.copytree(src.parent.parent, root)  # images/<split> and labels/<split>
+        data = str(root / src.relative_to(src.parent.parent))
+        early_init = loader_module.YoloDataLoader.__init__
+        res = {"early start (yolo_data)": [], "start on first iter": []}
+        for _ in range(args.repeats):
+            for mode in res:
+                loader_module.YoloDataLoader.__init__ = early_init if mode.startswith("early") else _late_start
+                loader, _ = create_dataloader(data, args.imgsz, args.batch_size, 32, rect=True, pad=0.5,
+                                              workers=args.workers)
+                time.sleep(args.setup_s)
+                t = time.perf_counter()
+                next(iter(loader))
+                res[mode].append(time.perf_counter() - t)
+                del loader
+                gc.collect()
+        loader_module.YoloDataLoader.__init__ = early_init
+    print(f"CPU: {cpu_model()}; {args.data}, val loader (rect, pad 0.5, batch {args.batch_size}, "
+          f"imgsz {args.imgsz}), {args.workers} workers, {args.setup_s:g} s of setup before the first iter\n")
+    print("| loader | first batch s (median) | runs |\n|---|---:|---|")
+    for mode, v in res.items():
+        print(f"| {mode} | {statistics.median(v):.3f} | {', '.join(f'{x:.3f}' for x in v)} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

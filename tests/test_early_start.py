@@ -1,0 +1,62 @@
+"""Workers start, and the first pass begins, when the loader is built (YOLOv5's InfiniteDataLoader does
+too); what the first ``iter`` yields is exactly what it would have been without the early start."""
+import multiprocessing
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import make_dataset
+from yolo_data import create_dataloader
+from yolo_data.weights import labels_to_image_weights
+
+HIGH = Path(__file__).resolve().parents[1] / "data" / "hyps" / "hyp.scratch-high.yaml"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    items = [(f"{i:02d}.jpg", (64, 48), f"{i % 2} 0.5 0.5 0.2 0.2\n") for i in range(12)]
+    return str(make_dataset(tmp_path_factory.mktemp("early"), items, names=("a", "b")))
+
+
+def passes(loader, n=2):
+    return [[(paths, imgs.sum().item()) for imgs, _, paths, _ in loader] for _ in range(n)]
+
+
+def make(data, workers):
+    return create_dataloader(data, 64, 4, 32, augment=True, hyp=str(HIGH), shuffle=True, workers=workers,
+                             split="train")
+
+
+# what a training script may do between building the loader and its first pass
+CHANGES = {
+    "nothing": lambda loader, ds: None,
+    "set_epoch to the same epoch": lambda loader, ds: loader.sampler.set_epoch(0),
+    "set_epoch to another epoch": lambda loader, ds: loader.sampler.set_epoch(3),
+    "set_weights": lambda loader, ds: loader.sampler.set_weights(labels_to_image_weights(ds.labels, 2)),
+    "dataset.indices (YOLOv5's --image-weights)": lambda loader, ds: setattr(
+        ds, "indices", random.Random(0).choices(range(ds.n), k=ds.n)),
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_first_passes_equal_those_of_a_loader_without_workers(data, change):
+    """Workers=0 never starts early: the reference for every change a script makes before its first pass."""
+    early, ds_e = make(data, 2)
+    time.sleep(0.5)  # the workers are at work on the first pass already
+    plain, ds_p = make(data, 0)
+    CHANGES[change](early, ds_e)
+    CHANGES[change](plain, ds_p)
+    assert passes(early) == passes(plain)
+
+
+def test_workers_run_before_the_first_iter(data):
+    before = {p.pid for p in multiprocessing.active_children()}
+    loader, _ = make(data, 2)
+    started = {p.pid for p in multiprocessing.active_children()} - before
+    assert len(started) == 2 and loader._iterator is not None
+    t = time.perf_counter()
+    time.sleep(1.0)  # the training script builds its model meanwhile
+    next(iter(loader))
+    assert time.perf_counter() - t < 1.5  # the first batch was ready, not made on demand
