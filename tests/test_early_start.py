@@ -60,3 +60,27 @@ def test_workers_run_before_the_first_iter(data):
     time.sleep(1.0)  # the training script builds its model meanwhile
     next(iter(loader))
     assert time.perf_counter() - t < 1.5  # the first batch was ready, not made on demand
+
+
+@pytest.mark.parametrize("batch_partners", [True, False])
+@pytest.mark.parametrize("how", ["sampler weights", "dataset.indices"])
+def test_an_image_drawn_twice_in_an_epoch_is_augmented_independently(data, batch_partners, how):
+    """Before: randomness was keyed by the image, so repeats of an image in one epoch came out
+    pixel-identical (all of them without batch partners).  Now each draw is keyed by its place in the
+    epoch too, and the batches still do not depend on the number of workers."""
+    epochs = {}
+    for workers in (0, 2):
+        loader, ds = create_dataloader(data, 64, 4, 32, augment=True, hyp=str(HIGH), shuffle=True, workers=workers,
+                                       image_weights=True, split="train", batch_partners=batch_partners)
+        if how == "sampler weights":
+            loader.sampler.set_weights([1.0] * 3 + [0.0] * 9)  # 12 draws from 3 images
+        else:
+            ds.indices = [k % 3 for k in range(12)]
+        epochs[workers] = [(p, imgs[k].numpy().tobytes()) for imgs, _, paths, _ in loader for k, p in enumerate(paths)]
+    assert epochs[0] == epochs[2]
+    by_image = {}
+    for path, pixels in epochs[0]:
+        by_image.setdefault(path, []).append(pixels)
+    repeats = sum(len(v) - 1 for v in by_image.values())
+    identical = sum(len(v) - len(set(v)) for v in by_image.values())
+    assert repeats >= 9 and identical == 0, (repeats, identical)

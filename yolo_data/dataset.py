@@ -249,7 +249,8 @@ class YoloDataset(Dataset):
         return Sample(img, labels[:, 0].copy(), boxes, segments)
 
     def __getitem__(self, index: int):
-        return self._item(index, BatchImages(1, self._scratch), 0)
+        draw, position = divmod(index, self.n) if index >= self.n else (0, index)  # a draw token (sampling.py)
+        return self._item(position, BatchImages(1, self._scratch), 0, draw)
 
     def __getitems__(self, positions: List[int]):
         """A whole batch at once (torch's DataLoader calls this with the batch's indices).  The items'
@@ -260,8 +261,11 @@ class YoloDataset(Dataset):
         four, and still a pure function of (seed, epoch, batch), whatever the number of workers.
         """
         images = BatchImages(len(positions), self._scratch)
+        # YoloSampler hands out draw tokens (place in the epoch * n + position); plain positions are draw 0
+        draws = [p // self.n for p in positions]
+        positions = [p % self.n for p in positions]
         if not (self.augment and self.batch_partners):
-            return [self._item(p, images, k) for k, p in enumerate(positions)]
+            return [self._item(p, images, k, d) for k, (p, d) in enumerate(zip(positions, draws))]
         ids = [self.indices[p] for p in positions]
         pool = ids if len(ids) >= 4 else range(self.n)  # a tiny last batch borrows from the dataset
         loaded = {}
@@ -274,13 +278,15 @@ class YoloDataset(Dataset):
         items = []
         for k, i in enumerate(ids):
             try:
-                items.append(self._train_item(i, item_rng(self.seed, self.epoch, i), images, k, load, pool))
+                items.append(self._train_item(i, item_rng(self.seed, self.epoch, i, draw=draws[k]), images, k,
+                                              load, pool))
             except ImageReadError:  # an image went missing: this item takes the single-item path
-                items.append(self._item(positions[k], images, k))
+                items.append(self._item(positions[k], images, k, draws[k]))
         return items
 
-    def _item(self, position: int, images: BatchImages, k: int):
-        """Item ``position`` (through ``indices``), its image written into slot ``k`` of ``images``."""
+    def _item(self, position: int, images: BatchImages, k: int, draw: int = 0):
+        """Item ``position`` (through ``indices``), its image written into slot ``k`` of ``images``;
+        ``draw``: its place in the epoch (see ``pipeline.item_rng``)."""
         index = self.indices[position]
         if not self.augment:
             # Evaluation must see exactly its images: an unreadable one is an error (ImageReadError
@@ -291,7 +297,7 @@ class YoloDataset(Dataset):
         for attempt in range(MAX_SUBSTITUTES + 1):
             primary = (index + attempt) % self.n
             try:
-                return self._train_item(primary, item_rng(self.seed, self.epoch, index, attempt), images, k)
+                return self._train_item(primary, item_rng(self.seed, self.epoch, index, attempt, draw), images, k)
             except ImageReadError as e:
                 if str(e) not in self._reported:
                     self._reported.add(str(e))

@@ -138,7 +138,7 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
                           rank=distributed.get_rank() if ddp else 0,
                           world_size=distributed.get_world_size() if ddp else 1,
                           batch_index=dataset.batch if dataset.rect else None, drop_last=quad,
-                          on_epoch=dataset.shared_epoch.set)
+                          on_epoch=dataset.shared_epoch.set, draw_tokens=True)
     # image_weights=True: the training script weights the draws, as with YOLOv5 (whose train.py sets
     # dataset.indices each epoch) or with sampler.set_weights; weighting here too would apply it twice
     collate = QuadCollate(seed, dataset.shared_epoch) if quad else collate_fn

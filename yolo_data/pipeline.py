@@ -25,10 +25,12 @@ from .sample import Sample
 LoadFn = Callable[[int], Sample]  # image i resized to img_size long side, pixel boxes on it
 
 
-def item_rng(seed: int, epoch: int, index: int, attempt: int = 0) -> np.random.Generator:
+def item_rng(seed: int, epoch: int, index: int, attempt: int = 0, draw: int = 0) -> np.random.Generator:
     """The generator for every random decision about dataset item ``index`` in ``epoch`` (``attempt``
-    > 0: a substitute for an item whose image could not be read)."""
-    return np.random.default_rng([seed, epoch, index] + ([attempt] if attempt else []))
+    > 0: a substitute for an item whose image could not be read; ``draw`` > 0: the item's place in the
+    epoch's order, so an image drawn twice in an epoch is augmented independently each time)."""
+    return np.random.default_rng([seed, epoch, index] + ([attempt] if attempt else [])
+                                 + ([0xD5A7, draw] if draw else []))
 
 
 def mosaic_sample(load: LoadFn, pool: Sequence[int], index: int, img_size: int, cfg: AugmentConfig,

@@ -42,6 +42,9 @@ class YoloSampler(Sampler[int]):
       (padded by repeating the first items/batches when the total does not divide), and the split
       changes every epoch when shuffling.
     - image weights (``set_weights``): each epoch draws n indices with replacement, weighted.
+    - ``draw_tokens``: hand out ``place * n + index`` (place: the item's position in the epoch's global
+      order) instead of ``index``; :class:`~yolo_data.dataset.YoloDataset` splits it again and keys the
+      item's randomness by both, so an image drawn twice in an epoch is augmented independently.
     - epoch: ``set_epoch(e)`` as with DistributedSampler; without it each new pass advances the
       epoch by one, so augmentation differs between epochs in single-process training too.
       ``on_epoch(e)`` is called before the first index of a pass is produced (before any worker
@@ -51,7 +54,7 @@ class YoloSampler(Sampler[int]):
     def __init__(self, n: int, batch_size: int, shuffle: bool = False, seed: int = 0,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
                  batch_index: Optional[np.ndarray] = None, drop_last: bool = False,
-                 on_epoch: Optional[Callable[[int], None]] = None):
+                 on_epoch: Optional[Callable[[int], None]] = None, draw_tokens: bool = False):
         self.n, self.batch_size, self.shuffle, self.seed = n, batch_size, shuffle, seed
         # rank and world size are asked now (at construction), never at import
         self.rank = distributed.get_rank() if rank is None else rank
@@ -60,6 +63,7 @@ class YoloSampler(Sampler[int]):
         self.batch_index = batch_index
         self.drop_last = drop_last
         self.on_epoch = on_epoch
+        self.draw_tokens = draw_tokens
         self.weights: Optional[np.ndarray] = None
         self.weights_version = 0  # counts set_weights calls (the loader's early start compares it)
         self.epoch = 0
@@ -107,6 +111,10 @@ class YoloSampler(Sampler[int]):
         return full + partial
 
     def _indices(self) -> np.ndarray:
+        return self._plan()[0]
+
+    def _plan(self):
+        """(this rank's indices, their places in the epoch's global order, padding included)."""
         w, r = self.world_size, self.rank
         parts = self._batches()
         if self.batch_index is None:
@@ -116,7 +124,7 @@ class YoloSampler(Sampler[int]):
             else:
                 per_rank = -(-len(order) // w)
                 order = np.resize(order, per_rank * w)  # repeats from the start to divide evenly
-            return order[r:per_rank * w:w]
+            return order[r:per_rank * w:w], np.arange(r, per_rank * w, w, dtype=np.int64)
         full = [g for g in parts if len(g) == self.batch_size]
         partial = [g for g in parts if len(g) != self.batch_size]
         if self.drop_last:
@@ -127,15 +135,21 @@ class YoloSampler(Sampler[int]):
             pool = full or partial
             pads = [pool[i % len(pool)] for i in range(-(len(full) + len(partial)) % w)]
             batches = full + pads + partial
-        return np.concatenate(batches[r::w] + [np.zeros(0, np.int64)]).astype(np.int64)
+        starts = np.cumsum([0] + [len(b) for b in batches])
+        mine = batches[r::w]
+        places = [np.arange(starts[b], starts[b] + len(batches[b]), dtype=np.int64) for b in range(r, len(batches), w)]
+        empty = np.zeros(0, np.int64)
+        return np.concatenate(mine + [empty]).astype(np.int64), np.concatenate(places + [empty])
 
     def __iter__(self) -> Iterator[int]:
         if self._started and not self._explicit:
             self.epoch += 1
         self._started, self._explicit = True, False
-        indices = self._indices()
+        indices, places = self._plan()
         if self.on_epoch is not None:
             self.on_epoch(self.epoch)
+        if self.draw_tokens:  # the dataset keys each item's randomness by image and place in the epoch
+            return iter((places * self.n + indices).tolist())
         return iter(indices.tolist())
 
     def __len__(self) -> int:
