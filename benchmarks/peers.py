@@ -31,6 +31,26 @@ def isolate_environment(tmp: Path, who: str) -> None:
     socket.socket.connect = refuse
 
 
+def numpy_compat() -> None:
+    """YOLOv5 7.0's metrics call np.trapz, which NumPy 2 renamed np.trapezoid."""
+    import numpy as np
+    if not hasattr(np, "trapz"):
+        np.trapz = np.trapezoid
+
+
+def provide_fonts() -> None:
+    """YOLOv5's check_dataset/check_font download Arial.ttf into its config folder when missing: give it
+    matplotlib's bundled DejaVuSans under those names instead (offline; only in the temp config folder
+    that isolate_environment set)."""
+    import shutil
+    import matplotlib
+    src = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
+    folder = Path(os.environ["YOLOV5_CONFIG_DIR"])
+    for name in ("Arial.ttf", "Arial.Unicode.ttf"):
+        if not (folder / name).exists():
+            shutil.copy(src, folder / name)
+
+
 def library_output(verbose: bool):
     """Send what the libraries print to LIBRARY_LOG unless ``verbose``."""
     if verbose:
