@@ -35,11 +35,11 @@ def child_build(data, ram_dir, slow, barrier):
     """One builder: cache='ram' in ram_dir.  ``slow``: seconds per image decode (so a signal lands
     mid-build).  ``barrier``: a folder; both builders wait for each other there, then plan and reserve
     their room at the same moment (two jobs starting together)."""
-    from yolo_data import imagecache
+    from yolo_data import imagecache, room
     from yolo_data.dataset import YoloDataset
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     slow = float(slow)
-    real_read, real_lock = imagecache.imread_bgr, imagecache.planning_lock
+    real_read, real_lock = imagecache.imread_bgr, room.planning_lock
 
     def read(path):
         if not getattr(read, "said", False):
@@ -55,7 +55,7 @@ def child_build(data, ram_dir, slow, barrier):
                 time.sleep(0.001)
         return real_lock(folder)
 
-    imagecache.imread_bgr, imagecache.planning_lock = read, lock
+    imagecache.imread_bgr, room.planning_lock = read, lock
     ds = YoloDataset(data, IMGSZ, 4, cache_images="ram", ram_dir=ram_dir)
     cached = 0 if ds.image_cache is None else int(ds.image_cache.ok.sum())
     print(json.dumps({"ready": True, "cached": cached, "n": len(ds),

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from yolo_data import create_dataloader
-from yolo_data import imagecache
+from yolo_data import imagecache, room
 from yolo_data.dataset import YoloDataset
 
 HIGH = Path(__file__).resolve().parents[1] / "data" / "hyps" / "hyp.scratch-high.yaml"
@@ -64,7 +64,7 @@ def test_ram_cache_has_no_name_and_lives_in_the_shared_memory_folder(small_datas
 
 
 def test_not_enough_memory_falls_back_to_reading_files(small_dataset, monkeypatch, caplog, tmp_path):
-    monkeypatch.setattr(imagecache, "free_bytes", lambda folder, ram: 1000)
+    monkeypatch.setattr(room, "free_bytes", lambda folder, ram=False: 1000)
     with caplog.at_level(logging.WARNING, logger="yolo_data"):
         loader, ds = create_dataloader(str(small_dataset), 64, 2, 32, cache="ram", workers=0, split="train",
                                        ram_cache_dir=tmp_path)
@@ -77,8 +77,8 @@ def test_only_some_images_fit_then_those_are_cached_and_the_rest_read_from_files
                                                                                   caplog, tmp_path):
     plain = YoloDataset(str(small_dataset), 64, split="train")
     sizes = imagecache.planned_sizes(plain.store.shapes, 64)
-    room = int(sizes[:4].prod(1).sum() * 3) + 100  # the first four images and a little more
-    monkeypatch.setattr(imagecache, "free_bytes", lambda folder, ram: int(room / (1 - imagecache.SAFETY)) + 1)
+    budget = int(sizes[:4].prod(1).sum() * 3) + 100  # the first four images and a little more
+    monkeypatch.setattr(room, "free_bytes", lambda folder, ram=False: int(budget / (1 - imagecache.SAFETY)) + 1)
     with caplog.at_level(logging.WARNING, logger="yolo_data"):
         ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="ram", ram_dir=tmp_path)
     assert [bool(v) for v in ds.image_cache.ok] == [True] * 4 + [False] * 2
@@ -176,7 +176,7 @@ def test_room_taken_between_planning_and_reserving_is_planned_again(small_datase
     plain = YoloDataset(str(small_dataset), 64, split="train")
     sizes = imagecache.planned_sizes(plain.store.shapes, 64).prod(1) * 3
     frees = iter([10 ** 9, int((sizes[:3].sum() + 100) / (1 - imagecache.SAFETY)) + 1])
-    monkeypatch.setattr(imagecache, "free_bytes", lambda folder, ram: next(frees))
+    monkeypatch.setattr(room, "free_bytes", lambda folder, ram=False: next(frees))
     real_reserve, calls = container.reserve, []
 
     def reserve(fd, size, folder):
@@ -195,7 +195,7 @@ def test_room_taken_between_planning_and_reserving_is_planned_again(small_datase
 
 def test_planning_lock_held_elsewhere_delays_but_never_blocks(small_dataset, tmp_path, monkeypatch, caplog):
     import fcntl
-    monkeypatch.setattr(imagecache, "LOCK_WAIT_SECONDS", 0.3)
+    monkeypatch.setattr(room, "LOCK_WAIT_SECONDS", 0.3)
     holder = os.open(tmp_path, os.O_RDONLY)
     fcntl.flock(holder, fcntl.LOCK_EX)  # e.g. another user's process on /dev/shm
     try:

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from . import container
 from .datayaml import is_dataset_yaml, load_dataset_yaml
 from .split import SplitLabels, load_split
 
@@ -90,9 +92,26 @@ def leftover_folders(data: Optional[str], cache_dir=None) -> List[Path]:
     return list(dict.fromkeys(folders))
 
 
+def leftovers(folders) -> List[Path]:
+    """Files of the current user that yolo_data no longer needs: named RAM caches of yolo_data before
+    0.2 in the shared-memory folder (today's have no name) and temporaries of dead writers."""
+    found = []
+    for folder in folders:
+        folder = Path(folder)
+        if not folder.is_dir():
+            continue
+        for p in list(folder.glob("yolo_data-*.imgcache")) + list(folder.glob(".yolo_data-*.tmp")):
+            try:
+                if p.lstat().st_uid == os.geteuid():
+                    found.append(p)
+            except OSError:
+                pass
+        found += [p for p in container.stale_temps(folder) if p not in found]
+    return sorted(set(found))
+
+
 def leftovers_main(data: Optional[str], cache_dir, remove: bool) -> int:
     """List (and with ``remove`` delete) files of yours that yolo_data no longer needs."""
-    from .imagecache import leftovers
     found = leftovers(leftover_folders(data, cache_dir))
     for p in found:
         try:

@@ -43,6 +43,8 @@ from typing import Callable, Dict, Iterator, Optional, Tuple, Union
 
 import numpy as np
 
+from . import room
+
 MAGIC = b"YOLODATA"
 FORMAT = 3  # 2: label caches only, whole-file CRC; 3: this container
 _PREFIX = struct.Struct("<8sII")
@@ -228,11 +230,6 @@ def umask_mode() -> int:
     return 0o666 & ~mask
 
 
-def free_bytes(folder: Path) -> int:
-    st = os.statvfs(folder)
-    return st.f_bavail * st.f_frsize
-
-
 def reserve(fd: int, size: int, folder: Path) -> None:
     """Allocate ``size`` bytes of ``fd`` now, so writing them later cannot fail for lack of room (a
     sparse file filled through a mapping dies with SIGBUS instead).  Raises NoSpaceError."""
@@ -244,7 +241,7 @@ def reserve(fd: int, size: int, folder: Path) -> None:
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             raise NoSpaceError(e.errno, f"{size / 2**20:,.1f} MiB needed in {folder}, "
-                                        f"{free_bytes(folder) / 2**20:,.1f} MiB free") from None
+                                        f"{room.free_bytes(folder) / 2**20:,.1f} MiB free") from None
         raise
 
 

@@ -99,7 +99,7 @@ class YoloDataset(Dataset):
         self.prefix = prefix
 
         paths, self.names = resolve_split(path, split, augment)
-        show = distributed.get_local_rank(-1) in (-1, 0)
+        show = summary.printing_rank()
         self.split_labels: SplitLabels = load_split(paths, nc=len(self.names) or None, cache_dir=cache_dir,
                                                     workers=workers, progress=_progress_bar(prefix, show))
         summary.log_split_summary(self.split_labels, prefix, path)  # every run, cache or scan (rank 0 only)
@@ -266,7 +266,8 @@ class YoloDataset(Dataset):
         positions = [p % self.n for p in positions]
         if not (self.augment and self.batch_partners):
             return [self._item(p, images, k, d) for k, (p, d) in enumerate(zip(positions, draws))]
-        ids = [self.indices[p] for p in positions]
+        indices = self.indices  # one view of the shared tensor for the batch
+        ids = [indices[p] for p in positions]
         pool = ids if len(ids) >= 4 else range(self.n)  # a tiny last batch borrows from the dataset
         loaded = {}
 

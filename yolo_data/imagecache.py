@@ -25,38 +25,30 @@ damaged or crafted index can neither move an image nor read outside the file.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
 import stat
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 import cv2
 import numpy as np
 
-from . import container, distributed
+from . import container, distributed, room
 from .container import CacheError, NoSpaceError
 from .images import ImageReadError, imread_bgr, resize_long_side
 from .sources import cache_stem
 from .store import LabelStore
-
-try:
-    import fcntl
-except ImportError:  # Windows: no flock; planning goes on without the lock
-    fcntl = None
 
 LOGGER = logging.getLogger("yolo_data")
 KIND = "images"
 VERSION = 2
 SAFETY = 0.1  # keep this share of free RAM or disk untouched
 SHM_DIR_ENV = "YOLO_DATA_SHM_DIR"
-LOCK_WAIT_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -209,20 +201,7 @@ def _open_same(proc_path: str, ident) -> int:
     return fd
 
 
-# -- space ------------------------------------------------------------------------------------------
-def free_bytes(folder: Path, ram: bool) -> int:
-    """Free bytes for a cache in ``folder``; for RAM also no more than the memory available."""
-    free = container.free_bytes(folder)
-    if ram:
-        try:
-            with open("/proc/meminfo") as f:
-                info = dict(line.split(":", 1) for line in f)
-            free = min(free, int(info["MemAvailable"].split()[0]) * 1024)
-        except (OSError, KeyError, ValueError):
-            pass
-    return free
-
-
+# -- how much fits ---------------------------------------------------------------------------------
 def _fitting(hw: np.ndarray, budget: int) -> int:
     """How many leading images fit in ``budget`` bytes."""
     return int(np.searchsorted(np.cumsum(hw[:, 0] * hw[:, 1] * 3), budget, side="right"))
@@ -259,13 +238,13 @@ def _fill(payload: memoryview, store: LabelStore, hw: np.ndarray, offsets: np.nd
     return hw0, ok
 
 
-def reserve_file(store: LabelStore, key: str, spec: ImageCacheSpec, count: int, path: Optional[Path] = None,
+def reserve_file(hw: np.ndarray, key: str, count: int, path: Optional[Path] = None,
                  anonymous_in: Optional[Path] = None) -> container.NewFile:
-    """A new cache file for the first ``count`` images, its whole size reserved: named (``path``,
-    written atomically) or anonymous (in ``anonymous_in``).  Raises OSError (NoSpaceError: no room)."""
-    hw = planned_sizes(store.shapes, spec.img_size)
+    """A new cache file for the first ``count`` of the images of planned sizes ``hw`` (n, 2), its whole
+    size reserved: named (``path``, written atomically) or anonymous (in ``anonymous_in``).
+    Raises OSError (NoSpaceError: no room)."""
     _, size = planned_offsets(hw, count)
-    n = len(store)
+    n = len(hw)
     layout = container.plan(KIND, {"version": VERSION, "key": key, "count": int(count)},
                             {"offsets": ("<i8", (n,)), "hw": ("<i4", (n, 2)), "hw0": ("<i4", (n, 2)),
                              "ok": ("|u1", (n,))}, size)
@@ -273,10 +252,9 @@ def reserve_file(store: LabelStore, key: str, spec: ImageCacheSpec, count: int, 
     return container.NewFile(layout, path=path, anonymous_in=anonymous_in, mode=0o600)
 
 
-def write_images(f: container.NewFile, store: LabelStore, spec: ImageCacheSpec) -> int:
+def write_images(f: container.NewFile, store: LabelStore, spec: ImageCacheSpec, hw: np.ndarray) -> int:
     """Decode the images into a reserved file and commit it; returns a read-only descriptor of it."""
     count = int(f.layout.meta["count"])
-    hw = planned_sizes(store.shapes, spec.img_size)
     offsets, size = planned_offsets(hw, count)
     with f:
         hw0, ok = _fill(f.payload() if size else memoryview(b""), store, hw, offsets, count, spec)
@@ -290,7 +268,7 @@ def write_images(f: container.NewFile, store: LabelStore, spec: ImageCacheSpec) 
 def _plan_count(hw: np.ndarray, folder: Path, spec: ImageCacheSpec, ram: bool) -> Tuple[int, str]:
     """How many images to cache in ``folder`` now, and a message when that is not all of them."""
     need = int((hw[:, 0] * hw[:, 1] * 3).sum())
-    free = free_bytes(folder, ram)
+    free = room.free_bytes(folder, ram)
     budget = int(free * (1 - SAFETY)) - spec.reserve_bytes
     count = min(len(hw), _fitting(hw, max(budget, 0)))
     if count == len(hw):
@@ -303,85 +281,54 @@ def _plan_count(hw: np.ndarray, folder: Path, spec: ImageCacheSpec, ram: bool) -
                    f"{reserve}: {what}")
 
 
-@contextlib.contextmanager
-def planning_lock(folder: Path):
-    """Held while a job measures the free room of ``folder`` and reserves its share, so two jobs
-    starting together do not both plan with the same room (on tmpfs both reservations can then fail).
-    An advisory ``flock`` on the folder itself: no lock file to leave behind.  Waits at most
-    LOCK_WAIT_SECONDS (another user's process could hold it), then goes on without it."""
-    fd = -1
-    try:
-        if fcntl is None:
-            raise OSError("no flock")
-        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC)
-        deadline = time.monotonic() + LOCK_WAIT_SECONDS
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    LOGGER.info(f"{folder} stayed locked for {LOCK_WAIT_SECONDS:.0f} s; planning without the lock")
-                    break
-                time.sleep(0.02)
-    except OSError:  # no flock here (or not a folder we may open): plan without it
-        pass
-    try:
-        yield
-    finally:
-        if fd >= 0:
-            os.close(fd)  # releases the lock
-
-
-def _build_with_room(store: LabelStore, key: str, spec: ImageCacheSpec, folder: Path, ram: bool,
+def _build_with_room(store: LabelStore, key: str, spec: ImageCacheSpec, hw: np.ndarray, folder: Path, ram: bool,
                      path: Optional[Path] = None) -> Optional[int]:
     """Build as much of the cache as fits; None (with a warning) when nothing fits.  Planning and
-    reserving happen under :func:`planning_lock`; decoding after it is released.  If the room is gone
-    anyway before it is reserved (another program took it), plan once more with what is left."""
-    hw = planned_sizes(store.shapes, spec.img_size)
+    reserving happen under :func:`room.planning_lock`; decoding after it is released.  If the room is gone
+    anyway before it is reserved (another program took it), plan once more with what is left.
+    ``hw``: (n, 2) planned sizes of the images (``planned_sizes``)."""
     for attempt in range(2):
-        with planning_lock(folder):
+        with room.planning_lock(folder):
             count, message = _plan_count(hw, folder, spec, ram)
             if message:
                 LOGGER.warning(message)
             if not count:
                 return None
             try:
-                f = reserve_file(store, key, spec, count, path=path, anonymous_in=folder if ram else None)
+                f = reserve_file(hw, key, count, path=path, anonymous_in=folder if ram else None)
             except NoSpaceError as e:
                 LOGGER.warning(f"{spec.prefix}image cache in {folder}: could not reserve the space ({e})"
                                + ("; planning again with the room left" if attempt == 0 else
                                   "; images will be read from their files"))
                 continue
-        return write_images(f, store, spec)
+        return write_images(f, store, spec, hw)
     return None
 
 
 # -- RAM --------------------------------------------------------------------------------------------
-def _make_ram(store: LabelStore, key: str, spec: ImageCacheSpec) -> str:
-    """Build the anonymous RAM cache; the JSON handle other local ranks open it by, or 'none: why'."""
+def _make_ram(store: LabelStore, key: str, spec: ImageCacheSpec, hw: np.ndarray, made: dict) -> str:
+    """Build the anonymous RAM cache (its descriptor goes into ``made['fd']``); the JSON handle other
+    local ranks open it by, or 'none: why'."""
     folder = spec.ram_dir or shm_dir()
     if not os.path.isdir(f"/proc/{os.getpid()}/fd"):
         return "none: cache='ram' needs Linux (/proc); use cache='disk'"
     if not folder.is_dir():
         return f"none: {folder} does not exist; set ${SHM_DIR_ENV} to a RAM-backed folder"
     try:
-        fd = _build_with_room(store, key, spec, folder, ram=True)
+        fd = _build_with_room(store, key, spec, hw, folder, ram=True)
     except OSError as e:  # e.g. O_TMPFILE refused by the folder's filesystem
         return f"none: cannot create the RAM image cache in {folder} ({e.strerror or e})"
     if fd is None:
         return "none: not enough room"
     st = os.fstat(fd)
-    _held.append(fd)
+    made["fd"] = fd
     return json.dumps({"pid": os.getpid(), "fd": fd, "id": [st.st_dev, st.st_ino]})
-
-
-_held: List[int] = []  # descriptors of RAM caches this process built, until ImageCache takes them
 
 
 def _open_ram(store: LabelStore, key: str, spec: ImageCacheSpec, planned_hw: np.ndarray) -> Optional[ImageCache]:
     tag = f"imgcache-{key[:16]}"
-    handle, built_here = distributed.share_from_local_rank_0(tag, lambda: _make_ram(store, key, spec))
+    made = {}
+    handle, built_here = distributed.share_from_local_rank_0(tag, lambda: _make_ram(store, key, spec, planned_hw, made))
     if handle.startswith("none: "):
         if handle != "none: not enough room":  # that one was already explained
             LOGGER.warning(f"{spec.prefix}{handle[6:]}; images will be read from their files")
@@ -389,8 +336,7 @@ def _open_ram(store: LabelStore, key: str, spec: ImageCacheSpec, planned_hw: np.
     h = json.loads(handle)
     try:
         if built_here:
-            fd = h["fd"]
-            _held.remove(fd)
+            fd = made["fd"]
         else:
             fd = _open_same(f"/proc/{h['pid']}/fd/{h['fd']}", h["id"])
         cache = ImageCache(fd, key, planned_hw)
@@ -426,7 +372,7 @@ def _open_disk(store: LabelStore, key: str, spec: ImageCacheSpec, planned_hw: np
         try:
             if i > 0 or len(spec.disk_files) == 1:  # never create folders inside the user's dataset
                 path.parent.mkdir(parents=True, exist_ok=True)
-            fd = _build_with_room(store, key, spec, path.parent, ram=False, path=path)
+            fd = _build_with_room(store, key, spec, planned_hw, path.parent, ram=False, path=path)
             if fd is None:
                 return None
             try:
@@ -451,23 +397,3 @@ def open_or_build(spec: ImageCacheSpec, store: LabelStore, labels_fingerprint: s
     if normalise_mode(spec.mode) == "ram":
         return _open_ram(store, key, spec, planned_hw)
     return _open_disk(store, key, spec, planned_hw)
-
-
-# -- leftovers --------------------------------------------------------------------------------------
-def leftovers(folders) -> List[Path]:
-    """Files of the current user that yolo_data no longer needs: named RAM caches of yolo_data before
-    0.2 in the shared-memory folder (today's have no name) and temporaries of dead writers."""
-    found = []
-    for folder in folders:
-        folder = Path(folder)
-        if not folder.is_dir():
-            continue
-        for p in list(folder.glob("yolo_data-*.imgcache")) + list(folder.glob(".yolo_data-*.tmp")):
-            try:
-                if p.lstat().st_uid == os.geteuid():
-                    found.append(p)
-            except OSError:
-                pass
-        found += [p for p in container.stale_temps(folder) if p not in found]
-    return sorted(set(found))
-

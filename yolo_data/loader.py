@@ -3,20 +3,18 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 
 import cv2
 import torch
 from torch.utils.data import DataLoader
 
 from . import distributed
+from .room import fit_workers_to_shm, shm_bytes_for_batches
 from .collate import QuadCollate, collate_fn
 from .dataset import YoloDataset
 from .sampling import YoloSampler
 
 LOGGER = logging.getLogger("yolo_data")
-PREFETCH = 2  # torch's default prefetch_factor: batches each worker keeps ready
-TORCH_SHM = Path("/dev/shm")  # where torch's workers put their batches (shm_open)
 
 
 class YoloDataLoader(DataLoader):
@@ -43,45 +41,10 @@ class YoloDataLoader(DataLoader):
     def __iter__(self):
         early, self._early = self._early, None
         if early is not None:
-            epoch_kept = not self.sampler._explicit or self.sampler.epoch == early[0]
-            if epoch_kept and self._settings()[1:] == early[1:]:
-                self.sampler._explicit = False  # an explicit set_epoch to the same epoch is now used
+            if self._settings()[1:] == early[1:] and self.sampler.keep_started_pass(early[0]):
                 return self._iterator
             self.sampler.forget_pass()  # the reset below makes the pass the script asked for
         return super().__iter__()
-
-
-def shm_bytes_for_batches(workers: int, batch_size: int, imgsz: int, stride: int, local_ranks: int = 1) -> int:
-    """Shared memory the DataLoader's workers of ``local_ranks`` processes need at once for their
-    batches: each worker's prefetched batches plus the one the training loop holds, of uint8 images
-    at most (imgsz + stride) on a side (rect batches can be a little larger than imgsz)."""
-    if workers <= 0:
-        return 0
-    side = int(imgsz) + int(stride)
-    return local_ranks * (workers * PREFETCH + 1) * batch_size * 3 * side * side
-
-
-def fit_workers_to_shm(workers: int, batch_size: int, imgsz: int, stride: int, local_ranks: int = 1,
-                       prefix: str = "", folder: Path = TORCH_SHM) -> int:
-    """The number of workers whose batches fit in ``folder`` (Docker gives containers 64 MB): the
-    requested one when it fits, else fewer, with a warning that names the fix.  Without this the first
-    batch fails with "No space left on device" or a worker dies of a bus error."""
-    if workers <= 0 or not folder.is_dir():
-        return workers
-    from .container import free_bytes
-    free = free_bytes(folder)
-    need = shm_bytes_for_batches(workers, batch_size, imgsz, stride, local_ranks)
-    if need <= free:
-        return workers
-    fit = workers
-    while fit > 0 and shm_bytes_for_batches(fit, batch_size, imgsz, stride, local_ranks) > free:
-        fit -= 1
-    LOGGER.warning(f"{prefix}{folder} has {free / 2**20:,.0f} MiB free, but {workers} DataLoader workers"
-                   f"{f' on each of {local_ranks} ranks' if local_ranks > 1 else ''} need about "
-                   f"{need / 2**20:,.0f} MiB of shared memory for their batches; using {fit} workers. "
-                   f"Under Docker start the container with --shm-size=8g (or --ipc=host), or pass "
-                   f"workers={fit} to keep this setting.")
-    return fit
 
 
 def init_worker(worker_id: int) -> None:

@@ -83,9 +83,14 @@ class YoloSampler(Sampler[int]):
         self.weights = weights
         self.weights_version += 1
 
-    def next_pass_epoch(self) -> int:
-        """The epoch the next pass will use (``__iter__``'s rule, without starting the pass)."""
-        return self.epoch + 1 if self._started and not self._explicit else self.epoch
+    def keep_started_pass(self, epoch: int) -> bool:
+        """For a pass started at ``epoch`` but not yet handed out (the loader's early start): whether it
+        is still the pass to make, i.e. no ``set_epoch`` to another epoch since (one to the same epoch
+        then counts as used)."""
+        if self._explicit and self.epoch != epoch:
+            return False
+        self._explicit = False
+        return True
 
     def forget_pass(self) -> None:
         """Undo the bookkeeping of a pass that was started but never handed out (the loader's early
