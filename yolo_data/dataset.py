@@ -81,7 +81,7 @@ class YoloDataset(Dataset):
                  rect: bool = False, image_weights: bool = False, cache_images=False, single_cls: bool = False,
                  stride: int = 32, pad: float = 0.0, min_items: int = 0, prefix: str = "",
                  workers: Optional[int] = None, split: Optional[str] = None, cache_dir=None, seed: int = 0,
-                 batch_partners: bool = True, ram_dir=None, shm_reserve_bytes: int = 0):
+                 batch_partners: bool = True, ram_dir=None, shm_reserve_bytes: int = 0, partner_group: int = 0):
         self.img_size = int(img_size)
         self.augment = augment
         self.hyp = hyp
@@ -89,6 +89,8 @@ class YoloDataset(Dataset):
         self.albumentations = AlbumentationsStep() if augment and self.cfg.albumentations else None
         self.seed = int(seed)
         self.batch_partners = batch_partners
+        # mosaic/mixup partners come from the item's group of places in the epoch (sampling.py); 0: its batch
+        self.partner_group = int(partner_group)
         # Set by the sampler in the main process, read by persistent workers: new augmentation each epoch.
         self.shared_epoch = SharedEpoch()
         self.image_weights = image_weights
@@ -257,8 +259,10 @@ class YoloDataset(Dataset):
         images are slots of one (B, 3, H, W) tensor, which collate_fn hands on without stacking.
 
         With ``batch_partners`` (the default when augmenting) mosaic and mixup partners are drawn from
-        the batch's own images, each decoded once for the batch: about one decode per item instead of
-        four, and still a pure function of (seed, epoch, batch), whatever the number of workers.
+        the images of the item's partner group (``partner_group`` consecutive places of the epoch's
+        global order, see sampling.py; 0: the whole batch), each decoded once for the batch: about one
+        decode per item instead of four, and still a pure function of (seed, epoch, group), whatever
+        the number of workers, and of ranks when every rank takes whole groups.
         """
         images = BatchImages(len(positions), self._scratch)
         # YoloSampler hands out draw tokens (place in the epoch * n + position); plain positions are draw 0
@@ -267,8 +271,11 @@ class YoloDataset(Dataset):
         if not (self.augment and self.batch_partners):
             return [self._item(p, images, k, d) for k, (p, d) in enumerate(zip(positions, draws))]
         indices = self.indices  # one view of the shared tensor for the batch
-        ids = [indices[p] for p in positions]
-        pool = ids if len(ids) >= 4 else range(self.n)  # a tiny last batch borrows from the dataset
+        ids = [int(indices[p]) for p in positions]
+        groups = [d // self.partner_group for d in draws] if self.partner_group else [0] * len(ids)
+        pools = {}
+        for g, i in zip(groups, ids):
+            pools.setdefault(g, []).append(i)
         loaded = {}
 
         def load(i: int) -> Sample:
@@ -278,6 +285,8 @@ class YoloDataset(Dataset):
 
         items = []
         for k, i in enumerate(ids):
+            pool = pools[groups[k]]
+            pool = pool if len(pool) >= 4 else range(self.n)  # a tiny last group borrows from the dataset
             try:
                 items.append(self._train_item(i, item_rng(self.seed, self.epoch, i, draw=draws[k]), images, k,
                                               load, pool))

@@ -1,9 +1,23 @@
-"""Which images each rank loads in which order, per epoch: shuffling, DDP shares, rect batches,
-image weights.  Everything is drawn from a generator seeded with (seed, epoch), so every rank
-computes the same global order and takes its own disjoint part of it."""
+"""Which images each rank loads in which order, per epoch: shuffling, rect batches, image weights, the
+split between ranks, and resuming mid-epoch.
+
+The epoch is first laid out as one *global* order, drawn from a generator seeded with (seed, epoch),
+that no rank count enters: global step ``s`` is places ``[s * B, (s + 1) * B)`` of that order, ``B``
+being the global batch (per-rank batch x world size).  Rank ``r`` of ``w`` takes the ``r``-th slice of
+``b = B / w`` places of each step.  So for a fixed seed and global batch every step has the same images
+on 1, 2 or 8 ranks, and a run stopped after step ``k`` can go on from step ``k`` on any of them.
+
+Places are also cut into *partner groups* of ``group`` consecutive places (mosaic and mixup partners
+are drawn within an item's group, see ``YoloDataset.__getitems__``); every rank takes whole groups
+when ``group`` divides ``b``, which is what keeps the mosaics equal across world sizes too.
+
+Everything here is O(n) array arithmetic, computed once per epoch; ``len()`` is O(1).
+"""
 from __future__ import annotations
 
-from typing import Callable, Iterator, List, Optional
+import hashlib
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional, Tuple
 
 import numpy as np
 from torch.utils.data import Sampler
@@ -31,46 +45,144 @@ def epoch_rng(seed: int, epoch: int, stream: int = 0) -> np.random.Generator:
     return np.random.default_rng([seed, epoch, stream, 0x5A3])
 
 
-class YoloSampler(Sampler[int]):
-    """Dataset indices for this rank, one epoch at a time.
+def global_order(n: int, rng: np.random.Generator, shuffle: bool, weights: Optional[np.ndarray] = None,
+                 rect_batch: int = 0) -> np.ndarray:
+    """(n,) int64 dataset positions in the epoch's global order.
 
-    - ``shuffle``: a new permutation every epoch.
-    - ``batch_index`` (rect): (n,) batch of each index; batches are kept whole (same images, same
-      shape) and only their order is shuffled; a partial batch always comes last, so the DataLoader's
-      chunks of ``batch_size`` never mix two rect batches.
-    - DDP (``world_size`` > 1): every rank gets the same number of items, disjoint within an epoch
-      (padded by repeating the first items/batches when the total does not divide), and the split
-      changes every epoch when shuffling.
-    - image weights (``set_weights``): each epoch draws n indices with replacement, weighted.
-    - ``draw_tokens``: hand out ``place * n + index`` (place: the item's position in the epoch's global
-      order) instead of ``index``; :class:`~yolo_data.dataset.YoloDataset` splits it again and keys the
-      item's randomness by both, so an image drawn twice in an epoch is augmented independently.
+    ``weights``: (n,) non-negative, draw n positions with replacement (image weights).  ``rect_batch``
+    > 0: positions come in rect batches of that many consecutive positions (the dataset sorted them by
+    aspect ratio); batches stay whole, full ones are shuffled (with ``shuffle``), a partial one stays
+    last.  Otherwise a permutation (``shuffle``) or the identity."""
+    if weights is not None and not rect_batch:
+        return rng.choice(n, size=n, p=weights / weights.sum()).astype(np.int64)
+    if rect_batch:
+        full = n // rect_batch
+        first = rng.permutation(full) if shuffle else np.arange(full)
+        whole = (first[:, None] * rect_batch + np.arange(rect_batch)).ravel()
+        return np.concatenate([whole, np.arange(full * rect_batch, n)]).astype(np.int64)
+    return (rng.permutation(n) if shuffle else np.arange(n)).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class StepLayout:
+    """How a global order of ``length`` places is cut into steps and shared between ``world`` ranks.
+
+    Full steps: rank r takes places ``[s*B + r*b, s*B + (r+1)*b)``.  The last step, when the order does
+    not fill it (``length % B`` places, dropped with ``drop_last``), is shared in whole groups of
+    ``group`` places, as evenly as they go; when it has fewer groups than ranks, the ranks left without
+    one repeat a group from the start of the epoch (their places come after ``length``, so their items
+    are augmented as new draws), because every rank must take the same number of steps.
+    """
+    length: int
+    rank_batch: int
+    world: int
+    group: int = 1
+    drop_last: bool = False
+
+    @property
+    def global_batch(self) -> int:
+        return self.rank_batch * self.world
+
+    @property
+    def full_steps(self) -> int:
+        return self.length // self.global_batch
+
+    @property
+    def rest(self) -> int:
+        """Places in the last, partial step (0 when there is none)."""
+        return 0 if self.drop_last else self.length - self.full_steps * self.global_batch
+
+    @property
+    def steps(self) -> int:
+        return self.full_steps + (1 if self.rest else 0)
+
+    def _last_step(self, rank: int) -> Tuple[np.ndarray, np.ndarray]:
+        """(places, sources) of ``rank`` in the partial step: ``sources`` index the global order."""
+        if not self.rest:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        start, g = self.full_steps * self.global_batch, self.group
+        units = -(-self.rest // g)
+        if units >= self.world:
+            lo, hi = rank * units // self.world, (rank + 1) * units // self.world
+            places = np.arange(start + lo * g, min(start + hi * g, self.length), dtype=np.int64)
+            return places, places
+        if rank < units:
+            places = np.arange(start + rank * g, min(start + (rank + 1) * g, self.length), dtype=np.int64)
+            return places, places
+        k = rank - units  # a padding group: the epoch's k-th group again, at places after the order
+        base = -(-self.length // g) * g + k * g
+        return base + np.arange(g, dtype=np.int64), (k * g + np.arange(g, dtype=np.int64)) % self.length
+
+    def rank_items(self, rank: int, start_step: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+        """(places, sources), (m,) int64 each, of ``rank`` from global step ``start_step`` on, in order."""
+        b, steps = self.rank_batch, np.arange(start_step, self.full_steps, dtype=np.int64)
+        places = (steps[:, None] * self.global_batch + rank * b + np.arange(b)).ravel()
+        if start_step > self.full_steps:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        last_places, last_sources = self._last_step(rank)
+        return np.concatenate([places, last_places]), np.concatenate([places, last_sources])
+
+    def rank_length(self, rank: int) -> int:
+        """Items of ``rank`` in a whole epoch (O(1) but for the last step's few groups)."""
+        return self.full_steps * self.rank_batch + len(self._last_step(rank)[0])
+
+
+def digest(values: Optional[np.ndarray]) -> Optional[str]:
+    """A short sha256 of an array (image weights, dataset.indices) for a resume state, or None."""
+    if values is None:
+        return None
+    a = np.ascontiguousarray(values)
+    return hashlib.sha256(a.dtype.str.encode() + a.tobytes()).hexdigest()[:32]
+
+
+class YoloSampler(Sampler[int]):
+    """Dataset positions for this rank, one epoch at a time (see the module's docstring).
+
+    - ``batch_size``: per rank; the global batch is ``batch_size * world_size``.
+    - ``shuffle``: a new global order every epoch.
+    - ``rect``: positions come in rect batches of one global batch each (``dataset.batch``); a step
+      is one rect batch, so all ranks' images of a step share its shape.
+    - ``group``: partner-group size (divides ``batch_size`` for whole groups per rank; 1: no groups).
+    - image weights (``set_weights``): each epoch draws n positions with replacement, weighted.
+    - ``draw_tokens``: hand out ``place * n + position`` instead of ``position``;
+      :class:`~yolo_data.dataset.YoloDataset` splits it again and keys the item's randomness by both,
+      so an image drawn twice in an epoch is augmented independently, the same on any world size.
     - epoch: ``set_epoch(e)`` as with DistributedSampler; without it each new pass advances the
-      epoch by one, so augmentation differs between epochs in single-process training too.
-      ``on_epoch(e)`` is called before the first index of a pass is produced (before any worker
-      fetches an item of that pass).
+      epoch by one.  ``on_epoch(e)`` is called before the first position of a pass is produced
+      (before any worker fetches an item of that pass).
+    - ``resume_at(epoch, step)``: the next pass of ``epoch`` starts at global step ``step``.
     """
 
     def __init__(self, n: int, batch_size: int, shuffle: bool = False, seed: int = 0,
-                 rank: Optional[int] = None, world_size: Optional[int] = None,
-                 batch_index: Optional[np.ndarray] = None, drop_last: bool = False,
-                 on_epoch: Optional[Callable[[int], None]] = None, draw_tokens: bool = False):
+                 rank: Optional[int] = None, world_size: Optional[int] = None, rect: bool = False,
+                 drop_last: bool = False, on_epoch: Optional[Callable[[int], None]] = None,
+                 draw_tokens: bool = False, group: int = 1):
         self.n, self.batch_size, self.shuffle, self.seed = n, batch_size, shuffle, seed
         # rank and world size are asked now (at construction), never at import
-        self.rank = distributed.get_rank() if rank is None else rank
+        self.rank = max(distributed.get_rank() if rank is None else rank, 0)
         self.world_size = distributed.get_world_size() if world_size is None else world_size
-        self.rank = max(self.rank, 0)
-        self.batch_index = batch_index
+        self.rect = rect
         self.drop_last = drop_last
         self.on_epoch = on_epoch
         self.draw_tokens = draw_tokens
+        self.group = group if group > 0 and batch_size % group == 0 else batch_size
+        self.layout = StepLayout(n, batch_size, self.world_size, self.group, drop_last)
         self.weights: Optional[np.ndarray] = None
-        self.weights_version = 0  # counts set_weights calls (the loader's early start compares it)
+        self.weights_version = 0  # counts set_weights and resume_at calls (the loader's early start compares it)
         self.epoch = 0
+        self.start_step = 0  # of the next pass (resume_at)
+        self.pass_start = 0  # the global step the current pass started at
         self._explicit = False
         self._started = False
+        self._order: Optional[Tuple[tuple, np.ndarray]] = None  # (key, global order) of the last epoch used
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.world_size
 
     def set_epoch(self, epoch: int) -> None:
+        if int(epoch) != self.epoch:
+            self.start_step = 0  # a resume point belongs to its own epoch
         self.epoch = int(epoch)
         self._explicit = True
 
@@ -78,10 +190,21 @@ class YoloSampler(Sampler[int]):
         """(n,) non-negative image weights (e.g. labels_to_image_weights), or None for uniform."""
         if weights is not None:
             weights = np.asarray(weights, dtype=np.float64)
-            if weights.shape != (self.n,) or (weights < 0).any() or weights.sum() <= 0:
+            if weights.shape != (self.n,) or not np.isfinite(weights).all() or (weights < 0).any() \
+                    or weights.sum() <= 0:
                 raise ValueError(f"image weights must be {self.n} non-negative numbers, not all zero")
         self.weights = weights
         self.weights_version += 1
+
+    def resume_at(self, epoch: int, step: int) -> None:
+        """Make the next pass epoch ``epoch`` from global step ``step`` (a pass whose every step was
+        done counts as finished: the next pass is then ``epoch + 1``, as after a whole pass)."""
+        self.weights_version += 1
+        self._started = False
+        if step >= self.layout.steps:
+            self.epoch, self.start_step, self._explicit = int(epoch) + 1, 0, False
+        else:
+            self.epoch, self.start_step, self._explicit = int(epoch), int(step), True
 
     def keep_started_pass(self, epoch: int) -> bool:
         """For a pass started at ``epoch`` but not yet handed out (the loader's early start): whether it
@@ -96,66 +219,36 @@ class YoloSampler(Sampler[int]):
         """Undo the bookkeeping of a pass that was started but never handed out (the loader's early
         start, when the training script changed something before its first pass)."""
         self._started = False
+        self.start_step = self.start_step or self.pass_start
 
     # -- the global order for an epoch ---------------------------------------------------------------
-    def _batches(self) -> List[np.ndarray]:
-        """The epoch's list of batches (rect) or of single items, before splitting between ranks."""
-        rng = epoch_rng(self.seed, self.epoch)
-        if self.weights is not None:
-            order = rng.choice(self.n, size=self.n, p=self.weights / self.weights.sum())
-        else:
-            order = rng.permutation(self.n) if self.shuffle else np.arange(self.n)
-        if self.batch_index is None:
-            return [order]
-        nb = int(self.batch_index.max()) + 1
-        groups = [np.flatnonzero(self.batch_index == b) for b in range(nb)]
-        full = [g for g in groups if len(g) == self.batch_size]
-        partial = [g for g in groups if len(g) != self.batch_size]
-        if self.shuffle:
-            full = [full[i] for i in rng.permutation(len(full))]
-        return full + partial
+    def order(self) -> np.ndarray:
+        """(n,) int64 positions of the current epoch in global order (computed once per epoch)."""
+        key = (self.epoch, self.weights_version if self.weights is not None else -1)
+        if self._order is None or self._order[0] != key:
+            rng = epoch_rng(self.seed, self.epoch)
+            self._order = key, global_order(self.n, rng, self.shuffle, self.weights,
+                                            self.global_batch if self.rect else 0)
+        return self._order[1]
 
-    def _indices(self) -> np.ndarray:
-        return self._plan()[0]
-
-    def _plan(self):
-        """(this rank's indices, their places in the epoch's global order, padding included)."""
-        w, r = self.world_size, self.rank
-        parts = self._batches()
-        if self.batch_index is None:
-            order = parts[0]
-            if self.drop_last:
-                per_rank = len(order) // w
-            else:
-                per_rank = -(-len(order) // w)
-                order = np.resize(order, per_rank * w)  # repeats from the start to divide evenly
-            return order[r:per_rank * w:w], np.arange(r, per_rank * w, w, dtype=np.int64)
-        full = [g for g in parts if len(g) == self.batch_size]
-        partial = [g for g in parts if len(g) != self.batch_size]
-        if self.drop_last:
-            batches = full[:len(full) // w * w]
-        else:
-            # Pad with repeated batches so every rank takes the same number of steps (DDP would hang
-            # otherwise), inserted before the partial batch so that one stays last.
-            pool = full or partial
-            pads = [pool[i % len(pool)] for i in range(-(len(full) + len(partial)) % w)]
-            batches = full + pads + partial
-        starts = np.cumsum([0] + [len(b) for b in batches])
-        mine = batches[r::w]
-        places = [np.arange(starts[b], starts[b] + len(batches[b]), dtype=np.int64) for b in range(r, len(batches), w)]
-        empty = np.zeros(0, np.int64)
-        return np.concatenate(mine + [empty]).astype(np.int64), np.concatenate(places + [empty])
+    def _plan(self, start_step: int = 0):
+        """(this rank's positions, their places in the epoch's global order), from ``start_step`` on."""
+        places, sources = self.layout.rank_items(self.rank, start_step)
+        return self.order()[sources], places
 
     def __iter__(self) -> Iterator[int]:
         if self._started and not self._explicit:
             self.epoch += 1
+            self.start_step = 0
         self._started, self._explicit = True, False
-        indices, places = self._plan()
+        self.pass_start, self.start_step = self.start_step, 0
+        positions, places = self._plan(self.pass_start)
         if self.on_epoch is not None:
             self.on_epoch(self.epoch)
         if self.draw_tokens:  # the dataset keys each item's randomness by image and place in the epoch
-            return iter((places * self.n + indices).tolist())
-        return iter(indices.tolist())
+            return iter((places * self.n + positions).tolist())
+        return iter(positions.tolist())
 
     def __len__(self) -> int:
-        return len(self._indices())
+        """This rank's items in a whole epoch (the same number of steps on every rank)."""
+        return self.layout.rank_length(self.rank)
