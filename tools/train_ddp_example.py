@@ -3,12 +3,16 @@
 
     python tools/train_ddp_example.py                                   # one process, bundled sample
     torchrun --nproc_per_node=2 tools/train_ddp_example.py --epochs 3   # DDP: NCCL on GPUs, gloo on CPU
+    python tools/train_ddp_example.py --stop-after 5                    # preempted after 5 steps...
+    torchrun --nproc_per_node=2 tools/train_ddp_example.py --resume     # ...goes on, here on 2 ranks
 
 It shows the flow a trainer needs: select_device, init_torch_seeds, create_dataloader(rank=LOCAL_RANK)
 with sampler.set_epoch each epoch, smart_DDP, a validation pass whose per-rank sums are combined with
-all_reduce, and a checkpoint written by rank 0 that the other ranks wait for and then load.  The model
-is a small CNN regressing the number of objects in each image: the point is the data flow, not mAP.
-With --out, each rank writes the image paths it trained on per epoch (the tests read them).
+all_reduce, and a checkpoint written by rank 0 that the other ranks wait for and then load.  The
+checkpoint holds the train loader's state_dict(), so --resume goes on from the very next batch, on any
+number of ranks (--batch-size is the global batch: keep it).  The model is a small CNN regressing the
+number of objects in each image: the point is the data flow, not mAP.  With --out, each rank writes the
+image paths of each of its training steps (the tests read them).
 """
 import argparse
 import json
@@ -50,7 +54,21 @@ def parse(argv=None):
     ap.add_argument("--device", default="", help="'' (cuda if available), cpu, 0, ...")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="runs/train_ddp_example")
+    ap.add_argument("--stop-after", type=int, default=0,
+                    help="save a checkpoint after this many training steps in all, then stop (as if preempted)")
+    ap.add_argument("--resume", action="store_true",
+                    help="go on from OUT/last.pt: model, optimizer and the loader's place in its epoch")
     return ap.parse_args(argv)
+
+
+def save_checkpoint(path: Path, model, opt, loader, rank: int, distributed: bool) -> None:
+    """Rank 0 writes; every rank waits for it (the loader's state is the same on every rank)."""
+    if rank == 0:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        state = (model.module if hasattr(model, "module") else model).state_dict()
+        torch.save({"model": state, "opt": opt.state_dict(), "loader": loader.state_dict()}, path)
+    if distributed:
+        dist.barrier()
 
 
 def main(argv=None):
@@ -68,16 +86,25 @@ def main(argv=None):
 
     train_loader, train_set = create_dataloader(args.data, args.imgsz, args.batch_size // world, 32, hyp=str(HYP),
                                                 augment=True, rank=local_rank, workers=args.workers,
-                                                shuffle=True, seed=args.seed, split="train", prefix="train: ")
+                                                shuffle=True, seed=args.seed, split="train", prefix="train: ",
+                                                partner_group=4)  # divides the per-rank batch on 1 and 2 ranks
     val_loader, _ = create_dataloader(args.data, args.imgsz, args.batch_size // world, 32, rect=True, pad=0.5,
                                       rank=local_rank, workers=args.workers, split="val", prefix="val: ")
     model = tiny_model().to(device)
     if local_rank != -1:
         model = smart_DDP(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    seen = {}
-    for epoch in range(args.epochs):
-        train_loader.sampler.set_epoch(epoch)
+    ckpt = out / "last.pt"
+    start_epoch = 0
+    if args.resume:  # our own file: tensors, numbers and strings only
+        saved = torch.load(ckpt, map_location="cpu", weights_only=True)
+        (model.module if hasattr(model, "module") else model).load_state_dict(saved["model"])
+        opt.load_state_dict(saved["opt"])
+        train_loader.load_state_dict(saved["loader"])
+        start_epoch = train_loader.sampler.epoch  # the saved epoch, or the next one when it was done
+    seen, done = {}, 0
+    for epoch in range(start_epoch, args.epochs):
+        train_loader.sampler.set_epoch(epoch)  # the same epoch keeps a loaded resume point
         model.train()
         seen[epoch] = []
         for step, (imgs, targets, paths, _) in enumerate(train_loader):
@@ -88,7 +115,13 @@ def main(argv=None):
             opt.zero_grad()
             loss.backward()
             opt.step()
-            seen[epoch] += list(paths)
+            seen[epoch].append(list(paths))
+            done += 1
+            if done == args.stop_after:
+                save_checkpoint(ckpt, model, opt, train_loader, rank, local_rank != -1)
+                break
+        if done == args.stop_after:
+            break
 
         # validation: each rank evaluates its share, the sums are combined over all ranks
         model.eval()
@@ -105,15 +138,9 @@ def main(argv=None):
                   f"over {int(totals[1].item())} images")
 
         # checkpoint: rank 0 writes, everyone waits for it, then every rank can read it back
-        ckpt = out / "last.pt"
-        if rank == 0:
-            out.mkdir(parents=True, exist_ok=True)
-            state = (model.module if hasattr(model, "module") else model).state_dict()
-            torch.save({"epoch": epoch, "model": state}, ckpt)
-        if local_rank != -1:
-            dist.barrier()
-        loaded = torch.load(ckpt, map_location="cpu", weights_only=True)  # our own file, tensors only
-        assert loaded["epoch"] == epoch
+        save_checkpoint(ckpt, model, opt, train_loader, rank, local_rank != -1)
+        loaded = torch.load(ckpt, map_location="cpu", weights_only=True)
+        assert loaded["loader"]["epoch"] == epoch
 
     out.mkdir(parents=True, exist_ok=True)
     (out / f"seen_rank{rank}.json").write_text(json.dumps({"world": world, "seen": seen,

@@ -90,7 +90,11 @@ class YoloDataLoader(DataLoader):
         if not isinstance(state, dict) or state.get("yolo_data_loader") != STATE_VERSION:
             raise ValueError(f"not a yolo_data loader state (version {STATE_VERSION}): {str(state)[:200]}")
         here = self._fixed()
-        differ = [f"{k} {state.get(k)!r} -> {v!r}" for k, v in here.items() if state.get(k) != v]
+        differ = [f"{k} {state.get(k)!r} -> {v!r}" for k, v in here.items() if state.get(k) != v and k != "group"]
+        if state.get("group") != here["group"] and not differ:  # the same images, other mosaic partners
+            LOGGER.warning(f"resuming with partner groups of {here['group']} where the saved run had "
+                           f"{state.get('group')}: the remaining steps have the saved run's images, but their "
+                           "mosaics differ (see create_dataloader's partner_group)")
         if differ:
             raise ValueError("this loader would give other batches than the saved one: " + ", ".join(differ)
                              + " (resuming needs the same dataset, seed, settings and global batch = "
