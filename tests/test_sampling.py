@@ -197,6 +197,17 @@ def test_image_weights_favour_rare_classes():
         s.set_weights(np.zeros(10))
 
 
+def test_weighted_draws_follow_the_weights_and_never_pick_a_zero_weight():
+    from yolo_data.sampling import weighted_draws
+    w = np.array([0.0, 1, 0, 3, 0, 6, 0])
+    got = weighted_draws(w, 200_000, np.random.default_rng(0))
+    freq = np.bincount(got, minlength=7) / len(got)
+    np.testing.assert_allclose(freq, w / w.sum(), atol=0.005)
+    assert np.mean(got[:100_000] == 5) == pytest.approx(0.6, abs=0.01)  # shuffled, not sorted
+    assert not np.array_equal(got, np.sort(got))
+    assert (weighted_draws(np.array([0.0, 0, 2.0, 0]), 50, np.random.default_rng(1)) == 2).all()
+
+
 def test_image_weights_loader_favours_the_rare_class(tmp_path):
     from conftest import make_dataset
     from yolo_data import create_dataloader

@@ -342,12 +342,15 @@ def test_reassigned_indices_are_served_by_the_next_pass(data, augment, workers):
     assert [p for *_, p, _ in items(loader, (0,))] == [files[j] for j in new]
 
 
-@pytest.mark.xfail(strict=True, reason="YoloDataset.indices setter casts with np.asarray(value, dtype=np.int64): "
-                                       "fractional indices are truncated silently instead of raising")
 def test_fractional_indices_are_rejected(data):
+    """Before: np.asarray(value, dtype=np.int64) truncated them silently."""
     loader, ds = create_dataloader(data, 64, 4, 32, workers=0, split="train")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="whole numbers"):
         ds.indices = np.arange(12) + 0.5
+    with pytest.raises(ValueError, match="whole numbers"):
+        ds.indices = ["0"] * 12
+    ds.indices = np.arange(12, dtype=np.float32)[::-1]  # whole numbers as floats are image indices
+    assert ds.indices[0] == 11
 
 
 # -- 6. spawn workers end to end -----------------------------------------------------------------------

