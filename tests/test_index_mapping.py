@@ -1,0 +1,97 @@
+"""The index and the mappers without files: a store made in memory, images from a stand-in source."""
+import numpy as np
+import pytest
+
+from yolo_data.hyp import load_hyp
+from yolo_data.images import ImageReadError, ImageSource, LoadedImage
+from yolo_data.index import IndexSettings, build_index
+from yolo_data.labels import PairRecord
+from yolo_data.mapping import EvalMapper, ItemKey, TrainMapper, TrainSettings
+from yolo_data.store import LabelStore
+from yolo_data.tensors import BatchImages
+
+# (w, h), boxes [class, x, y, w, h] normalised
+IMAGES = [((80, 40), [[0, 0.5, 0.5, 0.5, 0.5]]), ((40, 80), [[1, 0.25, 0.25, 0.2, 0.2], [2, 0.7, 0.7, 0.2, 0.2]]),
+          ((60, 60), []), ((100, 50), [[3, 0.5, 0.5, 1.0, 1.0]])]
+
+
+def store():
+    return LabelStore.from_records([PairRecord(f"/nowhere/{i}.jpg", wh, np.array(b, np.float32).reshape(-1, 5))
+                                    for i, (wh, b) in enumerate(IMAGES)])
+
+
+class Solid:
+    """An ImageSource stand-in: image i is filled with the value 10 * (i + 1), at long side img_size."""
+
+    def __init__(self, st, img_size):
+        self.st, self.img_size, self.calls = st, img_size, []
+
+    def __call__(self, i):
+        self.calls.append(i)
+        w0, h0 = (int(v) for v in self.st.shapes[i])
+        r = self.img_size / max(w0, h0)
+        h, w = round(h0 * r), round(w0 * r)
+        return LoadedImage(np.full((h, w, 3), 10 * (i + 1), np.uint8), (h0, w0), (h, w))
+
+
+def test_index_filters_and_rect_order_with_shapes_of_the_global_batch():
+    ix = build_index(store(), ["a"], IndexSettings(img_size=64, batch_size=2, min_items=1))
+    assert [ix.store.im_file(i) for i in range(len(ix))] == ["/nowhere/0.jpg", "/nowhere/1.jpg", "/nowhere/3.jpg"]
+    assert ix.batch.tolist() == [0, 0, 1] and ix.batch_shapes is None and ix.shape_of(2) == 64
+    single = build_index(store(), [], IndexSettings(single_cls=True))
+    assert set(single.store.labels[:, 0]) == {0} and single.num_classes() == 1
+    assert build_index(store(), [], IndexSettings()).num_classes() == 4  # no names: largest id + 1
+    rect = build_index(store(), [], IndexSettings(img_size=64, batch_size=2, rect=True, stride=32))
+    # sorted by h / w: 100x50 (0.5), 80x40 (0.5), 60x60 (1), 40x80 (2)
+    assert sorted(rect.store.im_file(i) for i in range(2)) == ["/nowhere/0.jpg", "/nowhere/3.jpg"]
+    assert rect.shape_of(0) == (32, 64) and rect.shape_of(3) == (64, 64)
+
+
+def test_eval_mapper_letterboxes_without_enlarging_and_places_the_boxes():
+    ix = build_index(store(), [], IndexSettings(img_size=64))
+    src = Solid(ix.store, 32)  # images smaller than img_size: evaluation never enlarges them
+    out = BatchImages(1)
+    img, targets, path, shapes = EvalMapper(ix, src)(0, out, 0)
+    assert tuple(img.shape) == (3, 64, 64) and path == "/nowhere/0.jpg"
+    assert shapes == ((40, 80), ((16 / 40, 32 / 80), (16.0, 24.0)))
+    content = img[0].numpy()
+    assert (content[24:40, 16:48] == 10).all() and (content[:24] == 114).all()
+    # the box [0.5, 0.5, 0.5, 0.5] of a 32x16 content at (16, 24): centre (32, 32), 16 x 8 pixels of 64
+    np.testing.assert_allclose(targets.numpy(), [[0, 0, 0.5, 0.5, 0.25, 0.125]], atol=1e-6)
+
+
+def test_train_mapper_without_augmentation_is_the_enlarging_letterbox_and_keys_its_randomness():
+    ix = build_index(store(), [], IndexSettings(img_size=64))
+    flat = load_hyp({k: 0.0 for k in ("degrees", "translate", "scale", "shear", "perspective", "hsv_h", "hsv_s",
+                                      "hsv_v", "fliplr", "flipud", "mosaic", "mixup")})
+    m = TrainMapper(ix, Solid(ix.store, 64), TrainSettings(flat, 64, mosaic=True))
+    img, targets, _, shapes = m(1, ItemKey(epoch=0), BatchImages(1), 0)
+    assert tuple(img.shape) == (3, 64, 64) and shapes[0] == (80, 40)
+    assert (img.numpy()[:, :, 16:48] == 20).all()  # content 32 x 64, centred
+    np.testing.assert_allclose(targets[:, 1].numpy(), [1, 2])
+    # the key is an input: another epoch or draw gives another item once augmentation is on
+    lively = TrainMapper(ix, Solid(ix.store, 64), TrainSettings(load_hyp(None), 64, mosaic=True))
+    pix = lambda key: lively(1, key, BatchImages(1), 0)[0].numpy().copy()  # noqa: E731
+    assert np.array_equal(pix(ItemKey(3, 5)), pix(ItemKey(3, 5)))
+    assert not np.array_equal(pix(ItemKey(3, 5)), pix(ItemKey(4, 5)))
+    assert not np.array_equal(pix(ItemKey(3, 5)), pix(ItemKey(3, 6)))
+
+
+def test_train_mapper_batch_decodes_each_image_once_and_draws_partners_in_the_group():
+    ix = build_index(store(), [], IndexSettings(img_size=64))
+    src = Solid(ix.store, 64)
+    m = TrainMapper(ix, src, TrainSettings(load_hyp({"mosaic": 1.0}), 64, mosaic=True))
+    items = m.batch([0, 1, 2, 3], [ItemKey(0, d) for d in range(4)], [0, 0, 0, 0], BatchImages(4))
+    assert len(items) == 4 and sorted(set(src.calls)) == [0, 1, 2, 3] and len(src.calls) == 4
+    src.calls.clear()
+    m.batch([0, 1], [ItemKey(0, 0), ItemKey(0, 1)], [0, 0], BatchImages(2))  # a group of 2 borrows from all
+    assert set(src.calls) - {0, 1}
+
+
+def test_image_source_reports_an_image_that_fails_now(tmp_path):
+    st = LabelStore.from_records([PairRecord(str(tmp_path / "gone.jpg"), (10, 10))])
+    told = []
+    src = ImageSource(st, 32, linear=True, on_failure=lambda path, reason: told.append((path, reason)))
+    with pytest.raises(ImageReadError, match="gone.jpg"):
+        src(0)
+    assert told and told[0][0].endswith("gone.jpg") and "cannot be read" in told[0][1]
