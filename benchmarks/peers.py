@@ -69,3 +69,35 @@ def ensure_pkg_resources() -> None:
     except ImportError:
         from packaging.version import parse
         sys.modules["pkg_resources"] = types.SimpleNamespace(parse_version=parse)
+
+
+def smaps_rollup(pid: int) -> dict:
+    """The numeric fields of /proc/<pid>/smaps_rollup in KiB (Rss, Pss, Pss_Anon, Pss_File, ...), or an
+    empty dict when the process is gone."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                parts = rest.split()
+                if len(parts) == 2 and parts[1] == "kB":
+                    out[key] = int(parts[0])
+    except (OSError, ValueError):
+        return {}
+    return out
+
+
+def child_pids(pid: int) -> list:
+    """The direct children of ``pid`` (of any of its threads), e.g. a DataLoader's workers."""
+    kids = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as f:
+                kids += [int(x) for x in f.read().split()]
+        except OSError:
+            continue
+    return kids

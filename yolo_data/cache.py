@@ -12,14 +12,19 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import multiprocessing as mp
 import os
-import stat
+import sys
+import time
+from array import array
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from . import container
 from .container import CacheError
+from .scan import default_workers
 from .labels import COORD_TOLERANCE, MAX_CLASS_ID, MAX_LABEL_BYTES, MIN_IMAGE_SIDE, Problem
 from .sources import LABEL_CACHE_SUFFIX, MAX_CACHE_STEM, cache_stem
 from .store import LabelStore
@@ -42,23 +47,104 @@ class CacheContents:
 
 
 # -- fingerprint ------------------------------------------------------------------------------------
-def _stat_line(path: str) -> str:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return f"{path}\0-\n"
-    kind = "d" if stat.S_ISDIR(st.st_mode) else ""
-    return f"{path}\0{st.st_size}\0{st.st_mtime_ns}{kind}\n"
+FINGERPRINT_CHUNK = 16384  # pairs per digest: the unit of work of the parallel fingerprint
+PARALLEL_FINGERPRINT_MIN = 65536  # fewer pairs are stat'ed in this process (a pool costs ~30 ms to start)
+SLOW_STAT_S = 50e-6  # stats slower than this on average (a network filesystem) are waited for in threads
+STAT_THREADS, STAT_BATCH = 32, 512
+_MISSING = (-1, -1, -1)  # (size, mtime, type) of a path that cannot be stat'ed; no real file has size -1
 
 
-def fingerprint(im_files: Sequence[str], lb_files: Sequence[str], nc: Optional[int]) -> str:
+def _stats(paths: Sequence[str]) -> array:
+    """(size, mtime in ns, file type ``st_mode >> 12``: regular, folder, FIFO, ...) of each path, as
+    int64s.  One stat per file and no string formatting per file (a stat costs about 1.5 us on local
+    disk, and at a million images this loop is the warm start's main cost)."""
+    stat, vals = os.stat, array("q")
+    for p in paths:
+        try:
+            st = stat(p)
+        except OSError:
+            vals.extend(_MISSING)
+            continue
+        vals.extend((st.st_size, st.st_mtime_ns, st.st_mode >> 12))
+    return vals
+
+
+def _chunk_digest(im_files: Sequence[str], lb_files: Sequence[str], lo: int, hi: int, threads=None) -> bytes:
+    """sha256 of pairs [lo, hi): every path (NUL-separated: no path contains NUL), then their stats.
+    ``threads``: an executor that stats batches of paths concurrently (slow filesystems)."""
+    paths: List[str] = [""] * (2 * (hi - lo))
+    paths[0::2], paths[1::2] = im_files[lo:hi], lb_files[lo:hi]
+    if threads is None:
+        vals = _stats(paths)
+    else:
+        vals = array("q")
+        for part in threads.map(_stats, [paths[i:i + STAT_BATCH] for i in range(0, len(paths), STAT_BATCH)]):
+            vals.extend(part)
+    h = hashlib.sha256("\0".join(paths).encode("utf-8", "surrogateescape"))
+    h.update(b"\1")
+    h.update(vals.tobytes())
+    return h.digest()
+
+
+_POOL_FILES: tuple = ()  # the file lists, in the fingerprint pool's forked processes only
+
+
+def _pool_start(im_files, lb_files) -> None:
+    global _POOL_FILES
+    _POOL_FILES = (im_files, lb_files)  # inherited through fork, never pickled
+
+
+def _pool_chunk(lo_hi) -> bytes:
+    return _chunk_digest(*_POOL_FILES, *lo_hi)
+
+
+def _slow_stats(im_files: Sequence[str], lb_files: Sequence[str]) -> bool:
+    """Whether stat is slow here (a network filesystem): the first 128 pairs take over SLOW_STAT_S a
+    file on average.  (Local disk: about 1.5 us, so a pause of the probe has to last over 10 ms to be
+    taken for a slow filesystem, which would only cost speed.)"""
+    k = min(len(im_files), 128)
+    t0 = time.perf_counter()
+    _stats(list(im_files[:k]) + list(lb_files[:k]))
+    return k > 0 and time.perf_counter() - t0 > SLOW_STAT_S * 2 * k
+
+
+def fingerprint(im_files: Sequence[str], lb_files: Sequence[str], nc: Optional[int], *,
+                workers: Optional[int] = None, parallel_min: Optional[int] = None) -> str:
     """sha256 of everything that decides the scan's result: the format version, the scan settings and
-    each image and label file's path, size and modification time (a missing file counts too)."""
-    h = hashlib.sha256()
-    h.update(json.dumps({"version": FORMAT_VERSION, "nc": nc, "tol": COORD_TOLERANCE, "min_side": MIN_IMAGE_SIDE,
-                         "max_label_bytes": MAX_LABEL_BYTES, "max_class": MAX_CLASS_ID}).encode())
-    for im, lb in zip(im_files, lb_files):
-        h.update((_stat_line(im) + _stat_line(lb)).encode("utf-8", "surrogateescape"))
+    each image and label file's path, size, modification time (ns) and file type; a missing file
+    counts too.  Every file is stat'ed on every call, so an edited file (new mtime, or new size) or a
+    replaced one is noticed; folder times are never used as a shortcut.
+
+    The pairs are hashed in chunks of FINGERPRINT_CHUNK and the chunks' digests in order, so the value
+    does not depend on how it is computed:
+
+    - from ``parallel_min`` pairs on (default PARALLEL_FINGERPRINT_MIN), the chunks are stat'ed in
+      ``workers`` forked processes (default: the usable cores; Linux only), each returning its chunks'
+      digests: 1M images (2M files) in 2.3 s instead of 4.0 s on 2 cores;
+    - where a stat is slow (over SLOW_STAT_S, as on NFS) the stats are waited for in STAT_THREADS
+      threads of this process instead: there the latency, not the CPU, is the cost.
+    """
+    n = len(im_files)
+    if len(lb_files) != n:
+        raise ValueError(f"{n} image files but {len(lb_files)} label files")
+    h = hashlib.sha256(json.dumps({
+        "version": FORMAT_VERSION, "nc": nc, "tol": COORD_TOLERANCE, "min_side": MIN_IMAGE_SIDE,
+        "max_label_bytes": MAX_LABEL_BYTES, "max_class": MAX_CLASS_ID, "fingerprint": 2,
+        "chunk": FINGERPRINT_CHUNK, "pairs": n}).encode())
+    bounds = [(lo, min(lo + FINGERPRINT_CHUNK, n)) for lo in range(0, n, FINGERPRINT_CHUNK)]
+    workers = min(workers or default_workers(), len(bounds))
+    parallel_min = PARALLEL_FINGERPRINT_MIN if parallel_min is None else parallel_min
+    if _slow_stats(im_files, lb_files):
+        with ThreadPoolExecutor(STAT_THREADS) as threads:
+            digests = [_chunk_digest(im_files, lb_files, lo, hi, threads) for lo, hi in bounds]
+    elif n < parallel_min or workers < 2 or sys.platform != "linux":
+        digests = [_chunk_digest(im_files, lb_files, lo, hi) for lo, hi in bounds]
+    else:
+        # fork: the children only stat files (never CUDA), as the scan's pool does
+        with mp.get_context("fork").Pool(workers, _pool_start, (im_files, lb_files)) as pool:
+            digests = pool.map(_pool_chunk, bounds, chunksize=1)
+    for d in digests:
+        h.update(d)
     return h.hexdigest()
 
 

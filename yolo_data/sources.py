@@ -58,7 +58,8 @@ def _walk(top: str) -> List[str]:
             else:
                 LOGGER.warning(f"{sub}: the same folder as {seen[key]}, which is listed; not listed twice")
         dirnames[:] = keep
-        files.extend(os.path.join(dirpath, f) for f in filenames if not f.startswith("."))
+        prefix = os.path.join(dirpath, "")  # what os.path.join(dirpath, f) puts before f, made once
+        files.extend(prefix + f for f in filenames if f[:1] != ".")
     return files
 
 
@@ -106,7 +107,8 @@ def list_image_files(path: Union[PathLike, Sequence[PathLike]]) -> List[str]:
             files.append(str(p))
         else:
             raise FileNotFoundError(f"{p} does not exist (expected an image folder, a .txt list or a dataset yaml)")
-    return sorted(f for f in files if f.rsplit(".", 1)[-1].lower() in IMG_FORMATS)
+    formats = frozenset(IMG_FORMATS)
+    return sorted(f for f in files if f.rpartition(".")[2].lower() in formats)
 
 
 def img2label_path(im_file: str) -> str:
