@@ -1,8 +1,10 @@
 """yolo_data: a YOLOv5-compatible detection dataloader with a safe label cache and DDP done right.
 
 Data flow, one module each: sources (files) -> labels (verify a pair) -> scan (in parallel) ->
-store (flat arrays) -> cache (label cache, in the container format) -> split (load or build) -> images / geometry (per item) ->
-dataset -> loader.
+store (flat arrays) -> cache (label cache, in the container format) -> split (load or build) ->
+index (filters, rect order; once) -> images (cache or file) -> mapping (an item: evaluation or training,
+through geometry, mosaic, perspective, photometric, pipeline, tensors) -> dataset (YOLOv5's names) ->
+sampling (the epoch's global order, per rank) -> collate -> loader.
 """
 from .dataset import LoadImagesAndLabels, YoloDataset
 from .distributed import RanksDisagreeError, ZeroFirstError, torch_distributed_zero_first, wait_for_the_master
