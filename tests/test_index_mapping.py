@@ -44,7 +44,7 @@ def test_index_filters_and_rect_order_with_shapes_of_the_global_batch():
     rect = build_index(store(), [], IndexSettings(img_size=64, batch_size=2, rect=True, stride=32))
     # sorted by h / w: 100x50 (0.5), 80x40 (0.5), 60x60 (1), 40x80 (2)
     assert sorted(rect.store.im_file(i) for i in range(2)) == ["/nowhere/0.jpg", "/nowhere/3.jpg"]
-    assert rect.shape_of(0) == (32, 64) and rect.shape_of(3) == (64, 64)
+    assert rect.shape_of(0).tolist() == [32, 64] and rect.shape_of(3).tolist() == [64, 64]
 
 
 def test_eval_mapper_letterboxes_without_enlarging_and_places_the_boxes():
@@ -95,3 +95,33 @@ def test_image_source_reports_an_image_that_fails_now(tmp_path):
     with pytest.raises(ImageReadError, match="gone.jpg"):
         src(0)
     assert told and told[0][0].endswith("gone.jpg") and "cannot be read" in told[0][1]
+
+
+def test_rect_boxes_are_scaled_in_float64_as_yolov5_scales_them():
+    """YOLOv5 scales float32 labels by NumPy float64 ratios (float64 arithmetic, stored as float32).
+    A rect shape given as Python ints once made it float32 arithmetic: targets 1e-7 off YOLOv5's in
+    benchmarks/parity_yolov5.py (320 rect)."""
+    from yolo_data.boxes import xywhn_to_xyxy
+    from yolo_data.tensors import targets_of
+    rng = np.random.default_rng(0)
+    xywh = np.concatenate([rng.uniform(0.3, 0.7, (200, 2)), rng.uniform(0.01, 0.3, (200, 2))], 1)
+    labels = np.concatenate([np.zeros((200, 1)), xywh], 1).astype(np.float32)
+    st = LabelStore.from_records([PairRecord("/nowhere/a.jpg", (333, 251), labels),
+                                  PairRecord("/nowhere/b.jpg", (333, 250), labels[:1])])
+    ix = build_index(st, [], IndexSettings(img_size=320, batch_size=2, rect=True, stride=32))
+    k = [ix.store.im_file(i) for i in range(2)].index("/nowhere/a.jpg")
+    solid = Solid(ix.store, 320)
+    _, targets, _, ((h0, w0), ((rh, rw), (padw, padh))) = EvalMapper(ix, solid)(k, BatchImages(1), 0)
+    (h, w) = solid(k).hw
+    shape = ix.batch_shapes[ix.batch[k]]
+    r = min(shape[0] / h, shape[1] / w)  # NumPy float64, as in YOLOv5's letterbox
+    y = labels[:, 1:].copy()  # float32, as YOLOv5's labels
+    x = labels[:, 1:]
+    y[:, 0] = r * w * (x[:, 0] - x[:, 2] / 2) + padw  # float32 array x float64 scalar: float64
+    y[:, 1] = r * h * (x[:, 1] - x[:, 3] / 2) + padh
+    y[:, 2] = r * w * (x[:, 0] + x[:, 2] / 2) + padw
+    y[:, 3] = r * h * (x[:, 1] + x[:, 3] / 2) + padh
+    expected = targets_of(labels[:, 0], y, tuple(int(v) for v in shape))
+    assert targets.shape == (200, 6) and np.array_equal(targets.numpy(), expected.numpy())
+    assert not np.array_equal(xywhn_to_xyxy(labels[:, 1:], float(r) * w, float(r) * h, float(padw), float(padh)),
+                              y)  # the float32 way does differ on these boxes

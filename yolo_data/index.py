@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import List, Optional, Tuple, Union
+from typing import List, Optional, Union
 
 import numpy as np
 
@@ -43,11 +43,15 @@ class SplitIndex:
     def __len__(self) -> int:
         return len(self.store)
 
-    def shape_of(self, i: int) -> Union[int, Tuple[int, int]]:
-        """Item ``i``'s letterbox target: its rect batch's (h, w), or img_size."""
+    def shape_of(self, i: int) -> Union[int, np.ndarray]:
+        """Item ``i``'s letterbox target: its rect batch's (2,) int64 [h, w], or img_size.
+
+        NumPy integers on purpose: the letterbox ratio is then a float64 NumPy scalar, and the boxes are
+        scaled in float64 before rounding to float32, as YOLOv5 does (Python numbers would keep them
+        float32 under NumPy 2's promotion rules: targets 1e-7 off YOLOv5's)."""
         if self.batch_shapes is None:
             return self.img_size
-        return tuple(int(v) for v in self.batch_shapes[self.batch[i]])
+        return self.batch_shapes[self.batch[i]]
 
     def num_classes(self) -> int:
         """The number of names, or (without names) the largest class id + 1."""
