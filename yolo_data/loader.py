@@ -76,9 +76,8 @@ class YoloDataLoader(DataLoader):
         hundred bytes.  Take it after the step's batch was used (e.g. with the model's checkpoint)."""
         if not isinstance(self.sampler, YoloSampler):
             raise TypeError("state_dict needs the loader's own YoloSampler")
-        started = self.sampler._started
-        step = self.sampler.pass_start + self._yielded if started else self.sampler.start_step
-        return {"yolo_data_loader": STATE_VERSION, "epoch": self.sampler.epoch, "step": step,
+        epoch, step = self.sampler.position(self._yielded)
+        return {"yolo_data_loader": STATE_VERSION, "epoch": epoch, "step": step,
                 **self._fixed(), **self._varying()}
 
     def load_state_dict(self, state: dict) -> None:

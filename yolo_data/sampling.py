@@ -221,6 +221,13 @@ class YoloSampler(Sampler[int]):
         else:
             self.epoch, self.start_step, self._explicit = int(epoch), int(step), True
 
+    def position(self, yielded: int) -> Tuple[int, int]:
+        """(epoch, global step) after ``yielded`` steps of the current pass; before any pass (or after
+        ``resume_at``), where the next pass begins."""
+        if self._started:
+            return self.epoch, self.pass_start + yielded
+        return self.epoch, self.start_step
+
     def keep_started_pass(self, epoch: int) -> bool:
         """For a pass started at ``epoch`` but not yet handed out (the loader's early start): whether it
         is still the pass to make, i.e. no ``set_epoch`` to another epoch since (one to the same epoch
