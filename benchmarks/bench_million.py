@@ -281,7 +281,7 @@ def fmt_mib(vals: List[float]) -> str:
 
 
 def ratio(a: Optional[float], b: Optional[float]) -> str:
-    return f"{a / b:.2f}x" if a is not None and b and max(a, b) >= 1e-3 else "-"
+    return f"{a / b:.2f}x" if a is not None and b and min(a, b) >= 1e-3 else "-"
 
 
 def collect(runs: List[dict], key: str) -> List[float]:
