@@ -2,6 +2,7 @@
 global step (the union of the ranks' batches: images, targets, paths) is the same on 1, 2 and 4 ranks,
 with mosaic, mixup, rect and image weights, for 0 and 2 workers; and a state saved on one world size
 resumes on another."""
+import faulthandler
 import json
 import os
 from pathlib import Path
@@ -39,6 +40,7 @@ def _rank(rank, world, port, yaml, hyp, out, cfg):
     # fork-safe, and a parallel op here would wait forever for threads that do not exist.  (torchrun
     # starts fresh processes; this is only about forking the test process.)
     torch.set_num_threads(1)
+    faulthandler.dump_traceback_later(180, exit=True)  # a hung rank shows where, and fails the test
     init(rank, world, port)
     try:
         from yolo_data import create_dataloader
