@@ -43,8 +43,11 @@ def _rank(rank, world, port, yaml, hyp, out, cfg):
     faulthandler.dump_traceback_later(180, exit=True)  # a hung rank shows where, and fails the test
     init(rank, world, port)
     try:
-        from yolo_data import create_dataloader
+        from yolo_data import create_dataloader, images
         from yolo_data.weights import labels_to_image_weights
+        decoded = []
+        real_load = images.load_image
+        images.load_image = lambda path, *a: decoded.append(path) or real_load(path, *a)  # this rank's decodes
         loader, ds = create_dataloader(yaml, 64, GLOBAL_BATCH // world, 32, hyp=hyp, augment=True,
                                        rect=cfg.get("rect", False), rank=rank, workers=cfg["workers"],
                                        shuffle=True, seed=3, split="train",
@@ -62,6 +65,7 @@ def _rank(rank, world, port, yaml, hyp, out, cfg):
                 Path(out, "state.json").write_text(json.dumps(loader.state_dict()))
                 break
         torch.save(batches, Path(out, f"{world}-{rank}.pt"))
+        Path(out, f"{world}-{rank}.decoded").write_text(str(len(decoded)))
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -113,6 +117,10 @@ def test_every_global_step_is_the_same_on_1_2_and_4_ranks(data, tmp_path, name):
         assert_same(global_steps(tmp_path, world), ref)
     # and the steps are not trivially equal: another seed would give other batches
     assert ref[0][2] != sorted(ref[0][2])
+    if cfg["workers"] == 0 and not cfg.get("rect"):  # decoded in the rank itself: about one per sample
+        for world in (1, 2, 4):
+            decoded = sum(int((tmp_path / f"{world}-{r}.decoded").read_text()) for r in range(world))
+            assert decoded <= 30 + 12, (world, decoded)  # 30 samples; the last step's group of 2 borrows
 
 
 def test_default_partner_group_keeps_mosaics_equal_on_1_and_2_ranks(data, tmp_path):
