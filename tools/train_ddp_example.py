@@ -119,6 +119,8 @@ def main(argv=None):
             done += 1
             if done == args.stop_after:
                 save_checkpoint(ckpt, model, opt, train_loader, rank, local_rank != -1)
+                if rank == 0:
+                    print(f"stopped after {done} steps (epoch {epoch}, step {step + 1}); --resume goes on from {ckpt}")
                 break
         if done == args.stop_after:
             break
