@@ -51,7 +51,7 @@ def test_eval_mapper_letterboxes_without_enlarging_and_places_the_boxes():
     ix = build_index(store(), [], IndexSettings(img_size=64))
     src = Solid(ix.store, 32)  # images smaller than img_size: evaluation never enlarges them
     out = BatchImages(1)
-    img, targets, path, shapes = EvalMapper(ix, src)(0, out, 0)
+    img, targets, path, shapes = EvalMapper(ix, src)(0, ItemKey(0), out, 0)
     assert tuple(img.shape) == (3, 64, 64) and path == "/nowhere/0.jpg"
     assert shapes == ((40, 80), ((16 / 40, 32 / 80), (16.0, 24.0)))
     content = img[0].numpy()
@@ -111,7 +111,7 @@ def test_rect_boxes_are_scaled_in_float64_as_yolov5_scales_them():
     ix = build_index(st, [], IndexSettings(img_size=320, batch_size=2, rect=True, stride=32))
     k = [ix.store.im_file(i) for i in range(2)].index("/nowhere/a.jpg")
     solid = Solid(ix.store, 320)
-    _, targets, _, ((h0, w0), ((rh, rw), (padw, padh))) = EvalMapper(ix, solid)(k, BatchImages(1), 0)
+    _, targets, _, ((h0, w0), ((rh, rw), (padw, padh))) = EvalMapper(ix, solid)(k, ItemKey(0), BatchImages(1), 0)
     (h, w) = solid(k).hw
     shape = ix.batch_shapes[ix.batch[k]]
     r = min(shape[0] / h, shape[1] / w)  # NumPy float64, as in YOLOv5's letterbox

@@ -230,7 +230,7 @@ class YoloDataset(Dataset):
     # -- items ----------------------------------------------------------------------------------------
     def __getitem__(self, token: int):
         draw, position = divmod(token, self.n) if token >= self.n else (0, token)  # a draw token (sampling.py)
-        return self._map(int(self.indices[position]), draw, BatchImages(1, self._scratch), 0)
+        return self.mapper(int(self.indices[position]), ItemKey(self.epoch, draw), BatchImages(1, self._scratch), 0)
 
     def __getitems__(self, tokens: List[int]):
         """A whole batch at once (torch's DataLoader calls this with the batch's indices, here the
@@ -247,17 +247,12 @@ class YoloDataset(Dataset):
         draws = [t // self.n for t in tokens]
         indices = self.indices  # one view of the shared tensor for the batch
         ids = [int(indices[t % self.n]) for t in tokens]
-        if not (self.augment and self.batch_partners):
-            return [self._map(i, d, out, k) for k, (i, d) in enumerate(zip(ids, draws))]
         epoch = self.epoch
+        keys = [ItemKey(epoch, d) for d in draws]
+        if not (self.augment and self.batch_partners):
+            return [self.mapper(i, key, out, k) for k, (i, key) in enumerate(zip(ids, keys))]
         groups = [d // self.partner_group for d in draws] if self.partner_group else [0] * len(ids)
-        return self.mapper.batch(ids, [ItemKey(epoch, d) for d in draws], groups, out)
-
-    def _map(self, i: int, draw: int, out: BatchImages, k: int):
-        """Image ``i`` as an item written into slot ``k`` of ``out``; ``draw``: its place in the epoch."""
-        if self.augment:
-            return self.mapper(i, ItemKey(self.epoch, draw), out, k)
-        return self.mapper(i, out, k)
+        return self.mapper.batch(ids, keys, groups, out)
 
     collate_fn = staticmethod(collate_fn)  # YOLOv5 scripts use LoadImagesAndLabels.collate_fn
 

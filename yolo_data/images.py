@@ -76,8 +76,11 @@ class ImageSource:
         self.cache = cache
         self.on_failure = on_failure
 
-    def read(self, i: int) -> LoadedImage:
-        """From the file, always."""
+    def __call__(self, i: int) -> LoadedImage:
+        if self.cache is not None:
+            cached = self.cache.get(i)
+            if cached is not None:
+                return LoadedImage(*cached)
         path = self.store.im_file(i)
         try:
             return load_image(path, self.img_size, self.linear)
@@ -85,10 +88,3 @@ class ImageSource:
             if self.on_failure is not None:
                 self.on_failure(path, str(e))
             raise
-
-    def __call__(self, i: int) -> LoadedImage:
-        if self.cache is not None:
-            cached = self.cache.get(i)
-            if cached is not None:
-                return LoadedImage(*cached)
-        return self.read(i)

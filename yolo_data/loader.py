@@ -46,7 +46,7 @@ class YoloDataLoader(DataLoader):
             self._early = self._settings()
 
     def _settings(self):
-        return (self.sampler.epoch, self.sampler.weights_version, getattr(self.dataset, "indices_version", 0))
+        return (self.sampler.epoch, self.sampler.version, getattr(self.dataset, "indices_version", 0))
 
     def __iter__(self):
         early, self._early = self._early, None
@@ -183,12 +183,18 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
     if quad and batch_size % 4:  # YOLOv5's collate_fn4 does the same, silently
         LOGGER.warning(f"{prefix}quad=True with batch size {batch_size}: the last {batch_size % 4} items of "
                        f"each batch are not used (as in YOLOv5); a multiple of 4 uses them all")
-    group = _partner_group(dataset, batch_size, partner_group, world, prefix)
+    # groups only matter for mosaic partners drawn from the batch (and for sharing an epoch's last step)
+    wanted = partner_group if dataset.mosaic and dataset.batch_partners else 1
     nw = min(nw, batch_size if batch_size > 1 else 0)
     nw = fit_workers_to_shm(nw, batch_size, imgsz, stride, local_ranks, prefix)
     sampler = YoloSampler(len(dataset), batch_size, shuffle=shuffle, seed=seed,
                           rank=distributed.get_rank() if ddp else 0, world_size=world, rect=dataset.rect,
-                          drop_last=quad, on_epoch=dataset.shared_epoch.set, draw_tokens=True, group=group)
+                          drop_last=quad, on_epoch=dataset.shared_epoch.set, draw_tokens=True, group=wanted)
+    if sampler.group != wanted:  # the sampler's fallback: groups of the rank's batch
+        (LOGGER.warning if world > 1 else LOGGER.info)(
+            f"{prefix}partner_group={wanted} does not divide the per-rank batch {batch_size}: mosaic partners "
+            f"come from each rank's batch, so the same seed gives other mosaics on another number of ranks "
+            f"(a partner_group that divides every per-rank batch you use keeps them equal)")
     dataset.partner_group = sampler.group  # before the workers fork: they draw partners by it
     # image_weights=True: the training script weights the draws, as with YOLOv5 (whose train.py sets
     # dataset.indices each epoch) or with sampler.set_weights; weighting here too would apply it twice
@@ -201,16 +207,3 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
                                        "steps per epoch": len(loader)}, f"{prefix}{path}")
     return loader, dataset
 
-
-def _partner_group(dataset: YoloDataset, batch_size: int, wanted: int, world: int, prefix: str) -> int:
-    """The partner-group size: ``wanted`` when it divides the per-rank batch (every rank then takes
-    whole groups, and mosaics are the same on any world size where it does), else the rank's batch."""
-    if not (dataset.mosaic and dataset.batch_partners):
-        return 1  # no partners drawn from the batch: groups only matter for sharing the last step
-    if wanted >= 1 and batch_size % wanted == 0:
-        return wanted
-    msg = (f"{prefix}partner_group={wanted} does not divide the per-rank batch {batch_size}: mosaic partners "
-           f"come from each rank's batch, so the same seed gives other mosaics on another number of ranks "
-           f"(a partner_group that divides every per-rank batch you use keeps them equal)")
-    (LOGGER.warning if world > 1 else LOGGER.info)(msg)
-    return batch_size

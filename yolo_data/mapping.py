@@ -52,7 +52,8 @@ class EvalMapper:
     def __init__(self, index: SplitIndex, images: ImageSource):
         self.index, self.images = index, images
 
-    def __call__(self, i: int, out: BatchImages, k: int):
+    def __call__(self, i: int, key: ItemKey, out: BatchImages, k: int):
+        """Item ``i`` into slot ``k`` of ``out`` (``key``: unused, evaluation has no randomness)."""
         # Evaluation must see exactly its images: an unreadable one is an error (ImageReadError names
         # the file; in a worker it reaches the main process, nothing hangs).
         img, plan, (h0, w0), (h, w) = _letterbox(self.index, self.images, i, scaleup=False)

@@ -130,10 +130,10 @@ class StepLayout:
 
     def rank_items(self, rank: int, start_step: int = 0) -> Tuple[np.ndarray, np.ndarray]:
         """(places, sources), (m,) int64 each, of ``rank`` from global step ``start_step`` on, in order."""
-        b, steps = self.rank_batch, np.arange(start_step, self.full_steps, dtype=np.int64)
-        places = (steps[:, None] * self.global_batch + rank * b + np.arange(b)).ravel()
         if start_step > self.full_steps:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        b, steps = self.rank_batch, np.arange(start_step, self.full_steps, dtype=np.int64)
+        places = (steps[:, None] * self.global_batch + rank * b + np.arange(b)).ravel()
         last_places, last_sources = self._last_step(rank)
         return np.concatenate([places, last_places]), np.concatenate([places, last_sources])
 
@@ -157,7 +157,8 @@ class YoloSampler(Sampler[int]):
     - ``shuffle``: a new global order every epoch.
     - ``rect``: positions come in rect batches of one global batch each (``dataset.batch``); a step
       is one rect batch, so all ranks' images of a step share its shape.
-    - ``group``: partner-group size (divides ``batch_size`` for whole groups per rank; 1: no groups).
+    - ``group``: partner-group size; one that does not divide ``batch_size`` becomes ``batch_size``
+      (ranks always take whole groups).  1: every item its own group.
     - image weights (``set_weights``): each epoch draws n positions with replacement, weighted.
     - ``draw_tokens``: hand out ``place * n + position`` instead of ``position``;
       :class:`~yolo_data.dataset.YoloDataset` splits it again and keys the item's randomness by both,
@@ -183,7 +184,7 @@ class YoloSampler(Sampler[int]):
         self.group = group if group > 0 and batch_size % group == 0 else batch_size
         self.layout = StepLayout(n, batch_size, self.world_size, self.group, drop_last)
         self.weights: Optional[np.ndarray] = None
-        self.weights_version = 0  # counts set_weights and resume_at calls (the loader's early start compares it)
+        self.version = 0  # counts set_weights and resume_at calls (the loader's early start compares it)
         self.epoch = 0
         self.start_step = 0  # of the next pass (resume_at)
         self.pass_start = 0  # the global step the current pass started at
@@ -209,12 +210,12 @@ class YoloSampler(Sampler[int]):
                     or weights.sum() <= 0:
                 raise ValueError(f"image weights must be {self.n} non-negative numbers, not all zero")
         self.weights = weights
-        self.weights_version += 1
+        self.version += 1
 
     def resume_at(self, epoch: int, step: int) -> None:
         """Make the next pass epoch ``epoch`` from global step ``step`` (a pass whose every step was
         done counts as finished: the next pass is then ``epoch + 1``, as after a whole pass)."""
-        self.weights_version += 1
+        self.version += 1
         self._started = False
         if step >= self.layout.steps:
             self.epoch, self.start_step, self._explicit = int(epoch) + 1, 0, False
@@ -246,7 +247,7 @@ class YoloSampler(Sampler[int]):
     # -- the global order for an epoch ---------------------------------------------------------------
     def order(self) -> np.ndarray:
         """(n,) int64 positions of the current epoch in global order (computed once per epoch)."""
-        key = (self.epoch, self.weights_version if self.weights is not None else -1)
+        key = (self.epoch, self.version if self.weights is not None else -1)
         if self._order is None or self._order[0] != key:
             rng = epoch_rng(self.seed, self.epoch)
             self._order = key, global_order(self.n, rng, self.shuffle, self.weights,
