@@ -1,0 +1,1 @@
+"""Plug-ins that let other training frameworks use yolo_data's datasets and loaders."""

@@ -1,0 +1,88 @@
+"""Ultralytics' detection trainer and validator on yolo_data's datasets and loaders.
+
+    from ultralytics import YOLO
+    from yolo_data.integrations.ultralytics import YoloDataTrainer
+    YOLO("yolo11n.yaml").train(data="coco128.yaml", trainer=YoloDataTrainer, epochs=1, imgsz=320)
+
+Ultralytics (AGPL-3.0) is imported here, when this module is imported, and nowhere else in yolo_data;
+it is never a dependency.  No Ultralytics code is copied: the classes below override its documented
+extension points (``build_dataset``, ``get_dataloader``, ``get_validator``) and call its own code for
+everything else.  What does not need Ultralytics lives in ``ultralytics_args`` (arguments -> settings),
+``ultralytics_batch`` (batch dicts, labels as dicts) and ``ultralytics_loader`` (dataset and loader).
+"""
+from __future__ import annotations
+
+from copy import copy
+
+import torch
+from ultralytics.cfg import get_cfg
+from ultralytics.models.yolo.detect import DetectionTrainer, DetectionValidator
+from ultralytics.utils import DEFAULT_CFG, LOGGER
+from ultralytics.utils.torch_utils import unwrap_model
+
+from .ultralytics_args import loader_settings
+from .ultralytics_loader import UltralyticsDataset, create_loader
+
+__all__ = ["YoloDataTrainer", "YoloDataValidator"]
+
+
+def _grid(stride) -> int:
+    """The model's largest stride as an int (a tensor, a list or an int), at least 32 as Ultralytics'
+    trainer takes it."""
+    return max(int(torch.as_tensor(stride).max()), 32)
+
+
+def _set_loader_epoch(trainer) -> None:
+    """Every epoch's batches come from (seed, epoch): tell the sampler which epoch this is, also
+    without DDP (Ultralytics calls set_epoch only under DDP) and after a resume."""
+    sampler = getattr(getattr(trainer, "train_loader", None), "sampler", None)
+    if sampler is not None and hasattr(sampler, "set_epoch"):
+        sampler.set_epoch(trainer.epoch)
+
+
+class YoloDataTrainer(DetectionTrainer):
+    """Ultralytics' DetectionTrainer whose train and val loaders are yolo_data's.
+
+    ``workers`` is kept as asked also on CPU (Ultralytics' trainer sets it to 0 there; yolo_data's
+    workers overlap decoding with the model's step and give the same batches for any count).  The val
+    loader uses the same number of workers (Ultralytics doubles it)."""
+
+    def __init__(self, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
+        self.requested_workers = int(get_cfg(cfg, overrides).workers)  # before BaseTrainer zeroes it on CPU
+        super().__init__(cfg, overrides, _callbacks)
+        self.add_callback("on_train_epoch_start", _set_loader_epoch)
+
+    def build_dataset(self, img_path, mode: str = "train", batch=None):
+        """An UltralyticsDataset (used on its own by Ultralytics' auto_batch; loaders build theirs)."""
+        settings = loader_settings(self.args, mode, batch or 16, _grid(unwrap_model(self.model).stride),
+                                   workers=self.requested_workers)
+        return UltralyticsDataset(img_path, settings, settings.batch_size, prefix=f"{mode}: ")
+
+    def get_dataloader(self, dataset_path, batch_size: int = 16, rank: int = 0, mode: str = "train"):
+        settings = loader_settings(self.args, mode, batch_size, _grid(unwrap_model(self.model).stride),
+                                   workers=self.requested_workers)
+        return create_loader(dataset_path, settings, rank=rank, prefix=f"{mode}: ")
+
+    def get_validator(self):
+        return YoloDataValidator(self.test_loader, save_dir=self.save_dir, args=copy(self.args),
+                                 _callbacks=self.callbacks)
+
+
+class YoloDataValidator(DetectionValidator):
+    """Ultralytics' DetectionValidator reading yolo_data's loader: the same letterbox, rect batches
+    (pad 0.5) and linear resize as Ultralytics' own validator, so the same weights give the same
+    metrics.  Standalone (``YoloDataValidator(args=dict(model=..., data=...))()``) it builds its loader
+    with ``args.rect`` as Ultralytics does (``model.val()`` sets it True)."""
+
+    def build_dataset(self, img_path, mode: str = "val", batch=None):
+        settings = loader_settings(self.args, "val", batch or self.args.batch, _grid(self.stride),
+                                   workers=self.args.workers, rect=self.args.rect)
+        return UltralyticsDataset(img_path, settings, settings.batch_size, prefix="val: ")
+
+    def get_dataloader(self, dataset_path, batch_size: int):
+        if self.names and len(self.names) < self.data["nc"]:
+            LOGGER.warning("yolo_data: a model with fewer classes than the dataset; labels of the other classes "
+                           "are kept (Ultralytics' own validator drops them)")
+        settings = loader_settings(self.args, "val", batch_size, _grid(self.stride), workers=self.args.workers,
+                                   rect=self.args.rect)
+        return create_loader(dataset_path, settings, rank=-1, prefix="val: ")

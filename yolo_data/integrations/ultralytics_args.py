@@ -1,0 +1,164 @@
+"""Ultralytics' training arguments -> yolo_data's augmentation and loader settings.
+
+Pure: never imports ultralytics.  ``cfg`` is anything with Ultralytics' argument names as attributes
+(its ``IterableSimpleNamespace``, a ``types.SimpleNamespace``) or a dict of them; a missing key takes
+Ultralytics' default (listed in ``DEFAULTS``), so tests need no Ultralytics.
+
+Every key of Ultralytics' data and augmentation arguments is listed in ``MAPPING`` with what yolo_data
+does with it; docs/ultralytics.md prints the same table.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Dict, Union
+
+from ..hyp import AugmentConfig
+
+LOGGER = logging.getLogger("yolo_data")
+
+# Ultralytics 8.4's defaults (ultralytics/cfg/default.yaml) for the keys read here.
+DEFAULTS: Dict[str, Any] = {
+    "mosaic": 1.0, "mixup": 0.0, "cutmix": 0.0, "copy_paste": 0.0, "copy_paste_mode": "flip",
+    "degrees": 0.0, "translate": 0.1, "scale": 0.5, "shear": 0.0, "perspective": 0.0,
+    "hsv_h": 0.015, "hsv_s": 0.7, "hsv_v": 0.4, "flipud": 0.0, "fliplr": 0.5, "bgr": 0.0,
+    "close_mosaic": 10, "cache": False, "rect": False, "fraction": 1.0, "single_cls": False,
+    "workers": 8, "seed": 0, "multi_scale": 0.0, "imgsz": 640,
+}
+
+# key -> what yolo_data does with it ("" entries of NO_EQUIVALENT are warned about when not default)
+MAPPING: Dict[str, str] = {
+    "mosaic": "AugmentConfig.mosaic: probability of a 2x2 mosaic (YOLOv5's, partners from the item's partner group)",
+    "mixup": "AugmentConfig.mixup: probability of mixing two mosaics (Beta(32, 32))",
+    "copy_paste": "AugmentConfig.copy_paste: YOLOv5's copy-paste of polygons inside the mosaic (mode 'flip' only)",
+    "degrees": "AugmentConfig.degrees", "translate": "AugmentConfig.translate", "scale": "AugmentConfig.scale",
+    "shear": "AugmentConfig.shear", "perspective": "AugmentConfig.perspective",
+    "hsv_h": "AugmentConfig.hsv_h", "hsv_s": "AugmentConfig.hsv_s", "hsv_v": "AugmentConfig.hsv_v",
+    "flipud": "AugmentConfig.flipud", "fliplr": "AugmentConfig.fliplr",
+    "close_mosaic": "dataset.close_mosaic(): mosaic, mixup and copy-paste off in the main process and in "
+                    "persistent workers (a flag in shared memory), from that epoch's first batch",
+    "cache": "cache_images: True/'ram' one RAM copy per node, 'disk' one file beside the label cache",
+    "rect": "rect batches of the global batch (train: whole batches shuffled; val: always rect, pad 0.5)",
+    "fraction": "the first round(n * fraction) images of the split in file order (an int >1: that many); "
+                "a scalar applies to train, a list to [train, val, test], as in Ultralytics",
+    "single_cls": "IndexSettings.single_cls: every class id becomes 0",
+    "workers": "DataLoader workers, persistent, also on CPU (Ultralytics sets 0 on CPU; we keep the request)",
+    "seed": "the seed of every item's generator and of the epoch's order (same batches for any worker count)",
+}
+NO_EQUIVALENT: Dict[str, str] = {
+    "cutmix": "no CutMix in yolo_data; ignored (warned when > 0)",
+    "copy_paste_mode": "only YOLOv5's 'flip' copy-paste; 'mixup' mode is ignored (warned)",
+    "bgr": "images are always RGB; a BGR probability is ignored (warned when > 0)",
+    "mosaic9": "(yolo_data's own hyp key, not Ultralytics'): 0",
+}
+# Not data settings, passed on by Ultralytics itself: multi_scale (preprocess_batch, unchanged), imgsz, batch.
+
+
+def _get(cfg: Union[Dict[str, Any], Any], key: str):
+    if isinstance(cfg, dict):
+        value = cfg.get(key, DEFAULTS[key])
+    else:
+        value = getattr(cfg, key, DEFAULTS[key])
+    return DEFAULTS[key] if value is None and key != "cache" else value
+
+
+def augment_config(cfg) -> AugmentConfig:
+    """The AugmentConfig of Ultralytics arguments ``cfg``; warns once per call about keys it ignores."""
+    for key, default in (("cutmix", 0.0), ("bgr", 0.0)):
+        if float(_get(cfg, key)) != default:
+            LOGGER.warning(f"Ultralytics {key}={_get(cfg, key)}: {NO_EQUIVALENT[key]}")
+    if float(_get(cfg, "copy_paste")) > 0 and _get(cfg, "copy_paste_mode") != "flip":
+        LOGGER.warning(f"Ultralytics copy_paste_mode={_get(cfg, 'copy_paste_mode')!r}: {NO_EQUIVALENT['copy_paste_mode']}")
+    keys = ("mosaic", "mixup", "copy_paste", "degrees", "translate", "scale", "shear", "perspective",
+            "hsv_h", "hsv_s", "hsv_v", "flipud", "fliplr")
+    return AugmentConfig(**{k: float(_get(cfg, k)) for k in keys}, mosaic9=0.0, albumentations=False)
+
+
+def closed_mosaic(cfg: AugmentConfig) -> AugmentConfig:
+    """``cfg`` as Ultralytics' close_mosaic leaves it: no mosaic, mixup or copy-paste."""
+    from dataclasses import replace
+    return replace(cfg, mosaic=0.0, mosaic9=0.0, mixup=0.0, copy_paste=0.0)
+
+
+def cache_mode(value) -> Union[bool, str]:
+    """Ultralytics' ``cache`` (True/'ram'/'disk'/False/None, or the strings 'True'/'False' of a CLI)
+    -> yolo_data's ``cache_images`` (False, 'ram' or 'disk')."""
+    if isinstance(value, str):
+        v = value.strip().lower()
+        if v in ("ram", "true"):
+            return "ram"
+        if v == "disk":
+            return "disk"
+        if v in ("", "false", "none"):
+            return False
+        raise ValueError(f"cache={value!r}: use True/'ram', 'disk' or False")
+    return "ram" if value is True else False
+
+
+@dataclass(frozen=True)
+class LoaderSettings:
+    """What one split's dataset and loader are built with.
+
+    ``augment``: training mapper (mosaic, perspective, HSV, flips) or evaluation (letterbox only).
+    ``rect``/``pad``: rect batches (val: always, pad 0.5, as Ultralytics' trainer and ``model.val()``).
+    ``batch_size``: per rank.  ``cache``: False, 'ram' or 'disk'.  ``fraction``: of the split's images,
+    first ones in file order (1.0: all; an int: that many).  ``linear_eval``: evaluation images resized
+    with linear interpolation as Ultralytics does (YOLOv5 uses area when shrinking)."""
+    imgsz: int
+    batch_size: int
+    stride: int
+    augment: bool
+    rect: bool
+    pad: float
+    shuffle: bool
+    cache: Union[bool, str]
+    single_cls: bool
+    workers: int
+    seed: int
+    fraction: Union[float, int]
+    hyp: AugmentConfig
+    close_mosaic: int = 0
+    linear_eval: bool = True
+
+
+def split_fraction(fraction, split: str) -> Union[float, int]:
+    """The part of ``split`` to use: a float ratio (1.0: all) or an int count.  A scalar applies to the
+    train split only, a list gives [train, val, test] (missing entries: all); 0 and 1 are ratios."""
+    if isinstance(fraction, (list, tuple)):
+        k = ("train", "val", "test").index(split) if split in ("train", "val", "test") else len(fraction)
+        fraction = fraction[k] if k < len(fraction) else 1.0
+    elif split != "train":
+        fraction = 1.0
+    if isinstance(fraction, bool) or fraction in (0, 1):
+        fraction = float(fraction)
+    if fraction <= 0:
+        raise ValueError(f"fraction {fraction} leaves no {split} images")
+    return fraction
+
+
+def fraction_count(n: int, fraction: Union[float, int]) -> int:
+    """How many of ``n`` images ``fraction`` keeps (at least 1, at most n)."""
+    k = fraction if isinstance(fraction, int) else max(1, round(n * float(fraction)))
+    return max(1, min(n, int(k)))
+
+
+def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, rect=None) -> LoaderSettings:
+    """Settings for ``mode`` 'train' or 'val' from Ultralytics arguments ``cfg``.
+
+    ``workers``: overrides cfg.workers (Ultralytics' trainer zeroes it on CPU before we see it).
+    ``rect``: for 'val', None means always rect (Ultralytics' trainer); the standalone validator passes
+    cfg.rect (``model.val()`` sets it True)."""
+    if mode not in ("train", "val"):
+        raise ValueError(f"mode must be 'train' or 'val', not {mode!r}")
+    train = mode == "train"
+    imgsz = _get(cfg, "imgsz")
+    if isinstance(imgsz, (list, tuple)):
+        imgsz = max(imgsz)  # Ultralytics letterboxes to a square of the longest side too
+    return LoaderSettings(
+        imgsz=int(imgsz), batch_size=int(batch_size), stride=int(stride), augment=train,
+        rect=bool(_get(cfg, "rect")) if train else (True if rect is None else bool(rect)),
+        pad=0.0 if train else 0.5, shuffle=train, cache=cache_mode(_get(cfg, "cache")),
+        single_cls=bool(_get(cfg, "single_cls")),
+        workers=int(_get(cfg, "workers") if workers is None else workers), seed=int(_get(cfg, "seed")),
+        fraction=split_fraction(_get(cfg, "fraction"), mode),
+        hyp=augment_config(cfg) if train else AugmentConfig(), close_mosaic=int(_get(cfg, "close_mosaic")))

@@ -1,0 +1,118 @@
+"""yolo_data's batches and labels in the form Ultralytics' trainer and validator read.
+
+Pure: never imports ultralytics.
+
+    our batch (imgs, targets, paths, shapes)  ->  to_batch_dict  ->  {'img', 'cls', 'bboxes', 'batch_idx',
+                                                                     'im_file', 'ori_shape',
+                                                                     'resized_shape', 'ratio_pad'}
+    our LabelStore                            ->  LabelDicts      ->  dataset.labels (list of dicts)
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from ..collate import collate_fn
+from ..store import LabelStore
+
+
+def whole_pixel_pad(pad: Tuple[float, float]) -> Tuple[int, int]:
+    """YOLOv5's (padw, padh), half the padding and possibly .5, -> the (left, top) whole pixels of
+    border the letterbox put before the content, which is what Ultralytics' ``ratio_pad[1]`` holds
+    and its ``scale_boxes`` subtracts.  The letterbox rounds ``pad - 0.1`` (an odd padding puts the
+    extra pixel bottom/right), so the same rounding here gives its exact offset."""
+    return int(round(pad[0] - 0.1)), int(round(pad[1] - 0.1))
+
+
+def to_batch_dict(imgs: torch.Tensor, targets: torch.Tensor, paths, shapes,
+                  with_ratio_pad: Optional[bool] = None) -> Dict[str, Any]:
+    """Ultralytics' batch dict from one of our batches.
+
+    In: ``imgs`` uint8 (B, 3, H, W) RGB; ``targets`` float32 (N, 6) [image index, class, x, y, w, h]
+    normalised xywh; ``paths`` B strings; ``shapes`` per image ``((h0, w0), ((h / h0, w / w0),
+    (padw, padh)))`` or None (a mosaic).
+
+    Out: ``img`` the same uint8 tensor (no copy); ``batch_idx`` float32 (N,); ``cls`` float32 (N, 1);
+    ``bboxes`` float32 (N, 4) normalised xywh (views of ``targets``); ``im_file`` tuple of B str;
+    ``ori_shape`` tuple of B (h0, w0) (the batch's (H, W) for a mosaic); ``resized_shape`` tuple of B
+    (H, W), the letterboxed size each image was fed at; ``ratio_pad`` tuple of B ((h / h0, w / w0),
+    (left, top)) with whole-pixel offsets (see ``whole_pixel_pad``), present when ``with_ratio_pad``
+    (None: when no image of the batch is a mosaic).  Ultralytics' validator scales predictions back to
+    ``ori_shape`` with ``ratio_pad``; its metrics compare boxes on the letterboxed image."""
+    hw = (int(imgs.shape[2]), int(imgs.shape[3]))
+    if with_ratio_pad is None:
+        with_ratio_pad = all(s is not None for s in shapes)
+    out = {
+        "img": imgs,
+        "batch_idx": targets[:, 0],
+        "cls": targets[:, 1:2],
+        "bboxes": targets[:, 2:6],
+        "im_file": tuple(paths),
+        "ori_shape": tuple(hw if s is None else (int(s[0][0]), int(s[0][1])) for s in shapes),
+        "resized_shape": tuple(hw for _ in shapes),
+    }
+    if with_ratio_pad:
+        if any(s is None for s in shapes):
+            raise ValueError("ratio_pad asked for a batch with mosaics (they have no original shape)")
+        out["ratio_pad"] = tuple(((float(s[1][0][0]), float(s[1][0][1])), whole_pixel_pad(s[1][1]))
+                                 for s in shapes)
+    return out
+
+
+class DictCollate:
+    """A collate function: ``inner`` (our ``collate_fn`` or ``QuadCollate``) and then ``to_batch_dict``.
+    Runs inside DataLoader workers, so the dict crosses to the main process as Ultralytics' loaders
+    hand theirs.  ``with_ratio_pad``: True for evaluation (every item has its shapes)."""
+
+    def __init__(self, inner: Callable = collate_fn, with_ratio_pad: Optional[bool] = None):
+        self.inner, self.with_ratio_pad = inner, with_ratio_pad
+
+    def __call__(self, items):
+        return to_batch_dict(*self.inner(items), with_ratio_pad=self.with_ratio_pad)
+
+
+class LabelDicts(Sequence):
+    """``dataset.labels`` as Ultralytics' datasets hold it, built on access from a LabelStore (no
+    Python object per image is kept, so forked workers share the store's pages).
+
+    Item i: ``{'im_file': str, 'shape': (h, w) int of the stored image, 'cls': float32 (n, 1),
+    'bboxes': float32 (n, 4) normalised xywh, 'segments': list of float32 (k, 2) normalised polygons
+    (empty when the image has none), 'keypoints': None, 'normalized': True, 'bbox_format': 'xywh'}``.
+    The arrays are copies: Ultralytics' code may edit them in place, the store is read-only."""
+
+    def __init__(self, store: LabelStore):
+        self._store = store
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} out of range for {n} images")
+        i %= n
+        labels = self._store.labels_of(i)
+        w, h = (int(v) for v in self._store.shapes[i])
+        return {
+            "im_file": self._store.im_file(i),
+            "shape": (h, w),
+            "cls": labels[:, 0:1].copy(),
+            "bboxes": labels[:, 1:5].copy(),
+            "segments": [s.copy() for s in self._store.segments_of(i)],
+            "keypoints": None,
+            "normalized": True,
+            "bbox_format": "xywh",
+        }
+
+    def __repr__(self) -> str:
+        return f"<LabelDicts of {len(self)} images>"
+
+
+def label_dicts(store: LabelStore) -> List[dict]:
+    """All of ``LabelDicts(store)`` as a list (for tests and small datasets)."""
+    return list(LabelDicts(store))
