@@ -1,0 +1,302 @@
+"""The Ultralytics plug-in (issue 13).
+
+Always run (no Ultralytics needed): Ultralytics' batch dict from our loader against the dataset, the
+ratio_pad offsets against the letterbox, the hyperparameter mapping, the labels-as-dicts view against
+the store, close_mosaic reaching persistent workers, fraction, and the evaluation shard sampler.
+
+With Ultralytics installed (the benchmark environment: /work/bench-venv/bin/python -m pytest ...): the
+validation inputs equal Ultralytics' own, image by image, and YoloDataTrainer trains an epoch with
+workers 0 and 2 (including close_mosaic) and validates with YoloDataValidator.
+"""
+import logging
+import os
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from yolo_data.geometry import letterbox_plan
+from yolo_data.hyp import AugmentConfig
+from yolo_data.integrations.ultralytics_args import (MAPPING, NO_EQUIVALENT, cache_mode, fraction_count,
+                                                     loader_settings, split_fraction)
+from yolo_data.integrations.ultralytics_batch import LabelDicts, to_batch_dict, whole_pixel_pad
+from yolo_data.integrations.ultralytics_loader import ShardSampler, UltralyticsLoader, create_loader
+
+ROOT = Path(__file__).resolve().parents[1]
+KEYS = {"img", "batch_idx", "cls", "bboxes", "im_file", "ori_shape", "resized_shape"}
+
+
+@pytest.fixture
+def sample(tmp_path):
+    """A copy of the bundled sample (16 train, 8 val images; the loaders write label caches)."""
+    shutil.copytree(ROOT / "data", tmp_path / "data")
+    return tmp_path / "data" / "sample.yaml"
+
+
+def settings(mode, batch=4, imgsz=128, **cfg):
+    return loader_settings(SimpleNamespace(imgsz=imgsz, seed=3, **cfg), mode, batch, 32,
+                           workers=cfg.pop("workers", 0))
+
+
+def batches(loader):
+    return [b for b in loader]
+
+
+# -- the batch dict ---------------------------------------------------------------------------------
+def test_val_batch_dict_matches_the_dataset_and_scales_back_exactly(sample):
+    loader = create_loader(sample, settings("val"), split="val")
+    ds = loader.dataset
+    seen = 0
+    for b in loader:
+        assert set(b) == KEYS | {"ratio_pad"}
+        img = b["img"]
+        assert img.dtype == torch.uint8 and img.ndim == 4 and img.shape[1] == 3
+        n = len(b["im_file"])
+        assert b["cls"].shape == (len(b["batch_idx"]), 1) and b["bboxes"].shape == (len(b["batch_idx"]), 4)
+        assert b["cls"].dtype == b["bboxes"].dtype == b["batch_idx"].dtype == torch.float32
+        assert b["resized_shape"] == ((img.shape[2], img.shape[3]),) * n
+        H, W = img.shape[2:]
+        for i, f in enumerate(b["im_file"]):
+            k = ds.im_files.index(f)
+            w0, h0 = ds.store.shapes[k]
+            assert b["ori_shape"][i] == (h0, w0)
+            mine = b["batch_idx"] == i
+            ref = ds.store.labels_of(k)
+            np.testing.assert_array_equal(b["cls"][mine, 0].numpy(), ref[:, 0])
+            # back to the original image: minus the whole-pixel pad, over each axis' ratio (Ultralytics'
+            # scale_boxes takes one gain, ratio_pad[0][0], for both axes; it is ours too, see below)
+            (rh, rw), (left, top) = b["ratio_pad"][i]
+            xywh = b["bboxes"][mine].numpy().astype(np.float64) * [W, H, W, H]
+            back = np.stack([(xywh[:, 0] - left) / rw, (xywh[:, 1] - top) / rh, xywh[:, 2] / rw, xywh[:, 3] / rh], 1)
+            np.testing.assert_allclose(back, ref[:, 1:] * [w0, h0, w0, h0], atol=0.02)
+            seen += 1
+    assert seen == len(ds) == 8
+
+
+def test_val_images_are_resized_linearly_as_ultralytics_does(sample):
+    """Reference: cv2 linear resize of the long side (sizes rounded up), then the letterbox border at
+    (left, top), gray 114 around; YOLOv5's area interpolation would differ in most pixels."""
+    import math
+    import cv2
+    loader = create_loader(sample, settings("val", imgsz=160), split="val")
+    b = next(iter(loader))
+    for i, f in enumerate(b["im_file"]):
+        im = cv2.imread(f)
+        h0, w0 = im.shape[:2]
+        r = 160 / max(h0, w0)
+        im = cv2.resize(im, (math.ceil(w0 * r), math.ceil(h0 * r)), interpolation=cv2.INTER_LINEAR)
+        (_, _), (left, top) = b["ratio_pad"][i]
+        H, W = b["img"].shape[2:]
+        want = np.full((H, W, 3), 114, np.uint8)
+        want[top:top + im.shape[0], left:left + im.shape[1]] = im
+        np.testing.assert_array_equal(b["img"][i].permute(1, 2, 0).numpy(), want[:, :, ::-1])
+
+
+def test_whole_pixel_pad_is_the_letterbox_border():
+    """Reference: the letterbox plan's own top/left border, for odd and even paddings."""
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        h, w = (int(v) for v in rng.integers(5, 400, 2))
+        new = (int(rng.integers(1, 13)) * 32, int(rng.integers(1, 13)) * 32)
+        plan = letterbox_plan((h, w), new, auto=False, scaleup=False)
+        assert whole_pixel_pad(plan.pad) == (plan.left, plan.top)
+
+
+def test_to_batch_dict_views_targets_and_omits_ratio_pad_for_mosaics():
+    imgs = torch.zeros((2, 3, 64, 96), dtype=torch.uint8)
+    targets = torch.tensor([[0, 2, .5, .5, .2, .2], [1, 1, .1, .2, .3, .4], [1, 0, .6, .6, .1, .1]])
+    shapes = [((100, 150), ((0.64, 0.64), (0.0, 7.5))), None]
+    d = to_batch_dict(imgs, targets, ["a.jpg", "b.jpg"], shapes)
+    assert set(d) == KEYS and d["img"] is imgs
+    assert d["ori_shape"] == ((100, 150), (64, 96)) and d["resized_shape"] == ((64, 96), (64, 96))
+    torch.testing.assert_close(d["cls"], targets[:, 1:2])
+    torch.testing.assert_close(d["bboxes"], targets[:, 2:])
+    torch.testing.assert_close(d["batch_idx"], torch.tensor([0.0, 1, 1]))
+    d = to_batch_dict(imgs, targets, ["a.jpg", "b.jpg"], [shapes[0], shapes[0]])
+    assert d["ratio_pad"] == (((0.64, 0.64), (0, 7)),) * 2
+    with pytest.raises(ValueError):
+        to_batch_dict(imgs, targets, ["a.jpg", "b.jpg"], shapes, with_ratio_pad=True)
+
+
+def test_train_batches_are_mosaics_and_the_same_with_0_and_2_workers(sample):
+    runs = []
+    for workers in (0, 2):
+        loader = create_loader(sample, settings("train", workers=workers, batch=8), split="train")
+        assert loader.num_workers == workers and loader.batch_size == 8 and not loader.drop_last
+        runs.append(batches(loader))
+        loader.close()
+    for a, b in zip(*runs):
+        assert set(a) == KEYS  # mosaics: no ratio_pad
+        assert a["img"].shape == (8, 3, 128, 128) and a["ori_shape"] == ((128, 128),) * 8
+        assert torch.equal(a["img"], b["img"]) and torch.equal(a["bboxes"], b["bboxes"])
+        assert a["im_file"] == b["im_file"]
+        assert 0 <= float(a["bboxes"].min()) and float(a["bboxes"].max()) <= 1
+
+
+# -- close_mosaic --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("workers", [0, 2])
+def test_close_mosaic_reaches_persistent_workers(sample, workers):
+    """As Ultralytics' trainer does it: enumerate the loader, close, reset, enumerate again; every
+    item after the close is a letterboxed single image (its batch then has ratio_pad)."""
+    loader = create_loader(sample, settings("train", workers=workers, batch=4), split="train")
+    assert isinstance(loader, UltralyticsLoader)
+    first = batches(loader)
+    assert all("ratio_pad" not in b for b in first)  # mosaic 1.0: every item a mosaic
+    stale = enumerate(loader)  # what the trainer's non-zero ranks hold across the close
+    loader.dataset.mosaic = False
+    loader.dataset.close_mosaic(hyp=SimpleNamespace(mosaic=1.0))
+    loader.reset()
+    assert loader.dataset.mosaic_closed
+    for b in [b for _, b in stale] + batches(loader):
+        assert "ratio_pad" in b
+    loader.close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_close_mosaic_before_the_first_pass_drops_the_early_start(sample, workers):
+    """epochs <= close_mosaic closes at epoch 0, after the workers began the first pass at construction."""
+    loader = create_loader(sample, settings("train", workers=workers, batch=4), split="train")
+    loader.dataset.close_mosaic()
+    loader.reset()
+    assert all("ratio_pad" in b for b in batches(loader))
+    loader.close()
+
+
+# -- hyperparameters ---------------------------------------------------------------------------------
+def test_ultralytics_arguments_map_onto_ours(caplog):
+    cfg = dict(imgsz=320, mosaic=0.7, mixup=0.2, copy_paste=0.1, degrees=5, translate=0.2, scale=0.3, shear=1,
+               perspective=0.0001, hsv_h=0.02, hsv_s=0.5, hsv_v=0.3, flipud=0.1, fliplr=0.4, close_mosaic=3,
+               cache="disk", rect=True, single_cls=True, workers=3, seed=7, cutmix=0.5, bgr=0.2)
+    with caplog.at_level(logging.WARNING, logger="yolo_data"):
+        s = loader_settings(cfg, "train", 16, 32)
+    assert s.hyp == AugmentConfig(hsv_h=0.02, hsv_s=0.5, hsv_v=0.3, degrees=5, translate=0.2, scale=0.3, shear=1,
+                                  perspective=0.0001, flipud=0.1, fliplr=0.4, mosaic=0.7, mosaic9=0.0, mixup=0.2,
+                                  copy_paste=0.1)
+    assert (s.imgsz, s.batch_size, s.stride, s.augment, s.rect, s.pad, s.shuffle) == (320, 16, 32, True, True, 0.0, True)
+    assert (s.cache, s.single_cls, s.workers, s.seed, s.close_mosaic) == ("disk", True, 3, 7, 3)
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "cutmix" in warned and "bgr" in warned
+    v = loader_settings(cfg, "val", 32, 32, workers=0)
+    assert (v.augment, v.rect, v.pad, v.shuffle, v.workers, v.hyp) == (False, True, 0.5, False, 0, AugmentConfig())
+    assert loader_settings({"rect": False}, "val", 8, 32, rect=False).rect is False
+    assert [cache_mode(c) for c in (True, "ram", "True", "disk", False, None, "False")] == \
+           ["ram", "ram", "ram", "disk", False, False, False]
+    with pytest.raises(ValueError):
+        cache_mode("gpu")
+
+
+def test_fraction_as_ultralytics_counts_it(sample):
+    assert split_fraction(0.5, "train") == 0.5 and split_fraction(0.5, "val") == 1.0
+    assert split_fraction([1.0, 0.25], "val") == 0.25 and split_fraction([0.3], "test") == 1.0
+    assert split_fraction(1, "train") == 1.0 and isinstance(split_fraction(1, "train"), float)
+    assert fraction_count(16, 0.5) == 8 and fraction_count(16, 3) == 3 and fraction_count(16, 0.001) == 1
+    loader = create_loader(sample, settings("train", fraction=0.5), split="train")
+    assert len(loader.dataset) == 8
+    assert list(loader.dataset.im_files) == sorted(loader.dataset.im_files)[:8]
+
+
+def test_docs_list_every_key():
+    doc = (ROOT / "docs" / "ultralytics.md").read_text()
+    for key in list(MAPPING) + list(NO_EQUIVALENT):
+        assert f"`{key}`" in doc, key
+
+
+# -- labels ----------------------------------------------------------------------------------------------
+def test_labels_are_dicts_over_the_store(sample):
+    loader = create_loader(sample, settings("train"), split="train")
+    ds = loader.dataset
+    store = ds.store
+    labels = ds.labels
+    assert isinstance(labels, LabelDicts) and len(labels) == len(store) == 16
+    for i, lb in enumerate(labels):
+        ref = store.labels_of(i)
+        assert lb["im_file"] == store.im_file(i) == ds.im_files[i]
+        assert lb["shape"] == (int(store.shapes[i, 1]), int(store.shapes[i, 0]))
+        assert lb["cls"].shape == (len(ref), 1) and lb["bboxes"].shape == (len(ref), 4)
+        np.testing.assert_array_equal(lb["cls"][:, 0], ref[:, 0])
+        np.testing.assert_array_equal(lb["bboxes"], ref[:, 1:])
+        assert (lb["normalized"], lb["bbox_format"], lb["keypoints"]) == (True, "xywh", None)
+        assert len(lb["segments"]) == len(store.segments_of(i))
+    labels[0]["bboxes"][:] = 9  # a copy: the store is untouched
+    assert float(store.labels_of(0)[:, 1:].max()) <= 1
+    assert labels[-1]["im_file"] == store.im_file(15) and len(labels[2:5]) == 3
+    with pytest.raises(IndexError):
+        labels[16]
+
+
+def test_shard_sampler_gives_each_image_once_in_whole_batches():
+    for n, b, world in ((8, 4, 2), (10, 4, 2), (7, 4, 3), (3, 4, 2), (33, 8, 4)):
+        parts = [list(ShardSampler(n, b, r, world)) for r in range(world)]
+        assert sum(parts, []) == list(range(n))
+        for p in parts:
+            assert not p or p[0] % b == 0  # starts at a batch boundary: rect batches stay whole
+
+
+# -- with Ultralytics --------------------------------------------------------------------------------
+@pytest.fixture
+def ultra(tmp_path_factory):
+    """Ultralytics, offline, its settings in a temp folder (it reads both at import)."""
+    os.environ.setdefault("YOLO_OFFLINE", "1")
+    os.environ.setdefault("YOLO_CONFIG_DIR", str(tmp_path_factory.mktemp("ultra_cfg")))
+    return pytest.importorskip("ultralytics")
+
+
+def absolute_yaml(sample: Path) -> Path:
+    """Ultralytics resolves a relative ``path:`` against its datasets folder, not the yaml's."""
+    out = sample.parent / "abs.yaml"
+    out.write_text(sample.read_text().replace("path: sample", f"path: {sample.parent / 'sample'}"))
+    return out
+
+
+def test_validation_inputs_equal_ultralytics(sample, ultra):
+    """The validator's metrics are a function of the images and labels it is fed: ours equal
+    Ultralytics' own, item by item (pixels exactly; boxes to float32 rounding)."""
+    from ultralytics.cfg import get_cfg
+    from ultralytics.data import build_dataloader, build_yolo_dataset
+    from ultralytics.data.utils import check_det_dataset
+    cfg = get_cfg(overrides={"imgsz": 160, "rect": True, "batch": 4})
+    data = check_det_dataset(str(absolute_yaml(sample)))
+    theirs = build_dataloader(build_yolo_dataset(cfg, data["val"], 4, data, mode="val", stride=32), 4, 0, shuffle=False)
+    ours = create_loader(data["val"], loader_settings(cfg, "val", 4, 32, workers=0))
+
+    def items(loader):
+        out = {}
+        for b in loader:
+            for i, f in enumerate(b["im_file"]):
+                k = b["batch_idx"] == i
+                out[f] = (b["img"][i], b["cls"][k], b["bboxes"][k], tuple(b["ori_shape"][i]), b["ratio_pad"][i],
+                          tuple(b["img"].shape[2:]))
+        return out
+
+    t, o = items(theirs), items(ours)
+    assert set(t) == set(o) and len(t) == 8
+    for f in t:
+        assert torch.equal(t[f][0], o[f][0]), f
+        assert torch.equal(t[f][1], o[f][1])
+        torch.testing.assert_close(t[f][2], o[f][2], rtol=0, atol=1e-6)
+        assert t[f][3] == o[f][3] and t[f][5] == o[f][5]
+        assert tuple(t[f][4][1]) == tuple(o[f][4][1])
+        np.testing.assert_allclose(t[f][4][0], o[f][4][0], rtol=1e-12)
+
+
+def test_trainer_runs_an_epoch_with_0_and_2_workers(sample, ultra, tmp_path):
+    from ultralytics import YOLO
+    from yolo_data.integrations.ultralytics import YoloDataTrainer, YoloDataValidator
+    data = absolute_yaml(sample)
+    seen = {}
+    for workers in (0, 2):
+        model = YOLO("yolo11n.yaml")
+
+        def remember(trainer):
+            seen[workers] = (type(trainer.train_loader), type(trainer.validator), trainer.train_loader.num_workers,
+                             trainer.train_loader.dataset.mosaic_closed)
+        model.add_callback("on_train_end", remember)
+        model.train(data=str(data), trainer=YoloDataTrainer, epochs=1, imgsz=64, batch=8, workers=workers,
+                    device="cpu", plots=False, amp=False, val=True, project=str(tmp_path / "runs"),
+                    name=f"w{workers}", exist_ok=True, verbose=False)
+        assert (tmp_path / "runs" / f"w{workers}" / "weights" / "last.pt").exists()
+        # epochs=1 <= close_mosaic: closed at epoch 0, after the workers' early start
+        assert seen[workers] == (UltralyticsLoader, YoloDataValidator, workers, True)
