@@ -32,7 +32,7 @@ from .store import LabelStore
 LOGGER = logging.getLogger("yolo_data")
 
 KIND = "labels"
-FORMAT_VERSION = 3  # of the contents; the container's own format is container.FORMAT
+FORMAT_VERSION = 4  # of the contents (4: class names); the container's own format is container.FORMAT
 CACHE_DIR_ENV = "YOLO_DATA_CACHE_DIR"
 __all__ = ["CacheError", "CacheContents", "fingerprint", "load", "save", "user_cache_dir", "folder_cache_file"]
 
@@ -44,6 +44,7 @@ class CacheContents:
     fingerprint: str
     counts: Dict[str, int]
     problems: List[Problem] = field(default_factory=list)
+    names: List[str] = field(default_factory=list)  # the class names (a COCO JSON's or VOC XMLs' own)
 
 
 # -- fingerprint ------------------------------------------------------------------------------------
@@ -72,8 +73,11 @@ def _stats(paths: Sequence[str]) -> array:
 def _chunk_digest(im_files: Sequence[str], lb_files: Sequence[str], lo: int, hi: int, threads=None) -> bytes:
     """sha256 of pairs [lo, hi): every path (NUL-separated: no path contains NUL), then their stats.
     ``threads``: an executor that stats batches of paths concurrently (slow filesystems)."""
-    paths: List[str] = [""] * (2 * (hi - lo))
-    paths[0::2], paths[1::2] = im_files[lo:hi], lb_files[lo:hi]
+    if lb_files is None:  # a format whose labels are not one file per image (COCO's JSON)
+        paths = list(im_files[lo:hi])
+    else:
+        paths = [""] * (2 * (hi - lo))
+        paths[0::2], paths[1::2] = im_files[lo:hi], lb_files[lo:hi]
     if threads is None:
         vals = _stats(paths)
     else:
@@ -104,15 +108,17 @@ def _slow_stats(im_files: Sequence[str], lb_files: Sequence[str]) -> bool:
     taken for a slow filesystem, which would only cost speed.)"""
     k = min(len(im_files), 128)
     t0 = time.perf_counter()
-    _stats(list(im_files[:k]) + list(lb_files[:k]))
+    _stats(list(im_files[:k]) + list(lb_files[:k] if lb_files is not None else im_files[:k]))
     return k > 0 and time.perf_counter() - t0 > SLOW_STAT_S * 2 * k
 
 
-def fingerprint(im_files: Sequence[str], lb_files: Sequence[str], nc: Optional[int], *,
-                workers: Optional[int] = None, parallel_min: Optional[int] = None) -> str:
-    """sha256 of everything that decides the scan's result: the format version, the scan settings and
-    each image and label file's path, size, modification time (ns) and file type; a missing file
-    counts too.  Every file is stat'ed on every call, so an edited file (new mtime, or new size) or a
+def fingerprint(im_files: Sequence[str], lb_files: Optional[Sequence[str]], nc: Optional[int], *,
+                workers: Optional[int] = None, parallel_min: Optional[int] = None,
+                settings: Optional[Dict] = None) -> str:
+    """sha256 of everything that decides the scan's result: the format version, the scan settings
+    (``nc``, and ``settings``: the label format's, JSON-serialisable, e.g. a COCO JSON's path, size and
+    mtime, or VOC's names) and each image and label file's path, size, modification time (ns) and file
+    type; a missing file counts too.  ``lb_files`` None: only the images are stat'ed per pair.  Every file is stat'ed on every call, so an edited file (new mtime, or new size) or a
     replaced one is noticed; folder times are never used as a shortcut.
 
     The pairs are hashed in chunks of FINGERPRINT_CHUNK and the chunks' digests in order, so the value
@@ -125,12 +131,12 @@ def fingerprint(im_files: Sequence[str], lb_files: Sequence[str], nc: Optional[i
       threads of this process instead: there the latency, not the CPU, is the cost.
     """
     n = len(im_files)
-    if len(lb_files) != n:
+    if lb_files is not None and len(lb_files) != n:
         raise ValueError(f"{n} image files but {len(lb_files)} label files")
     h = hashlib.sha256(json.dumps({
         "version": FORMAT_VERSION, "nc": nc, "tol": COORD_TOLERANCE, "min_side": MIN_IMAGE_SIDE,
         "max_label_bytes": MAX_LABEL_BYTES, "max_class": MAX_CLASS_ID, "fingerprint": 2,
-        "chunk": FINGERPRINT_CHUNK, "pairs": n}).encode())
+        "chunk": FINGERPRINT_CHUNK, "pairs": n, **({"source": settings} if settings else {})}).encode())
     bounds = [(lo, min(lo + FINGERPRINT_CHUNK, n)) for lo in range(0, n, FINGERPRINT_CHUNK)]
     workers = min(workers or default_workers(), len(bounds))
     parallel_min = PARALLEL_FINGERPRINT_MIN if parallel_min is None else parallel_min
@@ -152,7 +158,7 @@ def fingerprint(im_files: Sequence[str], lb_files: Sequence[str], nc: Optional[i
 def _layout(contents: CacheContents) -> container.Layout:
     arrays = contents.store.arrays()
     meta = {"version": FORMAT_VERSION, "fingerprint": contents.fingerprint, "counts": contents.counts,
-            "problems": [[p.file, p.reason, p.dropped] for p in contents.problems]}
+            "problems": [[p.file, p.reason, p.dropped] for p in contents.problems], "names": contents.names}
     return container.plan(KIND, meta, {k: (a.dtype.str, a.shape) for k, a in arrays.items()})
 
 
@@ -169,7 +175,10 @@ def load(path: Path) -> CacheContents:
             raise CacheError(f"label cache version {meta['version']}, this yolo_data reads {FORMAT_VERSION}")
         store = LabelStore.from_arrays(c.arrays)
         problems = [Problem(str(f), str(r), bool(d)) for f, r, d in meta["problems"]]
-        return CacheContents(store, str(meta["fingerprint"]), dict(meta["counts"]), problems)
+        names = meta["names"]
+        if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
+            raise CacheError("class names are not a list of texts")
+        return CacheContents(store, str(meta["fingerprint"]), dict(meta["counts"]), problems, names)
     except CacheError:
         raise
     except (KeyError, TypeError, ValueError) as e:

@@ -55,10 +55,10 @@ def format_table(rows: List[Tuple[str, SplitLabels]]) -> str:
 
 
 def build_caches(data: str, workers: Optional[int] = None, cache_dir=None, force: bool = False,
-                 progress: bool = True) -> List[Tuple[str, SplitLabels]]:
+                 progress: bool = True, keep_difficult: bool = False) -> List[Tuple[str, SplitLabels]]:
     splits, names = _splits(data)
-    return [(name, load_split(paths, nc=len(names) or None, cache_dir=cache_dir, workers=workers, force=force,
-                              progress=_bar(name, progress and sys.stderr.isatty())))
+    return [(name, load_split(paths, cache_dir=cache_dir, workers=workers, force=force, names=names or None,
+                              keep_difficult=keep_difficult, progress=_bar(name, progress and sys.stderr.isatty())))
             for name, paths in splits]
 
 
@@ -130,7 +130,9 @@ def build_cache_main(argv=None) -> int:
         prog="yolo-data-cache",
         description="Build or refresh the label cache of every split of a dataset and report what was found.")
     ap.add_argument("data", nargs="?", default=str(SAMPLE_YAML),
-                    help="dataset yaml or image path (folder, .txt list); default: the bundled sample")
+                    help="dataset yaml, image path (folder, .txt list), COCO .json, or Pascal VOC folder or "
+                         "ImageSets list; default: the bundled sample")
+    ap.add_argument("--keep-difficult", action="store_true", help="keep VOC objects marked difficult")
     ap.add_argument("--workers", type=int, default=None, help="scan processes (default: all cores)")
     ap.add_argument("--cache-dir", default=None,
                     help="write caches to this folder instead of beside the labels")
@@ -150,7 +152,7 @@ def build_cache_main(argv=None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
     try:
-        rows = build_caches(args.data, args.workers, args.cache_dir, args.force)
+        rows = build_caches(args.data, args.workers, args.cache_dir, args.force, keep_difficult=args.keep_difficult)
     except (OSError, ValueError) as e:  # a missing or unreadable path, a malformed yaml: one line, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2

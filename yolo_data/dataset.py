@@ -79,14 +79,17 @@ class YoloDataset(Dataset):
     world size).  ``cache_images``: False, True/'ram' or 'disk' (see :mod:`~yolo_data.imagecache`);
     ``ram_dir``: the folder of a RAM cache (default $YOLO_DATA_SHM_DIR or /dev/shm);
     ``shm_reserve_bytes``: room a RAM cache leaves free there for the DataLoader's batches.
-    ``batch_partners``/``partner_group``: see ``__getitems__``.
+    ``batch_partners``/``partner_group``: see ``__getitems__``.  ``path`` may also name a COCO .json or
+    a Pascal VOC folder or ImageSets list (formats.py), read in place; ``keep_difficult``: keep VOC
+    objects marked difficult.
     """
 
     def __init__(self, path, img_size: int = 640, batch_size: int = 16, augment: bool = False, hyp=None,
                  rect: bool = False, image_weights: bool = False, cache_images=False, single_cls: bool = False,
                  stride: int = 32, pad: float = 0.0, min_items: int = 0, prefix: str = "",
                  workers: Optional[int] = None, split: Optional[str] = None, cache_dir=None, seed: int = 0,
-                 batch_partners: bool = True, ram_dir=None, shm_reserve_bytes: int = 0, partner_group: int = 0):
+                 batch_partners: bool = True, ram_dir=None, shm_reserve_bytes: int = 0, partner_group: int = 0,
+                 keep_difficult: bool = False):
         self.img_size = int(img_size)
         self.augment = augment
         self.hyp = hyp
@@ -106,8 +109,10 @@ class YoloDataset(Dataset):
 
         paths, names = resolve_split(path, split, augment)
         show = summary.printing_rank()
-        self.split_labels: SplitLabels = load_split(paths, nc=len(names) or None, cache_dir=cache_dir,
-                                                    workers=workers, progress=_progress_bar(prefix, show))
+        self.split_labels: SplitLabels = load_split(paths, cache_dir=cache_dir, workers=workers,
+                                                    progress=_progress_bar(prefix, show), names=names or None,
+                                                    keep_difficult=keep_difficult)
+        names = self.split_labels.names or names  # a COCO JSON's categories, VOC's object names
         summary.log_split_summary(self.split_labels, prefix, path)  # every run, cache or scan (rank 0 only)
         if not len(self.split_labels.store):
             raise RuntimeError(f"{prefix}no usable images in {path}: "
@@ -190,7 +195,8 @@ class YoloDataset(Dataset):
 
     @property
     def label_files(self) -> Sequence[str]:
-        return LabelFiles(self.store)
+        """Per image its annotation file: YOLO's labels/*.txt, VOC's Annotations/*.xml, or the COCO JSON."""
+        return LabelFiles(self.store, self.split_labels.label_file_of)
 
     @property
     def labels(self) -> Sequence[np.ndarray]:

@@ -1,4 +1,6 @@
-"""Read and verify one image/label pair -> a :class:`PairRecord` (or a named problem).
+"""Read and verify one image and its labels -> a :class:`PairRecord` (or a named problem).  YOLO label
+files are read here; other formats bring their own :class:`LabelReader` (:mod:`~yolo_data.voc`,
+:mod:`~yolo_data.coco`).
 
 Nothing here modifies a file: a JPEG that lacks its end marker is reported, not "restored".
 Only regular files are opened (a FIFO blocks its reader, /dev/zero never ends), and a label file is read
@@ -13,7 +15,7 @@ import re
 import stat
 import struct
 from dataclasses import dataclass, field
-from typing import BinaryIO, List, Optional, Tuple
+from typing import BinaryIO, List, Optional, Protocol, Tuple
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
@@ -315,16 +317,21 @@ def read_labels(lb_file: str, nc: Optional[int]):
     labels, segments = _parse_rows(text, nc)
     if not len(labels):
         return labels, None, "empty", warnings
+    return (*without_duplicates(labels, segments, warnings), "ok", warnings)
+
+
+def without_duplicates(labels: np.ndarray, segments: Optional[List[np.ndarray]], warnings: List[str]):
+    """(labels, segments) with repeated rows removed as YOLOv5's loader removes them (unique rows in
+    sorted order, so targets stay identical to its own), and a warning added when there were any."""
     if len({row.tobytes() for row in labels + 0.0}) == len(labels):  # + 0.0: -0.0 equals 0.0
-        return labels, segments, "ok", warnings
+        return labels, segments
     _, first = np.unique(labels, axis=0, return_index=True)
     if len(first) < len(labels):
-        # Same selection and order as YOLOv5 (unique rows in sorted order), so targets stay identical.
         warnings.append(f"{len(labels) - len(first)} duplicate label rows removed")
         labels = labels[first]
         if segments is not None:
             segments = [segments[i] for i in first]
-    return labels, segments, "ok", warnings
+    return labels, segments
 
 
 def _too_large(size: str) -> str:
@@ -332,20 +339,48 @@ def _too_large(size: str) -> str:
             "(yolo_data.labels.MAX_LABEL_BYTES)")
 
 
-def verify_pair(im_file: str, lb_file: str, nc: Optional[int] = None) -> PairRecord:
-    """Check one image/label pair.  Never raises for bad data: problems are recorded on the result.
+class LabelReader(Protocol):
+    """Reads one image's labels in a scan worker (picklable: it travels with each chunk of pairs).
 
-    ``nc``: number of class names, or None when unknown (then class ids are only checked to be below
-    MAX_CLASS_ID).
+    ``read(label, shape)``: ``label`` is what the source lists beside the image (a label file's path, or
+    the annotations a COCO JSON gives for it); ``shape`` the image's (w, h) from :func:`image_size`.
+    Returns (labels (n, 5) float32 [class, x, y, w, h] normalised, segments or None, status 'ok' /
+    'missing' / 'empty', warnings).  Raises _Corrupt when the image must be left out.
+    ``describe(label)``: the file named in messages about ``label``.
     """
+
+    def read(self, label, shape: Tuple[int, int]): ...
+
+    def describe(self, label) -> str: ...
+
+
+@dataclass(frozen=True)
+class YoloReader:
+    """YOLO ``.txt`` label files; ``nc``: number of names, or None when unknown."""
+    nc: Optional[int] = None
+
+    def read(self, label: str, shape: Tuple[int, int]):
+        return read_labels(label, self.nc)
+
+    def describe(self, label: str) -> str:
+        return label
+
+
+def verify_pair(im_file: str, lb_file, nc: Optional[int] = None, reader: Optional[LabelReader] = None) -> PairRecord:
+    """Check one image and its labels.  Never raises for bad data: problems are recorded on the result.
+
+    ``reader``: how the labels are read (default: a YOLO label file, with ``nc`` the number of class
+    names, or None when unknown: then class ids are only checked to be below MAX_CLASS_ID).
+    """
+    reader = YoloReader(nc) if reader is None else reader
     rec = PairRecord(im_file=im_file)
     current = im_file
     try:
         rec.shape, warnings = image_size(im_file)
         rec.problems += [Problem(im_file, w, dropped=False) for w in warnings]
-        current = lb_file
-        rec.labels, rec.segments, rec.status, warnings = read_labels(lb_file, nc)
-        rec.problems += [Problem(lb_file, w, dropped=False) for w in warnings]
+        current = reader.describe(lb_file)
+        rec.labels, rec.segments, rec.status, warnings = reader.read(lb_file, rec.shape)
+        rec.problems += [Problem(current, w, dropped=False) for w in warnings]
     except _Corrupt as e:
         rec.status = "corrupt"
         rec.labels, rec.segments = np.zeros((0, 5), np.float32), None

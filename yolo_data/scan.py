@@ -7,7 +7,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, List, Optional, Sequence
 
-from .labels import PairRecord, verify_pair
+from .labels import LabelReader, PairRecord, verify_pair
 
 Progress = Callable[[int, int], None]  # (done, total)
 
@@ -21,13 +21,15 @@ def default_workers() -> int:
 
 
 def _verify_chunk(args):
-    im_files, lb_files, nc = args
-    return [verify_pair(i, l, nc) for i, l in zip(im_files, lb_files)]
+    im_files, lb_files, nc, reader = args
+    return [verify_pair(i, l, nc, reader) for i, l in zip(im_files, lb_files)]
 
 
-def scan_pairs(im_files: Sequence[str], lb_files: Sequence[str], nc: Optional[int] = None,
-               workers: Optional[int] = None, progress: Optional[Progress] = None) -> List[PairRecord]:
-    """Verify each (image, label) pair, in input order, using ``workers`` processes.
+def scan_pairs(im_files: Sequence[str], lb_files: Sequence, nc: Optional[int] = None,
+               workers: Optional[int] = None, progress: Optional[Progress] = None,
+               reader: Optional[LabelReader] = None) -> List[PairRecord]:
+    """Verify each (image, label) pair, in input order, using ``workers`` processes.  ``lb_files``:
+    YOLO label files, or what ``reader`` reads (see labels.LabelReader).
 
     Header parsing and label parsing are Python-bound, so threads would share one core; the pairs are
     cut into chunks and checked in worker processes.  A pool is not worth starting for a few hundred
@@ -36,7 +38,7 @@ def scan_pairs(im_files: Sequence[str], lb_files: Sequence[str], nc: Optional[in
     n = len(im_files)
     workers = max(1, min(workers or default_workers(), n))
     chunk = max(16, min(512, n // (workers * 8) or 1))
-    jobs = [(list(im_files[i:i + chunk]), list(lb_files[i:i + chunk]), nc) for i in range(0, n, chunk)]
+    jobs = [(list(im_files[i:i + chunk]), list(lb_files[i:i + chunk]), nc, reader) for i in range(0, n, chunk)]
     records: List[PairRecord] = []
     if workers == 1 or n < 500 or sys.platform != "linux":
         pool_cm = ThreadPoolExecutor(workers)

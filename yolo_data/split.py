@@ -11,12 +11,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Union
+from typing import Callable, Dict, List, Optional, Union
 
 from . import cache, distributed, failures
 from .labels import Problem
 from .scan import Progress, scan_pairs
-from .sources import default_cache_file, img2label_path, list_image_files
+from .formats import SourceOptions, SplitSource, open_source
+from .sources import img2label_path
 from .store import LabelStore
 
 LOGGER = logging.getLogger("yolo_data")
@@ -38,6 +39,9 @@ class SplitLabels:
     problems: List[Problem] = field(default_factory=list)
     fingerprint: str = ""  # of the inputs (see cache.fingerprint)
     default_file: Optional[Path] = None  # where the cache goes by default (beside the labels)
+    names: List[str] = field(default_factory=list)  # class names (the yaml's, or the annotations' own)
+    kind: str = "yolo"  # the label format: 'yolo', 'coco' or 'voc' (formats.py)
+    label_file_of: Callable[[str], str] = img2label_path  # an image's annotation file
 
 
 def _counts(records, store: LabelStore) -> Dict[str, int]:
@@ -63,11 +67,15 @@ def _candidates(default: Path, cache_dir: Optional[Union[str, Path]]) -> List[Pa
 
 
 def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional[int] = None,
-               force: bool = False, progress: Optional[Progress] = None, save: bool = True) -> SplitLabels:
-    """Labels of the images named by ``path`` (folder, .txt list, image, or a list of these).
+               force: bool = False, progress: Optional[Progress] = None, save: bool = True,
+               names: Optional[List[str]] = None, keep_difficult: bool = False) -> SplitLabels:
+    """Labels of the images named by ``path``: a folder, .txt list or image with YOLO labels, a COCO
+    .json, a Pascal VOC folder or ImageSets list, or a list of these (see formats.py).
 
-    ``nc``: number of class names when known (larger class ids are then errors).  ``force``: rescan
-    even if a fresh cache exists.  ``save=False`` scans without writing a cache.
+    ``names``: the class names when known (YOLO class ids beyond them are then errors; COCO categories
+    and VOC objects map onto them by name); ``nc``: their number, when only that is known.
+    ``keep_difficult``: keep VOC objects marked difficult.  ``force``: rescan even if a fresh cache
+    exists.  ``save=False`` scans without writing a cache.
 
     Inside ``torch_distributed_zero_first`` the other local ranks do not look at the files again: they
     map exactly the cache file local rank 0 loaded or wrote (named in the process group's store, and
@@ -75,15 +83,17 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
     them another label set, and so other numbers of steps per epoch, than rank 0.
     """
     made = {}
+    options = SourceOptions(tuple(names) if names else None, bool(keep_difficult), nc)
 
     def on_rank_0() -> str:
-        s = _load_or_scan(path, nc, cache_dir, workers, force, progress, save)
+        s = _load_or_scan(path, options, cache_dir, workers, force, progress, save)
         failed, nbytes = failures.read(s.cache_file)
         made["split"] = failures.leave_out(s, failed)
         return json.dumps({"file": None if s.cache_file is None else str(s.cache_file), "fingerprint": s.fingerprint,
-                           "default": str(s.default_file), "failed_bytes": nbytes})
+                           "default": str(s.default_file), "failed_bytes": nbytes, "kind": s.kind,
+                           "label_file": s.label_file_of(s.store.im_file(0)) if len(s.store) else None})
 
-    tag = "labels-" + hashlib.sha256(json.dumps([str(p) for p in _as_list(path)] + [nc]).encode(
+    tag = "labels-" + hashlib.sha256(json.dumps([str(p) for p in _as_list(path)] + [nc, names, keep_difficult]).encode(
         "utf-8", "surrogateescape")).hexdigest()[:16]
     value, here = distributed.share_from_local_rank_0(tag, on_rank_0)
     if here:
@@ -96,7 +106,8 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
             if contents.fingerprint != info["fingerprint"]:
                 raise cache.CacheError("replaced since local rank 0 used it")
             s = SplitLabels(contents.store, Path(info["file"]), False, time.perf_counter() - t0,
-                            contents.counts, contents.problems, info["fingerprint"], Path(info["default"]))
+                            contents.counts, contents.problems, info["fingerprint"], Path(info["default"]),
+                            contents.names, info["kind"], _label_file_of(info))
             return failures.leave_out(s, failures.read(s.cache_file, upto=info["failed_bytes"])[0])
         except (OSError, cache.CacheError) as e:
             reason = f"cannot read local rank 0's label cache {info['file']} ({e})"
@@ -104,7 +115,7 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
         reason = "local rank 0 could not write its label cache"
     LOGGER.warning(f"{reason}; this rank scans the files itself, and the ranks are checked to agree "
                    "before the first batch")
-    s = _load_or_scan(path, nc, cache_dir, workers, force, progress, save)
+    s = _load_or_scan(path, options, cache_dir, workers, force, progress, save)
     return failures.leave_out(s, failures.read(s.cache_file)[0])
 
 
@@ -112,15 +123,27 @@ def _as_list(path) -> List:
     return list(path) if isinstance(path, (list, tuple)) else [path]
 
 
-def _load_or_scan(path, nc, cache_dir, workers, force, progress, save) -> SplitLabels:
+def _label_file_of(info: dict) -> Callable[[str], str]:
+    """On the other ranks, which never list the files: an image's annotation file as rank 0 names it
+    (COCO: the one JSON; VOC: Annotations/<stem>.xml; YOLO: labels/<stem>.txt)."""
+    if info["kind"] == "coco":
+        return lambda im_file, f=info["label_file"]: f
+    if info["kind"] == "voc":
+        return SplitSource("voc", [], [], None, None, [], {}, Path()).label_file_of
+    return img2label_path
+
+
+def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progress, save) -> SplitLabels:
     t0 = time.perf_counter()
-    im_files = list_image_files(path)
-    if not im_files:
-        raise FileNotFoundError(f"no images found in {path}")
-    lb_files = [img2label_path(f) for f in im_files]
-    default = default_cache_file(path, lb_files[0])
-    fp = cache.fingerprint(im_files, lb_files, nc)
+    source = open_source(path, options)
+    im_files = source.im_files
+    default = source.default_cache
+    fp = cache.fingerprint(im_files, source.label_files, source.nc, settings=source.settings)
     candidates = _candidates(default, cache_dir)
+
+    def split(store, cfile, built, counts, problems, names):
+        return SplitLabels(store, cfile, built, time.perf_counter() - t0, counts, problems, fp, default,
+                           names, source.kind, source.label_file_of)
 
     if not force:
         for cfile in candidates:
@@ -135,18 +158,23 @@ def _load_or_scan(path, nc, cache_dir, workers, force, progress, save) -> SplitL
                 LOGGER.info(f"label cache {cfile} is stale (files or settings changed); rescanning")
                 continue
             cache.remove_stale_temps(cfile)  # leftovers of killed writers go even when nobody rewrites
-            return SplitLabels(contents.store, cfile, False, time.perf_counter() - t0,
-                               contents.counts, contents.problems, fp, default)
+            return split(contents.store, cfile, False, contents.counts, contents.problems, contents.names)
 
-    records = scan_pairs(im_files, lb_files, nc, workers=workers, progress=progress)
+    names = source.find_names()
+    records = scan_pairs(im_files, source.labels, source.nc, workers=workers, progress=progress,
+                         reader=source.reader)
     store = LabelStore.from_records(records)
-    problems = [p for r in records for p in r.problems]
+    problems = source.problems + [p for r in records for p in r.problems]
     counts = _counts(records, store)
+    counts["warnings"] += sum(not p.dropped for p in source.problems)
+    dropped = sum(p.dropped for p in source.problems)  # listed images that never reached the scan
+    counts["found"] += dropped
+    counts["corrupt"] += dropped
     for p in problems:  # the dataset's summary shows them on every run (the first few), yolo-data-cache all
         LOGGER.debug(str(p))
     written = None
     if save:
-        contents = cache.CacheContents(store, fp, counts, problems)
+        contents = cache.CacheContents(store, fp, counts, problems, names)
         for i, cfile in enumerate(candidates):
             try:
                 if cfile != default:  # never create folders inside the user's dataset
@@ -158,4 +186,4 @@ def _load_or_scan(path, nc, cache_dir, workers, force, progress, save) -> SplitL
                 nxt = candidates[i + 1] if i + 1 < len(candidates) else None
                 LOGGER.warning(f"cannot write label cache {cfile} ({e.strerror or e})"
                                + (f"; using {nxt} instead" if nxt else "; labels were not cached"))
-    return SplitLabels(store, written, True, time.perf_counter() - t0, counts, problems, fp, default)
+    return split(store, written, True, counts, problems, names)

@@ -193,8 +193,12 @@ class ImageFiles(_LazySequence):
 
 
 class LabelFiles(_LazySequence):
+    def __init__(self, store: LabelStore, label_file_of=img2label_path):
+        super().__init__(store)
+        self._label_file_of = label_file_of
+
     def _item(self, i):
-        return img2label_path(self._store.im_file(i))
+        return self._label_file_of(self._store.im_file(i))
 
 
 class Labels(_LazySequence):

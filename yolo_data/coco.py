@@ -1,0 +1,276 @@
+"""COCO JSON read in place: one annotation file -> each image's path and its boxes, ready for the scan.
+
+Class ids: the categories in ascending ``id`` order become 0, 1, 2, ... (gaps and a first id of 0 or 1
+alike), named by their ``name``; with the dataset yaml's ``names`` given, categories map onto those
+names instead.  A Roboflow export's placeholder category (no annotations, and its name is the
+supercategory of the others) is not a class, as in Roboflow's own YOLO export.
+
+Boxes: ``bbox`` is [x, y, w, h] in pixels from the top-left corner; it becomes [class, x, y, w, h]
+normalised by the image's ``width`` and ``height`` as converters do (Ultralytics' ``convert_coco``).
+``iscrowd`` annotations are left out, as the common converters do.  Polygon ``segmentation`` becomes the
+row's segment (an object drawn as several polygons gets their points joined in order); RLE masks stay
+boxes, with one message.  Images without annotations are backgrounds.  Problems are named (the JSON, the
+image id and file, the annotation id): annotations of images not in ``images``, boxes of no size,
+boxes reaching outside the image (clipped), unknown categories.  Missing image files are reported by the
+scan.  Nothing is written.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .labels import Problem, _Corrupt, without_duplicates
+from .voc import ASPECT_TOLERANCE
+
+LOGGER = logging.getLogger("yolo_data")
+IMAGE_ROOT_PROBES = 32  # images whose files decide which folder file_name is relative to
+
+
+@dataclass
+class CocoImage:
+    """One image's annotations as the JSON gives them, for the scan's worker (see CocoReader).
+
+    ``size``: (width, height) from the JSON, or None when it gives none.  ``classes`` (n,) int64 class
+    ids; ``boxes`` (n, 4) float64 [x, y, w, h] pixels, top-left corner; ``polygons``: None, or per box a
+    (k, 2) float64 pixel polygon ((0, 2) for a box without one).  ``warnings``: found while reading.
+    """
+    json_file: str
+    image_id: object
+    file_name: str
+    size: Optional[Tuple[float, float]]
+    classes: np.ndarray
+    boxes: np.ndarray
+    polygons: Optional[List[np.ndarray]] = None
+    warnings: List[str] = field(default_factory=list)
+
+
+@dataclass
+class CocoSplit:
+    """What one COCO JSON lists: ``im_files[i]`` and its ``images[i]``, sorted by path; the class
+    ``names``; ``problems`` that belong to no listed image (orphan annotations, RLE masks, ...)."""
+    json_file: Path
+    im_files: List[str]
+    images: List[CocoImage]
+    names: List[str]
+    problems: List[Problem]
+
+
+def _load(json_file: Path) -> dict:
+    try:
+        with open(json_file, "rb") as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{json_file}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{json_file}: not UTF-8 text") from None
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list):
+        raise ValueError(f"{json_file}: not a COCO annotation file (expected an object with an 'images' list)")
+    for key in ("annotations", "categories"):
+        if not isinstance(data.get(key, []), list):
+            raise ValueError(f"{json_file}: '{key}' must be a list")
+    return data
+
+
+def _classes(data: dict, json_file: Path, names: Optional[Sequence[str]], used: Counter):
+    """category id -> class id (None: not a class), and the class names."""
+    cats = {}
+    for c in data.get("categories", []):
+        if not isinstance(c, dict) or isinstance(c.get("id"), bool) or not isinstance(c.get("id"), int):
+            raise ValueError(f"{json_file}: a category without an integer 'id': {str(c)[:80]}")
+        if c["id"] in cats:
+            raise ValueError(f"{json_file}: category id {c['id']} appears twice")
+        cats[c["id"]] = c
+    supers = {str(c.get("supercategory")) for c in cats.values()}
+    placeholder = {i for i, c in cats.items()
+                   if not used[i] and str(c.get("name")) in supers and c.get("supercategory") != c.get("name")}
+    kept = [i for i in sorted(cats) if i not in placeholder]
+    for i in sorted(placeholder):
+        LOGGER.info(f"{json_file}: category {i} ({cats[i].get('name')!r}) has no annotations and is the "
+                    "supercategory of others (an export's placeholder); not a class")
+    if not names:
+        return {i: k for k, i in enumerate(kept)}, [str(cats[i].get("name", i)) for i in kept]
+    by_name = {n: k for k, n in enumerate(names)}
+    return {i: by_name.get(str(cats[i].get("name"))) for i in kept}, list(names)
+
+
+def _image_root(json_file: Path, file_names: List[str]) -> Path:
+    """The folder ``file_name`` is relative to: the JSON's own folder, an ``images/`` folder beside it
+    or beside its folder, or (COCO's own layout, ``annotations/instances_val2017.json``) ``val2017/``
+    or ``images/val2017/`` beside the annotations folder.  The candidate holding most of the first
+    IMAGE_ROOT_PROBES images wins (the first one listed on a tie)."""
+    here, up = json_file.parent, json_file.parent.parent
+    split = json_file.stem.rsplit("_", 1)[-1]
+    roots = [here, here / "images", up / "images", up / split, up / "images" / split]
+    probes = file_names[:IMAGE_ROOT_PROBES]
+    found = [sum(os.path.exists(r / f) for f in probes) for r in roots]
+    return roots[found.index(max(found))]
+
+
+def _polygons(seg, where: str, notes: Counter) -> Optional[np.ndarray]:
+    """A segmentation -> one (k, 2) float64 pixel polygon (several joined in order), or None."""
+    if isinstance(seg, dict):
+        notes["rle"] += 1
+        return None
+    if not isinstance(seg, list) or not seg:
+        return None
+    parts = [p for p in seg if isinstance(p, list) and len(p) >= 6 and len(p) % 2 == 0]
+    if not parts:
+        return None
+    try:
+        pts = np.concatenate([np.asarray(p, dtype=np.float64).reshape(-1, 2) for p in parts])
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: segmentation holds something that is not a number") from None
+    return pts if np.isfinite(pts).all() else None
+
+
+def read_coco(json_file, names: Optional[Sequence[str]] = None) -> CocoSplit:
+    """Read a COCO JSON.  Raises ValueError naming the file for a file that is not COCO at all;
+    everything that concerns single images or annotations becomes a named :class:`Problem`."""
+    json_file = Path(json_file)
+    data = _load(json_file)
+    problems: List[Problem] = []
+    images: Dict[object, dict] = {}
+    for k, im in enumerate(data["images"]):
+        if not isinstance(im, dict) or "id" not in im or not isinstance(im.get("file_name"), str) or not im["file_name"]:
+            problems.append(Problem(str(json_file), f"images[{k}] has no 'id' or 'file_name'; left out", True))
+        elif im["id"] in images:
+            problems.append(Problem(str(json_file), f"image id {im['id']} is listed twice ({images[im['id']]['file_name']} "
+                                                    f"and {im['file_name']}); the second is left out", True))
+        else:
+            images[im["id"]] = im
+    anns = defaultdict(list)
+    used = Counter()
+    orphans = Counter()
+    for k, a in enumerate(data.get("annotations", [])):
+        if not isinstance(a, dict):
+            problems.append(Problem(str(json_file), f"annotations[{k}] is not an object; left out", False))
+        elif a.get("image_id") not in images:
+            orphans[str(a.get("image_id"))] += 1
+        else:
+            anns[a["image_id"]].append(a)
+            used[a.get("category_id")] += 1
+    for image_id, count in sorted(orphans.items()):
+        problems.append(Problem(str(json_file), f"{count} annotation{'s' if count > 1 else ''} of image id {image_id}, "
+                                                "which is not in 'images'; left out", False))
+    cls_of, class_names = _classes(data, json_file, names, used)
+    root = _image_root(json_file, [im["file_name"] for im in images.values()])
+    notes: Counter = Counter()
+    out = []
+    for image_id, im in images.items():
+        out.append((os.path.join(root, im["file_name"]),
+                    _image(json_file, image_id, im, anns.get(image_id, []), cls_of, notes)))
+    if notes["rle"]:
+        problems.append(Problem(str(json_file), f"{notes['rle']} RLE masks (segmentation given as counts) are "
+                                                "used as their boxes only", False))
+    if notes["crowd"]:
+        LOGGER.info(f"{json_file}: {notes['crowd']} iscrowd annotations left out (as the common converters do)")
+    out.sort(key=lambda p: p[0])
+    unique = []
+    for f, im in out:
+        if unique and unique[-1][0] == f:  # two image ids for one file: training on it twice is not meant
+            problems.append(Problem(str(json_file), f"image ids {unique[-1][1].image_id} and {im.image_id} are both "
+                                                    f"{im.file_name}; the annotations of id {im.image_id} are left out", False))
+        else:
+            unique.append((f, im))
+    out = unique
+    return CocoSplit(json_file, [p[0] for p in out], [p[1] for p in out], class_names, problems)
+
+
+def _image(json_file: Path, image_id, im: dict, anns: List[dict], cls_of: Dict[int, Optional[int]],
+           notes: Counter) -> CocoImage:
+    """One image's rows in pixels, with the warnings that concern it."""
+    warnings: List[str] = []
+    size = None
+    w, h = im.get("width"), im.get("height")
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in (w, h)):
+        size = (float(w), float(h))
+    classes, boxes, polys = [], [], []
+    unknown = Counter()
+    for a in anns:
+        where = f"annotation {a.get('id', '?')}"
+        if a.get("iscrowd"):
+            notes["crowd"] += 1
+            continue
+        cat = a.get("category_id")
+        if cls_of.get(cat) is None:
+            unknown[str(cat)] += 1
+            continue
+        bbox = a.get("bbox")
+        try:
+            box = np.asarray(bbox, dtype=np.float64).reshape(4)
+        except (TypeError, ValueError):
+            warnings.append(f"{where}: bbox {str(bbox)[:60]} is not 4 numbers; left out")
+            continue
+        if not np.isfinite(box).all() or box[2] <= 0 or box[3] <= 0:
+            warnings.append(f"{where}: bbox {box.tolist()} has no area; left out")
+            continue
+        try:
+            poly = _polygons(a.get("segmentation"), where, notes)
+        except ValueError as e:
+            warnings.append(f"{e}; its box is used")
+            poly = None
+        classes.append(cls_of[cat])
+        boxes.append(box)
+        polys.append(poly)
+    for cat, count in sorted(unknown.items()):
+        warnings.append(f"{count} annotation{'s' if count > 1 else ''} of category {cat}, which is not a class "
+                        "(not in 'categories', or not one of the names); left out")
+    has_poly = any(p is not None for p in polys)
+    return CocoImage(str(json_file), image_id, im["file_name"], size,
+                     np.array(classes, dtype=np.int64), np.array(boxes, dtype=np.float64).reshape(-1, 4),
+                     [p if p is not None else np.zeros((0, 2)) for p in polys] if has_poly else None, warnings)
+
+
+@dataclass(frozen=True)
+class CocoReader:
+    """Normalises a :class:`CocoImage` in the scan's worker, once the image's size is known (see
+    labels.LabelReader).  A size in the JSON that disagrees with the image is a problem as in VOC."""
+
+    def describe(self, label: CocoImage) -> str:
+        return f"{label.json_file} (image id {label.image_id}, {label.file_name})"
+
+    def read(self, label: CocoImage, shape: Tuple[int, int]):
+        w, h = shape
+        warnings = list(label.warnings)
+        sw, sh = label.size or (float(w), float(h))
+        if label.size is None:
+            warnings.append(f"no width/height in the JSON; the image's {w}x{h} is used")
+        elif (sw, sh) != (w, h):
+            if abs((sw / sh) / (w / h) - 1) > ASPECT_TOLERANCE:
+                raise _Corrupt(f"the JSON's size {sw:g}x{sh:g} disagrees with the image's {w}x{h} "
+                               "(another aspect: rotated or another photo), so its boxes cannot be placed")
+            warnings.append(f"the JSON's size {sw:g}x{sh:g} differs from the image's {w}x{h} (same aspect); "
+                            "boxes normalised by the JSON's size")
+        if not len(label.classes):
+            return np.zeros((0, 5), np.float32), None, "empty", warnings
+        b = label.boxes
+        # Ultralytics' convert_coco arithmetic (centre = corner + size / 2, then / size), so the rows are
+        # the ones its conversion writes; only boxes reaching outside the image are recomputed, clipped.
+        labels = np.concatenate([label.classes[:, None], (b[:, :2] + b[:, 2:] / 2) / (sw, sh), b[:, 2:] / (sw, sh)], 1)
+        xyxy = np.concatenate([b[:, :2], b[:, :2] + b[:, 2:]], 1) / (sw, sh, sw, sh)
+        outside = (xyxy.min(1) < 0) | (xyxy.max(1) > 1)
+        keep = np.ones(len(b), bool)
+        if outside.any():
+            clipped = xyxy[outside].clip(0, 1)
+            labels[outside, 1:3] = (clipped[:, :2] + clipped[:, 2:]) / 2
+            labels[outside, 3:5] = clipped[:, 2:] - clipped[:, :2]
+            keep[outside] = (labels[outside, 3] > 0) & (labels[outside, 4] > 0)
+            n_out, n_gone = int(outside.sum()), int((~keep).sum())
+            warnings.append(f"{n_out} box{'es' if n_out > 1 else ''} reaching outside the image clipped to it"
+                            + (f" ({n_gone} wholly outside: left out)" if n_gone else ""))
+        segments = None
+        if label.polygons is not None:
+            segments = [(p / (sw, sh)).clip(0, 1).astype(np.float32) for p, k in zip(label.polygons, keep) if k]
+        labels = labels[keep].astype(np.float32)
+        if not len(labels):
+            return labels, None, "empty", warnings
+        labels, segments = without_duplicates(labels, segments, warnings)
+        return labels, segments, "ok", warnings

@@ -1,0 +1,199 @@
+"""Pascal VOC read in place: a folder with ``Annotations/*.xml`` and ``JPEGImages/``, its
+``ImageSets/Main/*.txt`` id lists, and the reader that turns one XML file into YOLO rows.
+
+Boxes are converted as YOLOv5's and Ultralytics' VOC converter does (``data/VOC.yaml``): pixel corners,
+1-based, normalised by the size the XML states, ``x = ((xmin + xmax) / 2 - 1) / width``,
+``w = (xmax - xmin) / width``; ``difficult`` objects are left out unless ``keep_difficult``.  Unlike the
+converter, nothing is silently lost: an object whose name is not one of the names, a box outside the
+image or of no size, and a stated size that disagrees with the image are named problems.  Nothing is
+written: no ``labels/`` folder is made.
+"""
+from __future__ import annotations
+
+import math
+import os
+import xml.etree.ElementTree as ET
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .labels import MAX_LABEL_BYTES, _Corrupt, _NotRegular, _open_regular, without_duplicates
+from .sources import IMG_FORMATS, _read_list
+
+ANNOTATIONS, IMAGES, IMAGE_SETS = "Annotations", "JPEGImages", "ImageSets"
+# The XML's size and the image's may differ by rounding when a tool resized the photo; a larger change
+# of aspect (a rotated photo, another photo) means the boxes cannot be placed.
+ASPECT_TOLERANCE = 0.01
+
+
+def is_voc_root(folder: Path) -> bool:
+    """A VOC folder: ``Annotations/`` and ``JPEGImages/`` side by side."""
+    return (folder / ANNOTATIONS).is_dir() and (folder / IMAGES).is_dir()
+
+
+def voc_root_of(entry: Path) -> Optional[Path]:
+    """The VOC folder ``entry`` names: itself, or, for a ``.txt`` under its ``ImageSets/``
+    (``ImageSets/Main/train.txt``), the folder holding ``ImageSets``.  None otherwise."""
+    if entry.is_dir():
+        return entry if is_voc_root(entry) else None
+    if entry.suffix.lower() != ".txt":
+        return None
+    for parent in list(entry.parents)[:3]:
+        if parent.name == IMAGE_SETS and is_voc_root(parent.parent):
+            return parent.parent
+    return None
+
+
+@dataclass
+class VocListing:
+    """One VOC entry's pairs: ``im_files[i]`` and its ``xml_files[i]``, sorted by image path."""
+    root: Path
+    im_files: List[str]
+    xml_files: List[str]
+
+
+def list_voc(entry: Path) -> VocListing:
+    """The images and XML files of a VOC folder (every XML in ``Annotations/``) or of one of its
+    ``ImageSets`` lists (one image id a line; a class list's second column, ``id  1``, is ignored).
+
+    An id's image is ``JPEGImages/<id>.<suffix>`` for any image suffix (``.jpg`` first when several);
+    an id without an image keeps ``<id>.jpg``, which the scan then reports missing.
+    """
+    root = voc_root_of(entry)
+    if root is None:
+        raise ValueError(f"{entry} is not a VOC folder (Annotations/ and JPEGImages/) or a list in its ImageSets/")
+    ann, img = root / ANNOTATIONS, root / IMAGES
+    if entry.is_dir():
+        ids = sorted(f[:-4] for f in os.listdir(ann) if f.lower().endswith(".xml") and not f.startswith("."))
+    else:
+        ids = [line.split()[0] for line in _read_list(entry) if line.split()]
+    by_stem: Dict[str, str] = {}
+    for name in sorted(os.listdir(img), key=lambda f: (not f.lower().endswith(".jpg"), f)):
+        stem, _, suffix = name.rpartition(".")
+        if suffix.lower() in IMG_FORMATS and stem not in by_stem:
+            by_stem[stem] = name
+    pairs = sorted({(os.path.join(img, by_stem.get(i, i + ".jpg")), os.path.join(ann, i + ".xml")) for i in ids})
+    return VocListing(root, [p[0] for p in pairs], [p[1] for p in pairs])
+
+
+def _parse(xml_file: str) -> ET.Element:
+    """The XML's root element, read with the label files' limits.  Raises FileNotFoundError or _Corrupt."""
+    try:
+        f, st = _open_regular(xml_file)
+    except _NotRegular as e:
+        raise _Corrupt(f"annotation is not a regular file ({e.kind})") from None
+    with f:
+        raw = f.read(MAX_LABEL_BYTES + 1)
+    if len(raw) > MAX_LABEL_BYTES:
+        raise _Corrupt(f"annotation is over {MAX_LABEL_BYTES:,} bytes")
+    if b"<!DOCTYPE" in raw or b"<!ENTITY" in raw:  # a VOC file never declares entities (entity bombs do)
+        raise _Corrupt("XML with a DOCTYPE or entity declarations is not a VOC annotation")
+    try:
+        return ET.fromstring(raw)
+    except ET.ParseError as e:
+        raise _Corrupt(f"not valid XML ({e})") from None
+
+
+def names_in(xml_files: Sequence[str]) -> List[str]:
+    """Sorted object names found in the XML files (unreadable files are the scan's to report)."""
+    found = set()
+    for x in xml_files:
+        try:
+            root = _parse(x)
+        except (OSError, _Corrupt):
+            continue
+        found.update((o.findtext("name") or "").strip() for o in root.iter("object"))
+    found.discard("")
+    return sorted(found)
+
+
+def _number(obj: ET.Element, path: str, where: str) -> float:
+    text = obj.findtext(path)
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        raise _Corrupt(f"{where}: {path} is {'missing' if text is None else repr(text[:20])}, not a number") from None
+    if not math.isfinite(v):
+        raise _Corrupt(f"{where}: {path} is {text.strip()!r}")
+    return v
+
+
+def _stated_size(root: ET.Element, shape: Tuple[int, int]) -> Tuple[Tuple[float, float], List[str]]:
+    """The size boxes are normalised by: the XML's ``<size>`` (as the converters use it), checked
+    against the image's (w, h).  Raises _Corrupt when their aspects differ (the boxes cannot be placed)."""
+    w, h = shape
+    size = root.find("size")
+    try:
+        sw, sh = float(size.findtext("width")), float(size.findtext("height"))
+    except (AttributeError, TypeError, ValueError):
+        sw = sh = 0.0
+    if not (math.isfinite(sw) and math.isfinite(sh)) or sw <= 0 or sh <= 0:
+        return (float(w), float(h)), [f"no usable <size> in the XML; the image's {w}x{h} is used"]
+    if (sw, sh) == (w, h):
+        return (sw, sh), []
+    if abs((sw / sh) / (w / h) - 1) > ASPECT_TOLERANCE:
+        raise _Corrupt(f"the XML's size {sw:g}x{sh:g} disagrees with the image's {w}x{h} "
+                       "(another aspect: rotated or another photo), so its boxes cannot be placed")
+    return (sw, sh), [f"the XML's size {sw:g}x{sh:g} differs from the image's {w}x{h} (same aspect); "
+                      "boxes normalised by the XML's size"]
+
+
+@dataclass(frozen=True)
+class VocReader:
+    """Reads VOC XML files for the scan (see labels.LabelReader).  ``names``: class names, index = class id."""
+    names: Tuple[str, ...]
+    keep_difficult: bool = False
+
+    def describe(self, label: str) -> str:
+        return label
+
+    def read(self, xml_file: str, shape: Tuple[int, int]):
+        try:
+            root = _parse(xml_file)
+        except FileNotFoundError:
+            return np.zeros((0, 5), np.float32), None, "missing", []
+        except OSError as e:
+            raise _Corrupt(f"cannot read annotation ({e})") from None
+        if root.tag != "annotation":
+            raise _Corrupt(f"root element <{root.tag[:20]}>, not <annotation>")
+        (sw, sh), warnings = _stated_size(root, shape)
+        ids = {n: i for i, n in enumerate(self.names)}
+        rows, unknown = [], Counter()
+        for k, obj in enumerate(root.iter("object"), 1):
+            name = (obj.findtext("name") or "").strip()
+            where = f"object {k} ({name or 'no name'})"
+            difficult = (obj.findtext("difficult") or "0").strip()
+            if difficult not in ("0", "1"):
+                raise _Corrupt(f"{where}: difficult is {difficult[:20]!r}, not 0 or 1")
+            if difficult == "1" and not self.keep_difficult:
+                continue  # as the converters do; keep_difficult=True keeps them
+            if name not in ids:
+                unknown[name] += 1
+                continue
+            x1, y1, x2, y2 = (_number(obj, f"bndbox/{t}", where) for t in ("xmin", "ymin", "xmax", "ymax"))
+            if not (0 <= x1 and 0 <= y1 and x2 <= sw and y2 <= sh):
+                warnings.append(f"{where}: box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) reaches outside the "
+                                f"{sw:g}x{sh:g} image; clipped to it")
+                x1, x2 = min(max(x1, 0.0), sw), min(max(x2, 0.0), sw)
+                y1, y2 = min(max(y1, 0.0), sh), min(max(y2, 0.0), sh)
+            if x2 <= x1 or y2 <= y1:
+                warnings.append(f"{where}: box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) has no area; left out")
+                continue
+            # YOLOv5's convert_box, in float64: the 1-based corners move one pixel towards the origin
+            rows.append((ids[name], ((x1 + x2) / 2 - 1) / sw, ((y1 + y2) / 2 - 1) / sh, (x2 - x1) / sw, (y2 - y1) / sh))
+        for name, count in sorted(unknown.items()):
+            warnings.append(f"{count} object{'s' if count > 1 else ''} named {name[:40]!r}, not one of the "
+                            f"{len(self.names)} names; left out")
+        if not rows:
+            return np.zeros((0, 5), np.float32), None, "empty", warnings
+        labels = np.array(rows, dtype=np.float64)
+        # A box touching pixel 0 ends one pixel before the image under the 1-based shift: keep it inside.
+        xyxy = np.concatenate([labels[:, 1:3] - labels[:, 3:5] / 2, labels[:, 1:3] + labels[:, 3:5] / 2], 1)
+        if xyxy.min() < 0 or xyxy.max() > 1:
+            xyxy = xyxy.clip(0, 1)
+            labels[:, 1:3], labels[:, 3:5] = (xyxy[:, :2] + xyxy[:, 2:]) / 2, xyxy[:, 2:] - xyxy[:, :2]
+        labels, _ = without_duplicates(labels.astype(np.float32), None, warnings)
+        return labels, None, "ok", warnings
