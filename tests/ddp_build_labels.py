@@ -27,7 +27,7 @@ def main():
     cache = ds.split_labels.cache_file
     Path(args.out, f"{rank}.json").write_text(json.dumps({
         "rank": rank, "local_rank": local_rank, "built": ds.split_labels.built, "labels": h.hexdigest(),
-        "cache": str(cache), "n": len(ds)}))
+        "cache": str(cache), "n": len(ds), "names": ds.names, "label_file": ds.label_files[0]}))
     dist.barrier()
     dist.destroy_process_group()
 
