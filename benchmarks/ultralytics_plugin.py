@@ -121,18 +121,18 @@ def ddp_probe() -> str:
             if cpu_zero else "Ultralytics' BaseTrainer has a DDP path for CPU devices (unexpected)")
 
 
-def torchrun(data: Path, tmp: Path, a) -> str:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29571",
+def torchrun(data: Path, tmp: Path, a, mode: str, port: int) -> str:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
            str(HERE / "ultralytics_ddp_cpu.py"), "--data", str(data), "--imgsz", str(a.imgsz), "--batch",
-           str(a.batch), "--project", str(tmp / "runs")]
+           str(a.batch), "--epochs", "2", "--workers", "1", "--project", str(tmp / "runs"), "--mode", mode]
     t = time.perf_counter()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.ddp_timeout, env=os.environ.copy())
         rc, out = p.returncode, p.stdout + p.stderr
     except subprocess.TimeoutExpired as e:
         rc, out = "timeout", (e.stdout or b"").decode() + (e.stderr or b"").decode()
-    lines = [ln for ln in out.splitlines() if ln.startswith("DDP") or "Error" in ln]
-    return f"exit {rc} after {time.perf_counter() - t:.1f} s\n" + "\n".join("    " + ln for ln in lines[-12:])
+    lines = sorted(ln for ln in out.splitlines() if ln.startswith("DDP rank"))
+    return f"exit {rc} after {time.perf_counter() - t:.1f} s\n" + "\n".join("    " + ln for ln in lines)
 
 
 def main() -> None:
@@ -187,7 +187,9 @@ def main() -> None:
     print("\n(c) DDP with 2 CPU processes")
     print(f"  {ddp_probe()}")
     if not a.no_ddp:
-        print(f"  torchrun --nproc_per_node 2 benchmarks/ultralytics_ddp_cpu.py: {torchrun(data, tmp, a)}")
+        for port, mode in ((29571, "plain"), (29572, "gloo")):
+            print(f"  torchrun --nproc_per_node 2 ultralytics_ddp_cpu.py --mode {mode} (2 epochs, global batch "
+                  f"{a.batch}, workers 1 per rank): {torchrun(data, tmp, a, mode, port)}")
     print(f"\ntotal {time.perf_counter() - t0:.1f} s")
     shutil.rmtree(tmp, ignore_errors=True)
 

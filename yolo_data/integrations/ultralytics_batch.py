@@ -27,6 +27,21 @@ def whole_pixel_pad(pad: Tuple[float, float]) -> Tuple[int, int]:
     return int(round(pad[0] - 0.1)), int(round(pad[1] - 0.1))
 
 
+def snap_boxes_to_border(targets: torch.Tensor, shapes, hw: Tuple[int, int]) -> None:
+    """Move each image's boxes (in place) from YOLOv5's half-padding offset to the whole-pixel border
+    the content really starts at: with an odd padding YOLOv5 puts boxes half a pixel lower/right
+    than the pixels (padh 26.5 where the image starts at row 26); Ultralytics puts them on the pixels.
+    ``targets`` float32 (N, 6) [image, class, x, y, w, h] normalised to ``hw`` (H, W)."""
+    H, W = hw
+    for i, s in enumerate(shapes):
+        padw, padh = s[1][1]
+        left, top = whole_pixel_pad((padw, padh))
+        if left != padw or top != padh:
+            rows = targets[:, 0] == i
+            targets[rows, 2] += (left - padw) / W
+            targets[rows, 3] += (top - padh) / H
+
+
 def to_batch_dict(imgs: torch.Tensor, targets: torch.Tensor, paths, shapes,
                   with_ratio_pad: Optional[bool] = None) -> Dict[str, Any]:
     """Ultralytics' batch dict from one of our batches.
@@ -65,13 +80,17 @@ def to_batch_dict(imgs: torch.Tensor, targets: torch.Tensor, paths, shapes,
 class DictCollate:
     """A collate function: ``inner`` (our ``collate_fn`` or ``QuadCollate``) and then ``to_batch_dict``.
     Runs inside DataLoader workers, so the dict crosses to the main process as Ultralytics' loaders
-    hand theirs.  ``with_ratio_pad``: True for evaluation (every item has its shapes)."""
+    hand theirs.  ``evaluation``: every item has its shapes (ratio_pad is given) and boxes are snapped
+    to the whole-pixel border (``snap_boxes_to_border``), so they equal Ultralytics' own."""
 
-    def __init__(self, inner: Callable = collate_fn, with_ratio_pad: Optional[bool] = None):
-        self.inner, self.with_ratio_pad = inner, with_ratio_pad
+    def __init__(self, inner: Callable = collate_fn, evaluation: bool = False):
+        self.inner, self.evaluation = inner, evaluation
 
     def __call__(self, items):
-        return to_batch_dict(*self.inner(items), with_ratio_pad=self.with_ratio_pad)
+        imgs, targets, paths, shapes = self.inner(items)
+        if self.evaluation:
+            snap_boxes_to_border(targets, shapes, tuple(imgs.shape[2:]))
+        return to_batch_dict(imgs, targets, paths, shapes, with_ratio_pad=True if self.evaluation else None)
 
 
 class LabelDicts(Sequence):

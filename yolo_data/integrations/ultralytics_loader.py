@@ -206,7 +206,7 @@ def create_loader(path, settings: LoaderSettings, rank: int = -1, prefix: str = 
         sampler = ShardSampler(len(dataset), batch_size, distributed.get_rank(), world)
     loader = UltralyticsLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=nw,
                                pin_memory=torch.cuda.is_available(),
-                               collate_fn=DictCollate(with_ratio_pad=None if settings.augment else True),
+                               collate_fn=DictCollate(evaluation=not settings.augment),
                                persistent_workers=nw > 0, worker_init_fn=init_worker)
     if ddp and settings.augment:  # a rank with other data would hang the first collective instead of failing
         distributed.check_ranks_agree({"images": len(dataset), "boxes": dataset.store.num_boxes(),
