@@ -207,10 +207,15 @@ def test_fraction_as_ultralytics_counts_it(sample):
     loader = create_loader(sample, settings("train", fraction=0.5), split="train")
     assert len(loader.dataset) == 8
     assert list(loader.dataset.im_files) == sorted(loader.dataset.im_files)[:8]
+    # a COCO or VOC split is read whole: a part of it is refused with a message, not read as no images
+    js = sample.parent / "a.json"
+    js.write_text('{"images": [], "categories": []}')
+    with pytest.raises(ValueError, match=r"fraction=0.5: .*a\.json names COCO or VOC annotations"):
+        create_loader(str(js), settings("train", fraction=0.5))
 
 
 def test_docs_list_every_key():
-    doc = (ROOT / "docs" / "ultralytics.md").read_text()
+    doc = (ROOT / "README.md").read_text()
     for key in list(MAPPING) + list(NO_EQUIVALENT):
         assert f"`{key}`" in doc, key
 

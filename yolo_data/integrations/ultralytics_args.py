@@ -5,7 +5,7 @@ Pure: never imports ultralytics.  ``cfg`` is anything with Ultralytics' argument
 Ultralytics' default (listed in ``DEFAULTS``), so tests need no Ultralytics.
 
 Every key of Ultralytics' data and augmentation arguments is listed in ``MAPPING`` with what yolo_data
-does with it; docs/ultralytics.md prints the same table.
+does with it; the README's 'Training with Ultralytics' prints the same table.
 """
 from __future__ import annotations
 

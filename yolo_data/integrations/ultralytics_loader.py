@@ -30,6 +30,7 @@ from ..loader import PARTNER_GROUP, YoloDataLoader, init_worker
 from ..mapping import EvalMapper, TrainSettings
 from ..room import fit_workers_to_shm, shm_bytes_for_batches
 from ..sampling import YoloSampler
+from ..formats import kind_of
 from ..sources import list_image_files
 from .ultralytics_args import LoaderSettings, closed_mosaic, fraction_count
 from .ultralytics_batch import DictCollate, LabelDicts
@@ -83,7 +84,11 @@ class UltralyticsDataset(YoloDataset):
     def __init__(self, path, settings: LoaderSettings, batch_size: int, prefix: str = "",
                  split: Optional[str] = None, shm_reserve_bytes: int = 0, cache_dir=None):
         if settings.fraction != 1.0:
-            files = list_image_files(resolve_split(path, split, settings.augment)[0])
+            paths = resolve_split(path, split, settings.augment)[0]
+            if any(kind_of(e) != "yolo" for e in (paths if isinstance(paths, (list, tuple)) else [paths])):
+                raise ValueError(f"fraction={settings.fraction}: a part of a split is taken from YOLO image folders "
+                                 f"or lists; {path} names COCO or VOC annotations (use fraction=1.0)")
+            files = list_image_files(paths)
             path, split = files[:fraction_count(len(files), settings.fraction)], None
         linear_eval = settings.linear_eval and not settings.augment
         super().__init__(path, settings.imgsz, batch_size, augment=settings.augment, hyp=settings.hyp,
