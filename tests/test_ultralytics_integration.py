@@ -76,12 +76,15 @@ def test_val_batch_dict_matches_the_dataset_and_scales_back_exactly(sample):
     assert seen == len(ds) == 8
 
 
-def test_val_images_are_resized_linearly_as_ultralytics_does(sample):
+@pytest.mark.parametrize("cache", [False, "disk"])
+def test_val_images_are_resized_linearly_as_ultralytics_does(sample, cache):
     """Reference: cv2 linear resize of the long side (sizes rounded up), then the letterbox border at
-    (left, top), gray 114 around; YOLOv5's area interpolation would differ in most pixels."""
+    (left, top), gray 114 around; YOLOv5's area interpolation would differ in most pixels.  An image
+    cache holds the same pixels (it is built with the same resize)."""
     import math
     import cv2
-    loader = create_loader(sample, settings("val", imgsz=160), split="val")
+    loader = create_loader(sample, settings("val", imgsz=160, cache=cache), split="val")
+    assert (loader.dataset.image_cache is not None) == bool(cache)
     b = next(iter(loader))
     for i, f in enumerate(b["im_file"]):
         im = cv2.imread(f)

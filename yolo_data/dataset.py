@@ -28,7 +28,7 @@ from .imagecache import ImageCache, ImageCacheSpec, disk_candidates, normalise_m
 from .images import ImageSource
 from .index import IndexSettings, SplitIndex, build_index
 from .mapping import EvalMapper, ItemKey, TrainMapper, TrainSettings
-from .sampling import SharedEpoch
+from .sampling import SharedEpoch, SharedFlag
 from .datayaml import is_dataset_yaml, load_dataset_yaml
 from .split import SplitLabels, load_split
 from .store import ImageFiles, LabelFiles, Labels, Segments
@@ -81,7 +81,9 @@ class YoloDataset(Dataset):
     ``shm_reserve_bytes``: room a RAM cache leaves free there for the DataLoader's batches.
     ``batch_partners``/``partner_group``: see ``__getitems__``.  ``path`` may also name a COCO .json or
     a Pascal VOC folder or ImageSets list (formats.py), read in place; ``keep_difficult``: keep VOC
-    objects marked difficult.
+    objects marked difficult.  ``linear_eval``: evaluation resizes with linear interpolation, as
+    Ultralytics' validator does (default: YOLOv5's area interpolation when shrinking).
+    ``close_mosaic()`` ends mosaic, mixup and copy-paste, also in persistent workers.
     """
 
     def __init__(self, path, img_size: int = 640, batch_size: int = 16, augment: bool = False, hyp=None,
@@ -89,7 +91,7 @@ class YoloDataset(Dataset):
                  stride: int = 32, pad: float = 0.0, min_items: int = 0, prefix: str = "",
                  workers: Optional[int] = None, split: Optional[str] = None, cache_dir=None, seed: int = 0,
                  batch_partners: bool = True, ram_dir=None, shm_reserve_bytes: int = 0, partner_group: int = 0,
-                 keep_difficult: bool = False):
+                 keep_difficult: bool = False, linear_eval: bool = False):
         self.img_size = int(img_size)
         self.augment = augment
         self.hyp = hyp
@@ -100,6 +102,7 @@ class YoloDataset(Dataset):
         self.partner_group = int(partner_group)
         # Set by the sampler in the main process, read by persistent workers: new augmentation each epoch.
         self.shared_epoch = SharedEpoch()
+        self._closed = SharedFlag()  # set by close_mosaic() in the main process, read by workers
         self.image_weights = image_weights
         self.rect = False if image_weights else rect
         self.mosaic = self.augment and not self.rect
@@ -127,22 +130,23 @@ class YoloDataset(Dataset):
         self.indices_version = 0  # counts assignments (the loader's early start compares it)
 
         self.image_cache: Optional[ImageCache] = None
+        linear = augment or linear_eval  # training resizes linearly, as YOLOv5 and Ultralytics do
         if cache_images:
             mode = normalise_mode(cache_images)
-            spec = ImageCacheSpec(mode, self.img_size, augment,
-                                  disk_candidates(self.split_labels.default_file, self.img_size, augment, self.rect,
+            spec = ImageCacheSpec(mode, self.img_size, linear,
+                                  disk_candidates(self.split_labels.default_file, self.img_size, linear, self.rect,
                                                   cache_dir, user_cache_dir()),
                                   ram_dir=None if ram_dir is None else Path(ram_dir),
                                   reserve_bytes=int(shm_reserve_bytes) if mode == "ram" else 0,
                                   workers=workers or 8, prefix=prefix)
             self.image_cache = open_or_build(spec, self.store, self.split_labels.fingerprint)
-        self.images = ImageSource(self.store, self.img_size, linear=augment, cache=self.image_cache,
+        self.images = ImageSource(self.store, self.img_size, linear=linear, cache=self.image_cache,
                                   on_failure=self._remember_failure)
         self._scratch = Scratch()
         if augment:
             extra = AlbumentationsStep() if self.cfg.albumentations else None
             self.mapper = TrainMapper(self.index, self.images, TrainSettings(self.cfg, self.img_size, self.mosaic, self.seed),
-                                      extra, self._scratch, prefix)
+                                      extra, self._scratch, prefix, closed=self._closed)
         else:
             self.mapper = EvalMapper(self.index, self.images)
 
@@ -227,6 +231,17 @@ class YoloDataset(Dataset):
     def set_epoch(self, epoch: int) -> None:
         """Augmentation of every item depends on (seed, epoch, index); the sampler calls this."""
         self.shared_epoch.set(epoch)
+
+    def close_mosaic(self, hyp=None) -> None:
+        """No more mosaic, mixup or copy-paste from the next item on, in this process and in persistent
+        workers (a switch in shared memory), as Ultralytics does for its last ``close_mosaic`` epochs.
+        Items keep perspective, HSV and flips.  ``hyp``: ignored (Ultralytics passes its arguments)."""
+        self.mosaic = False
+        self._closed.set()
+
+    @property
+    def mosaic_closed(self) -> bool:
+        return self._closed.get()
 
     def load_image(self, i: int) -> Tuple[np.ndarray, Tuple[int, int], Tuple[int, int]]:
         """YOLOv5's form: (img (h, w, 3) uint8 BGR resized, (h0, w0), (h, w))."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Dict, Union
 
@@ -35,6 +35,10 @@ class AugmentConfig:
     mixup: float = 0.0
     copy_paste: float = 0.0
     albumentations: bool = False
+
+    def without_mosaic(self) -> "AugmentConfig":
+        """This config after a close-mosaic (Ultralytics' last epochs): no mosaic, mixup or copy-paste."""
+        return replace(self, mosaic=0.0, mosaic9=0.0, mixup=0.0, copy_paste=0.0)
 
 
 def load_hyp(hyp: Union[None, str, os.PathLike, Dict[str, Any], AugmentConfig]) -> AugmentConfig:

@@ -45,6 +45,14 @@ class YoloDataLoader(DataLoader):
             self._iterator = self._get_iterator()  # forks the workers; the sampler starts its pass
             self._early = self._settings()
 
+    def discard_early_pass(self) -> None:
+        """Drop the pass the workers began at construction: the next ``iter`` makes its pass anew, with
+        whatever changed since (what ``__iter__`` does itself for the epoch, weights and indices; call
+        this after changing something else those batches depend on, e.g. ``dataset.close_mosaic()``)."""
+        if self._early is not None:
+            self._early = None
+            self.sampler.forget_pass()
+
     def _settings(self):
         return (self.sampler.epoch, self.sampler.version, getattr(self.dataset, "indices_version", 0))
 

@@ -14,7 +14,7 @@ None for mosaics.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -86,8 +86,13 @@ class TrainMapper:
     attempt, draw)``.  ``extra``: the optional Albumentations step, (sample, rng) -> sample."""
 
     def __init__(self, index: SplitIndex, images: ImageSource, settings: TrainSettings,
-                 extra: Optional[Callable] = None, scratch: Optional[Scratch] = None, prefix: str = ""):
+                 extra: Optional[Callable] = None, scratch: Optional[Scratch] = None, prefix: str = "",
+                 closed=None):
         self.index, self.images, self.settings, self.extra = index, images, settings, extra
+        # closed.get() True (a shared switch, see sampling.SharedFlag): the mosaic is closed, as in
+        # Ultralytics' last epochs; items then follow these settings, in every worker
+        self.closed = closed
+        self.closed_settings = replace(settings, cfg=settings.cfg.without_mosaic(), mosaic=False)
         self.scratch = scratch or Scratch()
         self.prefix = prefix
         self._reported = set()  # unreadable-image warnings already given (per process)
@@ -113,8 +118,9 @@ class TrainMapper:
                 load: Optional[Callable[[int], Sample]] = None, pool: Optional[Sequence[int]] = None):
         """Item ``i`` drawn from ``rng``, mosaic partners from ``pool`` (default: every image) loaded
         by ``load`` (default: ``resized``).  Raises ImageReadError when an image cannot be read."""
-        cfg = self.settings.cfg
-        if self.settings.mosaic and rng.random() < cfg.mosaic:
+        settings = self.closed_settings if self.closed is not None and self.closed.get() else self.settings
+        cfg = settings.cfg
+        if settings.mosaic and rng.random() < cfg.mosaic:
             sample = mosaic_with_mixup(load or self.resized, range(len(self.index)) if pool is None else pool, i,
                                        self.settings.img_size, cfg, rng)
             shapes = None

@@ -40,6 +40,21 @@ class SharedEpoch:
         self._value[0] = int(epoch)
 
 
+class SharedFlag:
+    """A switch in shared memory, as SharedEpoch: turned on in the main process, seen by persistent
+    DataLoader workers from their next item on."""
+
+    def __init__(self):
+        import torch
+        self._value = torch.zeros(1, dtype=torch.bool).share_memory_()
+
+    def get(self) -> bool:
+        return bool(self._value[0])
+
+    def set(self) -> None:
+        self._value.fill_(True)
+
+
 def epoch_rng(seed: int, epoch: int, stream: int = 0) -> np.random.Generator:
     """The generator for one epoch's sampling decisions (``stream`` keeps unrelated uses apart)."""
     return np.random.default_rng([seed, epoch, stream, 0x5A3])

@@ -74,12 +74,6 @@ def augment_config(cfg) -> AugmentConfig:
     return AugmentConfig(**{k: float(_get(cfg, k)) for k in keys}, mosaic9=0.0, albumentations=False)
 
 
-def closed_mosaic(cfg: AugmentConfig) -> AugmentConfig:
-    """``cfg`` as Ultralytics' close_mosaic leaves it: no mosaic, mixup or copy-paste."""
-    from dataclasses import replace
-    return replace(cfg, mosaic=0.0, mosaic9=0.0, mixup=0.0, copy_paste=0.0)
-
-
 def cache_mode(value) -> Union[bool, str]:
     """Ultralytics' ``cache`` (True/'ram'/'disk'/False/None, or the strings 'True'/'False' of a CLI)
     -> yolo_data's ``cache_images`` (False, 'ram' or 'disk')."""

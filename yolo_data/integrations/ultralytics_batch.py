@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import numpy as np
 import torch
 
 from ..collate import collate_fn

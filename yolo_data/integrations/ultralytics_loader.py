@@ -2,8 +2,7 @@
 
 Pure: never imports ultralytics (the plug-in in ``ultralytics.py`` calls ``create_loader``).
 
-    LoaderSettings -> UltralyticsDataset (YoloDataset + labels as dicts, close_mosaic, linear evaluation
-    resize) -> sampler (YoloSampler; ShardSampler for evaluation under DDP) -> UltralyticsLoader
+    LoaderSettings -> UltralyticsDataset (YoloDataset + labels as dicts) -> sampler (YoloSampler; ShardSampler for evaluation under DDP) -> UltralyticsLoader
     (YoloDataLoader + reset/close, lazy passes) with DictCollate (batches as Ultralytics' dicts)
 
 ``create_loader`` follows ``yolo_data.create_dataloader`` step by step (worker count, the label cache
@@ -15,67 +14,29 @@ from __future__ import annotations
 import logging
 import math
 import os
-from dataclasses import replace
 from typing import Iterator, Optional
 
 import torch
 from torch.utils.data import Sampler
 
 from .. import distributed
-from ..cache import user_cache_dir
 from ..dataset import YoloDataset, resolve_split
-from ..imagecache import ImageCacheSpec, disk_candidates, normalise_mode, open_or_build
-from ..images import ImageSource
+from ..formats import kind_of
 from ..loader import PARTNER_GROUP, YoloDataLoader, init_worker
-from ..mapping import EvalMapper, TrainSettings
 from ..room import fit_workers_to_shm, shm_bytes_for_batches
 from ..sampling import YoloSampler
-from ..formats import kind_of
 from ..sources import list_image_files
-from .ultralytics_args import LoaderSettings, closed_mosaic, fraction_count
+from .ultralytics_args import LoaderSettings, fraction_count
 from .ultralytics_batch import DictCollate, LabelDicts
 
 LOGGER = logging.getLogger("yolo_data")
 
 
-class ClosableSettings:
-    """A TrainMapper's settings whose mosaic, mixup and copy-paste can be closed for every process at
-    once.  The mapper reads ``cfg``/``mosaic`` per item; ``closed`` is a bool tensor in shared memory,
-    so persistent DataLoader workers (forked or spawned) see the main process close it without being
-    restarted.  Duck-types :class:`~yolo_data.mapping.TrainSettings`."""
-
-    def __init__(self, settings: TrainSettings, closed: torch.Tensor):
-        self.open_settings = settings
-        self.closed_settings = replace(settings, cfg=closed_mosaic(settings.cfg), mosaic=False)
-        self.closed = closed
-
-    def _now(self) -> TrainSettings:
-        return self.closed_settings if bool(self.closed[0]) else self.open_settings
-
-    @property
-    def cfg(self):
-        return self._now().cfg
-
-    @property
-    def mosaic(self) -> bool:
-        return self._now().mosaic
-
-    @property
-    def img_size(self) -> int:
-        return self.open_settings.img_size
-
-    @property
-    def seed(self) -> int:
-        return self.open_settings.seed
-
-
 class UltralyticsDataset(YoloDataset):
-    """A YoloDataset with what Ultralytics reads besides YOLOv5's names:
-
-    - ``labels``: a list-like of dicts (``LabelDicts``) instead of YOLOv5's (n, 5) arrays;
-    - ``close_mosaic(hyp)``: no more mosaic, mixup or copy-paste, in this process and in workers;
-    - evaluation images resized with linear interpolation when ``settings.linear_eval`` (Ultralytics'
-      ``load_image`` does; YOLOv5 uses area when shrinking), so validation sees Ultralytics' pixels.
+    """A YoloDataset with what Ultralytics reads besides YOLOv5's names: ``labels`` as a list-like of
+    dicts (``LabelDicts``) instead of YOLOv5's (n, 5) arrays.  YoloDataset itself has the rest:
+    ``close_mosaic(hyp)`` (also in persistent workers), and evaluation resized linearly as Ultralytics'
+    ``load_image`` does (``settings.linear_eval``; YOLOv5 uses area when shrinking).
 
     ``batch_size``: of the rect batches (global batch for training, per-rank batch for evaluation).
     ``path``: an image folder, list file, list of them or dataset yaml (``split`` picks for a yaml);
@@ -90,43 +51,16 @@ class UltralyticsDataset(YoloDataset):
                                  f"or lists; {path} names COCO or VOC annotations (use fraction=1.0)")
             files = list_image_files(paths)
             path, split = files[:fraction_count(len(files), settings.fraction)], None
-        linear_eval = settings.linear_eval and not settings.augment
         super().__init__(path, settings.imgsz, batch_size, augment=settings.augment, hyp=settings.hyp,
-                         rect=settings.rect, cache_images=False if linear_eval else settings.cache,
-                         single_cls=settings.single_cls, stride=settings.stride, pad=settings.pad, prefix=prefix,
-                         workers=settings.workers or None, split=split, cache_dir=cache_dir, seed=settings.seed,
-                         shm_reserve_bytes=shm_reserve_bytes)
-        self._mosaic_closed = torch.zeros(1, dtype=torch.bool).share_memory_()
-        if linear_eval:
-            if settings.cache:  # cached pixels must be resized as the files would be (the key says so too)
-                mode = normalise_mode(settings.cache)
-                spec = ImageCacheSpec(mode, self.img_size, True,
-                                      disk_candidates(self.split_labels.default_file, self.img_size, True, self.rect,
-                                                      cache_dir, user_cache_dir()),
-                                      reserve_bytes=int(shm_reserve_bytes) if mode == "ram" else 0,
-                                      workers=settings.workers or 8, prefix=prefix)
-                self.image_cache = open_or_build(spec, self.store, self.split_labels.fingerprint)
-            self.images = ImageSource(self.store, self.img_size, linear=True, cache=self.image_cache,
-                                      on_failure=self._remember_failure)
-            self.mapper = EvalMapper(self.index, self.images)
-        elif settings.augment:
-            self.mapper.settings = ClosableSettings(self.mapper.settings, self._mosaic_closed)
+                         rect=settings.rect, cache_images=settings.cache, single_cls=settings.single_cls,
+                         stride=settings.stride, pad=settings.pad, prefix=prefix, workers=settings.workers or None,
+                         split=split, cache_dir=cache_dir, seed=settings.seed, shm_reserve_bytes=shm_reserve_bytes,
+                         linear_eval=settings.linear_eval)
 
     @property
     def labels(self) -> LabelDicts:
         """Per image a dict (see LabelDicts), as Ultralytics' datasets hold them."""
         return LabelDicts(self.store)
-
-    @property
-    def mosaic_closed(self) -> bool:
-        return bool(self._mosaic_closed[0])
-
-    def close_mosaic(self, hyp=None) -> None:
-        """Ultralytics calls this ``close_mosaic`` epochs before the end (then ``loader.reset()``): from
-        the next pass on, items are letterboxed single images with perspective, HSV and flips; no
-        mosaic, mixup or copy-paste.  ``hyp``: Ultralytics' arguments (unused: what closes is fixed)."""
-        self.mosaic = False
-        self._mosaic_closed.fill_(True)
 
 
 class ShardSampler(Sampler[int]):
@@ -165,11 +99,7 @@ class UltralyticsLoader(YoloDataLoader):
         yield from super().__iter__()
 
     def reset(self) -> None:
-        # YoloDataLoader keeps its early pass in _early (see its __iter__); dropping it is the same
-        # bookkeeping its own __iter__ does when the script changed something before the first pass.
-        if self._early is not None:
-            self._early = None
-            self.sampler.forget_pass()
+        self.discard_early_pass()
 
     def close(self) -> None:
         """Shut the persistent workers down now (Ultralytics calls this at the end of training)."""
