@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import coco, voc
 from .labels import LabelReader, Problem, YoloReader
@@ -62,14 +62,25 @@ class SplitSource:
             self.reader = voc.VocReader(tuple(self.names), self.keep_difficult)
         return self.names
 
-    def label_file_of(self, im_file: str) -> str:
-        """The annotation file of an image, for ``dataset.label_files``."""
-        if self.kind == "voc":
-            head, _, name = im_file.rpartition(os.sep + voc.IMAGES + os.sep)
-            return os.path.join(head, voc.ANNOTATIONS, name.rpartition(".")[0] + ".xml")
-        if self.kind == "coco":
-            return str(self.settings["json"][0][0])
-        return img2label_path(im_file)
+    @property
+    def label_file_of(self) -> Callable[[str], str]:
+        """image file -> its annotation file, for ``dataset.label_files``."""
+        return annotation_file_of(self.kind, self.settings["json"][0][0] if self.kind == "coco" else None)
+
+
+def annotation_file_of(kind: str, json_file: Optional[str] = None) -> Callable[[str], str]:
+    """image file -> its annotation file in format ``kind``: YOLO's ``labels/<stem>.txt``, VOC's
+    ``Annotations/<stem>.xml``, or the COCO JSON (the first of a split of several)."""
+    if kind == "coco":
+        return lambda im_file: str(json_file)
+    if kind == "voc":
+        return _voc_annotation
+    return img2label_path
+
+
+def _voc_annotation(im_file: str) -> str:
+    head, _, name = im_file.rpartition(os.sep + voc.IMAGES + os.sep)
+    return os.path.join(head, voc.ANNOTATIONS, name.rpartition(".")[0] + ".xml")
 
 
 def kind_of(entry) -> str:

@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional, Union
 from . import cache, distributed, failures
 from .labels import Problem
 from .scan import Progress, scan_pairs
-from .formats import SourceOptions, SplitSource, open_source
+from .formats import SourceOptions, annotation_file_of, open_source
 from .sources import img2label_path
 from .store import LabelStore
 
@@ -107,7 +107,7 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
                 raise cache.CacheError("replaced since local rank 0 used it")
             s = SplitLabels(contents.store, Path(info["file"]), False, time.perf_counter() - t0,
                             contents.counts, contents.problems, info["fingerprint"], Path(info["default"]),
-                            contents.names, info["kind"], _label_file_of(info))
+                            contents.names, info["kind"], annotation_file_of(info["kind"], info["label_file"]))
             return failures.leave_out(s, failures.read(s.cache_file, upto=info["failed_bytes"])[0])
         except (OSError, cache.CacheError) as e:
             reason = f"cannot read local rank 0's label cache {info['file']} ({e})"
@@ -121,16 +121,6 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
 
 def _as_list(path) -> List:
     return list(path) if isinstance(path, (list, tuple)) else [path]
-
-
-def _label_file_of(info: dict) -> Callable[[str], str]:
-    """On the other ranks, which never list the files: an image's annotation file as rank 0 names it
-    (COCO: the one JSON; VOC: Annotations/<stem>.xml; YOLO: labels/<stem>.txt)."""
-    if info["kind"] == "coco":
-        return lambda im_file, f=info["label_file"]: f
-    if info["kind"] == "voc":
-        return SplitSource("voc", [], [], None, None, [], {}, Path()).label_file_of
-    return img2label_path
 
 
 def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progress, save) -> SplitLabels:
