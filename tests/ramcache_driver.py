@@ -39,14 +39,14 @@ def child_build(data, ram_dir, slow, barrier):
     from yolo_data.dataset import YoloDataset
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     slow = float(slow)
-    real_read, real_lock = imagecache.imread_bgr, room.planning_lock
+    real_read, real_lock = imagecache.load_image, room.planning_lock
 
-    def read(path):
+    def read(path, *args):
         if not getattr(read, "said", False):
             read.said = True
             print("building", flush=True)
         time.sleep(slow)
-        return real_read(path)
+        return real_read(path, *args)
 
     def lock(folder):
         if barrier != "-":
@@ -55,7 +55,7 @@ def child_build(data, ram_dir, slow, barrier):
                 time.sleep(0.001)
         return real_lock(folder)
 
-    imagecache.imread_bgr, room.planning_lock = read, lock
+    imagecache.load_image, room.planning_lock = read, lock
     ds = YoloDataset(data, IMGSZ, 4, cache_images="ram", ram_dir=ram_dir)
     cached = 0 if ds.image_cache is None else int(ds.image_cache.ok.sum())
     print(json.dumps({"ready": True, "cached": cached, "n": len(ds),

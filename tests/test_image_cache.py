@@ -130,9 +130,9 @@ def test_ram_cache_without_o_tmpfile_is_unlinked_at_once(small_dataset, tmp_path
 def test_killed_disk_cache_writer_leaves_a_temporary_that_the_next_run_removes(small_dataset):
     """SIGKILL mid-build: the cache name is absent or whole, and the writer's temporary goes next run."""
     code = ("import time, sys; from yolo_data import imagecache; from yolo_data.dataset import YoloDataset\n"
-            "real = imagecache.imread_bgr\n"
-            "def slow(p):\n    print('building', flush=True); time.sleep(30); return real(p)\n"
-            "imagecache.imread_bgr = slow\n"
+            "real = imagecache.load_image\n"
+            "def slow(p, *a):\n    print('building', flush=True); time.sleep(30); return real(p, *a)\n"
+            "imagecache.load_image = slow\n"
             f"YoloDataset({str(small_dataset)!r}, 64, split='train', cache_images='disk', workers=1)\n")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                          cwd=str(Path(__file__).resolve().parents[1]))

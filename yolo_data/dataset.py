@@ -83,6 +83,9 @@ class YoloDataset(Dataset):
     a Pascal VOC folder or ImageSets list (formats.py), read in place; ``keep_difficult``: keep VOC
     objects marked difficult.  ``linear_eval``: evaluation resizes with linear interpolation, as
     Ultralytics' validator does (default: YOLOv5's area interpolation when shrinking).
+    ``reduced_decode``: JPEGs that shrink 2x or more are decoded by libjpeg at 1/2, 1/4 or 1/8 scale,
+    then resized to the same size (images.py); default: when augmenting (evaluation keeps YOLOv5's
+    pixels unless True).
     ``close_mosaic()`` ends mosaic, mixup and copy-paste, also in persistent workers.
     """
 
@@ -91,7 +94,7 @@ class YoloDataset(Dataset):
                  stride: int = 32, pad: float = 0.0, min_items: int = 0, prefix: str = "",
                  workers: Optional[int] = None, split: Optional[str] = None, cache_dir=None, seed: int = 0,
                  batch_partners: bool = True, ram_dir=None, shm_reserve_bytes: int = 0, partner_group: int = 0,
-                 keep_difficult: bool = False, linear_eval: bool = False):
+                 keep_difficult: bool = False, linear_eval: bool = False, reduced_decode: Optional[bool] = None):
         self.img_size = int(img_size)
         self.augment = augment
         self.hyp = hyp
@@ -131,17 +134,18 @@ class YoloDataset(Dataset):
 
         self.image_cache: Optional[ImageCache] = None
         linear = augment or linear_eval  # training resizes linearly, as YOLOv5 and Ultralytics do
+        self.reduced_decode = augment if reduced_decode is None else bool(reduced_decode)
         if cache_images:
             mode = normalise_mode(cache_images)
             spec = ImageCacheSpec(mode, self.img_size, linear,
                                   disk_candidates(self.split_labels.default_file, self.img_size, linear, self.rect,
-                                                  cache_dir, user_cache_dir()),
+                                                  cache_dir, user_cache_dir(), self.reduced_decode),
                                   ram_dir=None if ram_dir is None else Path(ram_dir),
                                   reserve_bytes=int(shm_reserve_bytes) if mode == "ram" else 0,
-                                  workers=workers or 8, prefix=prefix)
+                                  workers=workers or 8, prefix=prefix, reduced=self.reduced_decode)
             self.image_cache = open_or_build(spec, self.store, self.split_labels.fingerprint)
         self.images = ImageSource(self.store, self.img_size, linear=linear, cache=self.image_cache,
-                                  on_failure=self._remember_failure)
+                                  on_failure=self._remember_failure, reduced=self.reduced_decode)
         self._scratch = Scratch()
         if augment:
             extra = AlbumentationsStep() if self.cfg.albumentations else None

@@ -40,7 +40,7 @@ import numpy as np
 
 from . import container, distributed, room
 from .container import CacheError, NoSpaceError
-from .images import ImageReadError, imread_bgr, resize_long_side
+from .images import ImageReadError, load_image
 from .sources import cache_stem
 from .store import LabelStore
 
@@ -56,7 +56,8 @@ class ImageCacheSpec:
     """What to cache and where.  ``mode``: 'ram' or 'disk'.  ``disk_files``: candidate files for
     'disk', in order (see :func:`disk_candidates`).  ``ram_dir``: folder of the RAM cache (None:
     :func:`shm_dir`).  ``reserve_bytes``: room to leave free for the DataLoader's shared-memory
-    batches.  ``augment`` picks the interpolation, as in ``images.resize_long_side``."""
+    batches.  ``augment`` picks the interpolation, as in ``images.resize_long_side``; ``reduced``: JPEGs
+    decoded at a reduced scale where they shrink 2x or more (``images.load_image``)."""
     mode: str
     img_size: int
     augment: bool
@@ -65,6 +66,7 @@ class ImageCacheSpec:
     reserve_bytes: int = 0
     workers: int = 8
     prefix: str = ""
+    reduced: bool = False
 
 
 def shm_dir() -> Path:
@@ -81,22 +83,23 @@ def normalise_mode(mode) -> str:
 
 
 def disk_candidates(default_labels_cache: Path, img_size: int, augment: bool, rect: bool, cache_dir,
-                    user_dir: Path) -> Tuple[Path, ...]:
+                    user_dir: Path, reduced: bool = False) -> Tuple[Path, ...]:
     """The disk image cache's files, in the label cache's order: only ``cache_dir`` when given, else
     beside the labels, then the per-user folder.  Named after the split and the settings; in a shared
     folder also after the split's full path, so two datasets never share a name."""
     from .cache import folder_cache_file
     d = Path(default_labels_cache)
-    settings = f"{img_size}{'-train' if augment else ''}{'-rect' if rect else ''}"
+    settings = f"{img_size}{'-train' if augment else ''}{'-rect' if rect else ''}{'-reduced' if reduced else ''}"
     beside = d.with_name(f"{cache_stem(d)}-images-{settings}.imgcache")  # labels/train2017-images-640.imgcache
     shared = [folder_cache_file(beside, Path(f), ".imgcache") for f in ([cache_dir] if cache_dir else [user_dir])]
     return tuple(shared) if cache_dir else (beside, *shared)
 
 
-def cache_key(store: LabelStore, labels_fingerprint: str, img_size: int, augment: bool) -> str:
+def cache_key(store: LabelStore, labels_fingerprint: str, img_size: int, augment: bool, reduced: bool = False) -> str:
     """What the cached pixels depend on: the image files (through the label cache's fingerprint of
-    their sizes and times), their order, the target size and the interpolation (augment picks it)."""
-    h = hashlib.sha256(f"{VERSION}|{labels_fingerprint}|{img_size}|{bool(augment)}|".encode())
+    their sizes and times), their order, the target size, the interpolation (augment picks it) and
+    whether JPEGs were decoded at a reduced scale."""
+    h = hashlib.sha256(f"{VERSION}|{labels_fingerprint}|{img_size}|{bool(augment)}|{'reduced|' if reduced else ''}".encode())
     h.update(store.path_bytes.tobytes())
     h.update(store.path_offsets.tobytes())
     return h.hexdigest()
@@ -220,13 +223,14 @@ def _fill(payload: memoryview, store: LabelStore, hw: np.ndarray, offsets: np.nd
     ok = np.zeros(n, np.uint8)
 
     def one(i: int) -> None:
-        try:
-            im = imread_bgr(store.im_file(i))
+        w_scan, h_scan = store.shapes[i]
+        try:  # as ImageSource reads a file, so cached and uncached pixels are the same
+            li = load_image(store.im_file(i), spec.img_size, spec.augment, (int(h_scan), int(w_scan)), spec.reduced)
         except ImageReadError as e:
             LOGGER.warning(f"{spec.prefix}{e}; not cached, it will be read from its file when needed")
             return
-        hw0[i] = im.shape[:2]
-        im = resize_long_side(im, spec.img_size, spec.augment)
+        hw0[i] = li.hw0
+        im = li.img
         h, w = int(hw[i, 0]), int(hw[i, 1])
         if im.shape[:2] != (h, w):  # the header and the decoder disagree (rare, odd EXIF)
             im = cv2.resize(im, (w, h), interpolation=cv2.INTER_LINEAR)
@@ -392,7 +396,7 @@ def _open_disk(store: LabelStore, key: str, spec: ImageCacheSpec, planned_hw: np
 def open_or_build(spec: ImageCacheSpec, store: LabelStore, labels_fingerprint: str) -> Optional[ImageCache]:
     """The image cache of ``store`` as ``spec`` asks: reuse a valid one, else build one.  Returns None
     (with a warning saying why) when none can be had; the images are then read from their files."""
-    key = cache_key(store, labels_fingerprint, spec.img_size, spec.augment)
+    key = cache_key(store, labels_fingerprint, spec.img_size, spec.augment, spec.reduced)
     planned_hw = planned_sizes(store.shapes, spec.img_size)
     if normalise_mode(spec.mode) == "ram":
         return _open_ram(store, key, spec, planned_hw)

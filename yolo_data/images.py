@@ -1,4 +1,11 @@
-"""Decode an image and resize it so its long side is ``img_size`` (YOLOv5's ``load_image``)."""
+"""Decode an image and resize it so its long side is ``img_size`` (YOLOv5's ``load_image``).
+
+A JPEG that will be shrunk at least 2x can be decoded at 1/2, 1/4 or 1/8 scale by libjpeg itself
+(``reduced``): the decoder skips most of its work, and the result is resized to exactly the size the
+full decode would give, so shapes, ``hw0`` and normalised boxes are unchanged; only the pixels differ a
+little (libjpeg's scaled IDCT is a box filter of the same 8x8 blocks).  Training uses it by default;
+evaluation keeps YOLOv5's pixels unless asked.
+"""
 from __future__ import annotations
 
 import math
@@ -22,9 +29,15 @@ class LoadedImage:
     hw: Tuple[int, int]
 
 
-def imread_bgr(path: str) -> np.ndarray:
+# libjpeg's scaled decodes: 1/f of each side, rounded up, EXIF orientation applied as in a full decode
+REDUCED_FLAGS = {2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4, 8: cv2.IMREAD_REDUCED_COLOR_8}
+JPEG_SUFFIXES = ("jpg", "jpeg")
+
+
+def imread_bgr(path: str, flags: int = cv2.IMREAD_COLOR) -> np.ndarray:
     """(h, w, 3) uint8 BGR with EXIF orientation applied (cv2.imread, as YOLOv5: gray, RGBA and 16-bit
-    images come out as 8-bit BGR).  Raises ImageReadError naming the file.
+    images come out as 8-bit BGR).  ``flags``: IMREAD_COLOR, or one of REDUCED_FLAGS.  Raises
+    ImageReadError naming the file.
 
     cv2.imread takes the path as UTF-8 (and crashes the process on a name with lone surrogates, i.e. one
     whose bytes are not UTF-8): other names are read here and decoded with the same flags."""
@@ -34,16 +47,30 @@ def imread_bgr(path: str) -> np.ndarray:
     except UnicodeEncodeError:
         utf8 = False
     if utf8:
-        im = cv2.imread(path)
+        im = cv2.imread(path, flags)
     else:
         try:
             buf = np.fromfile(path, dtype=np.uint8)
-            im = cv2.imdecode(buf, cv2.IMREAD_COLOR) if buf.size else None
+            im = cv2.imdecode(buf, flags) if buf.size else None
         except (OSError, cv2.error):  # as cv2.imread: unreadable or undecodable is None
             im = None
     if im is None:
         raise ImageReadError(f"{path}: image cannot be read (missing, or not decodable)")
     return im
+
+
+def reduction(hw0: Tuple[int, int], img_size: int) -> int:
+    """The largest f of 8, 4, 2 for which a 1/f decode of an (h0, w0) image is still at least as large
+    as the resize target (long side >= img_size * f), else 1: the resize after it then only shrinks."""
+    long0 = max(hw0)
+    return next((f for f in (8, 4, 2) if long0 >= img_size * f), 1)
+
+
+def target_size(hw0: Tuple[int, int], img_size: int) -> Tuple[int, int]:
+    """(h, w) after ``resize_long_side``: long side ``img_size``, sizes rounded up."""
+    h0, w0 = hw0
+    r = img_size / max(h0, w0)
+    return (h0, w0) if r == 1 else (math.ceil(h0 * r), math.ceil(w0 * r))
 
 
 def resize_long_side(im: np.ndarray, img_size: int, augment: bool) -> np.ndarray:
@@ -57,7 +84,20 @@ def resize_long_side(im: np.ndarray, img_size: int, augment: bool) -> np.ndarray
     return cv2.resize(im, (math.ceil(w0 * r), math.ceil(h0 * r)), interpolation=interp)
 
 
-def load_image(path: str, img_size: int, augment: bool) -> LoadedImage:
+def load_image(path: str, img_size: int, augment: bool, hw0: Optional[Tuple[int, int]] = None,
+               reduced: bool = False) -> LoadedImage:
+    """Decode and resize ``path`` (see resize_long_side).  ``reduced`` with ``hw0`` (the size a full
+    decode gives, as the scan recorded it): a JPEG is decoded at 1/f scale (see ``reduction``) and
+    resized from there to the same target size; anything else, or a scaled decode of another size than
+    libjpeg's ceil(side / f) (not JPEG data after all), is decoded in full."""
+    if reduced and hw0 is not None and path.rpartition(".")[2].lower() in JPEG_SUFFIXES:
+        f = reduction(hw0, img_size)
+        if f > 1:
+            im = imread_bgr(path, REDUCED_FLAGS[f])
+            if im.shape[:2] == (-(-hw0[0] // f), -(-hw0[1] // f)):
+                h, w = target_size(hw0, img_size)
+                interp = cv2.INTER_LINEAR if augment else cv2.INTER_AREA  # as resize_long_side when shrinking
+                return LoadedImage(cv2.resize(im, (w, h), interpolation=interp), tuple(hw0), (h, w))
     im = imread_bgr(path)
     hw0 = im.shape[:2]
     im = resize_long_side(im, img_size, augment)
@@ -67,12 +107,13 @@ def load_image(path: str, img_size: int, augment: bool) -> LoadedImage:
 class ImageSource:
     """Image ``i`` of a label store, resized to long side ``img_size``: from the image cache when it
     holds it, else decoded from its file.  ``linear``: linear interpolation when shrinking too (YOLOv5
-    does for training; area for evaluation).  ``on_failure(path, reason)``: told of an image that
-    passed the scan but cannot be read now (the split remembers it, and the next run leaves it out)."""
+    does for training; area for evaluation).  ``reduced``: JPEGs shrunk 2x or more are decoded at a
+    reduced scale (see load_image).  ``on_failure(path, reason)``: told of an image that passed the
+    scan but cannot be read now (the split remembers it, and the next run leaves it out)."""
 
     def __init__(self, store, img_size: int, linear: bool, cache=None,
-                 on_failure: Optional[Callable[[str, str], None]] = None):
-        self.store, self.img_size, self.linear = store, int(img_size), linear
+                 on_failure: Optional[Callable[[str, str], None]] = None, reduced: bool = False):
+        self.store, self.img_size, self.linear, self.reduced = store, int(img_size), linear, reduced
         self.cache = cache
         self.on_failure = on_failure
 
@@ -82,8 +123,9 @@ class ImageSource:
             if cached is not None:
                 return LoadedImage(*cached)
         path = self.store.im_file(i)
+        w0, h0 = self.store.shapes[i]
         try:
-            return load_image(path, self.img_size, self.linear)
+            return load_image(path, self.img_size, self.linear, (int(h0), int(w0)), self.reduced)
         except ImageReadError as e:
             if self.on_failure is not None:
                 self.on_failure(path, str(e))

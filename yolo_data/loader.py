@@ -148,12 +148,14 @@ def init_worker(worker_id: int) -> None:
 def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=None, augment=False, cache=False,
                       pad=0.0, rect=False, rank=-1, workers=8, image_weights=False, quad=False, prefix="",
                       shuffle=False, seed=0, *, split=None, cache_dir=None, min_items=0, batch_partners=True,
-                      ram_cache_dir=None, partner_group=PARTNER_GROUP, keep_difficult=False):
+                      ram_cache_dir=None, partner_group=PARTNER_GROUP, keep_difficult=False, reduced_decode=None):
     """Build ``(loader, dataset)`` as YOLOv5 7.0's ``create_dataloader`` does.
 
     ``path``: image folder, .txt list, list of these, or a dataset yaml (then ``split`` picks
     'train'/'val'/'test'; default 'train' when ``augment`` else 'val'); also a COCO .json or a Pascal
-    VOC folder or ImageSets list, read in place (``keep_difficult``: keep VOC's difficult objects).  ``batch_size``: per rank, as in
+    VOC folder or ImageSets list, read in place (``keep_difficult``: keep VOC's difficult objects).
+    ``reduced_decode``: decode JPEGs at 1/2-1/8 scale where they shrink that much (default: when
+    augmenting; see images.py).  ``batch_size``: per rank, as in
     YOLOv5.  ``rank``: the local rank under DDP (-1 otherwise): the dataset is built inside
     ``torch_distributed_zero_first(rank)``, so only local rank 0 scans and writes the label cache.
     ``cache_dir``: where label caches go (default: beside the labels, or the per-user cache folder when
@@ -183,7 +185,7 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
                               image_weights=image_weights, cache_images=cache, single_cls=single_cls,
                               stride=int(stride), pad=pad, min_items=min_items, prefix=prefix,
                               split=split, cache_dir=cache_dir, seed=seed, batch_partners=batch_partners,
-                              ram_dir=ram_cache_dir, keep_difficult=keep_difficult,
+                              ram_dir=ram_cache_dir, keep_difficult=keep_difficult, reduced_decode=reduced_decode,
                               shm_reserve_bytes=shm_bytes_for_batches(nw, batch_size, imgsz, stride, local_ranks))
     batch_size = min(batch_size, len(dataset))
     if quad and batch_size < 4:
