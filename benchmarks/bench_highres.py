@@ -3,6 +3,7 @@ drones write them; every 4th one stored on its side with EXIF orientation 6), YO
 
     python benchmarks/bench_highres.py make OUT [--unique 200] [--n 1000]
     python benchmarks/bench_highres.py decode OUT           # per-image decode + resize, full vs reduced
+    python benchmarks/bench_highres.py cache OUT            # disk image cache build, full vs reduced
 
 ``make`` writes ``OUT/images/train`` and ``OUT/labels/train`` (``--unique`` generated photos, then
 hard links up to ``--n`` images, each with its own label file) and ``OUT/highres.yaml``; an existing
@@ -119,6 +120,34 @@ def decode(out: Path, count: int, imgsz: int, repeats: int) -> None:
           f"pixel difference mean {d.mean():.2f}, 99th percentile {np.percentile(d, 99):.0f} levels of 255")
 
 
+def cache_build(out: Path, imgsz: int, repeats: int, workers: int) -> None:
+    """Seconds to build a disk image cache of the whole set (training resize), full and reduced decode
+    alternating, each into a fresh temporary folder (removed afterwards)."""
+    import logging
+    import shutil
+    import tempfile
+    from yolo_data import YoloDataset
+    logging.getLogger("yolo_data").setLevel(logging.ERROR)
+    yaml = out / "highres.yaml"
+    YoloDataset(str(yaml), imgsz, augment=True, split="train")  # the label cache, outside the timing
+    times = {False: [], True: []}
+    for _ in range(repeats):
+        for reduced in (False, True):
+            tmp = Path(tempfile.mkdtemp(prefix="highres_cache_"))
+            try:
+                t = time.perf_counter()
+                ds = YoloDataset(str(yaml), imgsz, augment=True, split="train", cache_images="disk",
+                                 cache_dir=str(tmp), reduced_decode=reduced, workers=workers)
+                times[reduced].append(time.perf_counter() - t)
+                n = int(ds.image_cache.ok.sum())
+                del ds
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    full, fast = (statistics.median(times[r]) for r in (False, True))
+    print(f"disk image cache build at {imgsz} ({n} images, {workers} decode threads, median of {repeats}, "
+          f"alternating): full decode {full:.1f} s, reduced {fast:.1f} s ({full / fast:.2f}x)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -131,11 +160,18 @@ def main() -> int:
     d.add_argument("--count", type=int, default=20)
     d.add_argument("--imgsz", type=int, default=640)
     d.add_argument("--repeats", type=int, default=3)
+    c = sub.add_parser("cache", help="time a disk image cache build, full vs reduced decode")
+    c.add_argument("out", type=Path)
+    c.add_argument("--imgsz", type=int, default=640)
+    c.add_argument("--repeats", type=int, default=3)
+    c.add_argument("--workers", type=int, default=2)
     a = ap.parse_args()
     if a.cmd == "make":
         print(make(a.out, a.unique, max(a.n, a.unique)))
-    else:
+    elif a.cmd == "decode":
         decode(a.out, a.count, a.imgsz, a.repeats)
+    else:
+        cache_build(a.out, a.imgsz, a.repeats, a.workers)
     return 0
 
 
