@@ -4,6 +4,9 @@
     python benchmarks/bench_cuda.py [--data DIR] [--workers 8] [--images 1280] [--repeats 3]
     python benchmarks/bench_cuda.py --device cpu      # a dry run of the same loop without a GPU
 
+``--data`` is an image folder; by default the generated 2,000-image set (benchmarks/make_synthetic.py) in
+$YOLO_DATA_BENCH_SYNTHETIC or yolo_data_bench in the system temp folder, generated there when missing.
+
 For the training loader (augment, hyp.scratch-low, imgsz 640, batch 16) and the validation loader
 (rect, pad 0.5, batch 32), with ``pin_memory`` on (create_dataloader's default where CUDA is
 available) and off: each batch's images go to the device with ``non_blocking=True`` and become
@@ -15,7 +18,6 @@ exits 0: nothing in yolo_data needs a GPU.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -23,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-DEFAULT = Path("/tmp/yolo_data_bench/synthetic-n2000-seed0-640px-q90/images/train")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
+from common import REPO  # noqa: E402
 
 MODES = {
     "train": dict(batch_size=16, augment=True, hyp=str(REPO / "data/hyps/hyp.scratch-low.yaml"), shuffle=True),
@@ -63,14 +65,13 @@ def measure(data, mode, device, pin, workers, images, cache_dir) -> float:
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - started
     it.close()
-    if loader._iterator is not None:  # persistent workers: stop them before the next loader starts
-        loader._iterator._shutdown_workers()
+    common.shutdown(loader)  # persistent workers: stop them before the next loader starts
     return n / seconds
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=DEFAULT)
+    ap.add_argument("--data", type=Path, default=None, help="image folder (default: the generated 2,000-image set)")
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--images", type=int, default=1280)
@@ -80,6 +81,7 @@ def main(argv=None) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         print("no CUDA device here: nothing measured (use --device cpu for a dry run of the loop)")
         return 0
+    args.data = common.synthetic_images(args.data)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (dry run)"
     print(f"### Into {name}: loader -> {'pinned memory -> ' if device.type == 'cuda' else ''}"
           f"non-blocking copy, {args.workers} workers, {args.data}\n")
@@ -89,8 +91,8 @@ def main(argv=None) -> int:
             for pin in ((True, False) if device.type == "cuda" else (False,)):
                 runs = [measure(args.data, mode, device, pin, args.workers, args.images, tmp)
                         for _ in range(args.repeats)]
-                print(f"| {mode} | {'on' if pin else 'off'} | {statistics.median(runs):.1f} "
-                      f"({min(runs):.1f}–{max(runs):.1f}) |")
+                print(f"| {mode} | {'on' if pin else 'off'} | {common.fmt_range(runs, 1, always=True)} |")
+    print("\n" + common.footer())
     return 0
 
 

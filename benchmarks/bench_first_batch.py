@@ -4,10 +4,11 @@ the loader and its first ``iter``: yolo_data's loader starts its workers, and th
 built (as YOLOv5's InfiniteDataLoader does); the comparison is the same loader with that early start
 turned off (workers forked on the first ``iter``, torch's default).  Alternating, medians.
 
-    python benchmarks/bench_first_batch.py [--data ../shared/datasets/coco128/images/train2017]
+    python benchmarks/bench_first_batch.py [--data DATASETS/coco128/images/train2017]
         [--setup-s 2] [--repeats 3] [--workers 2]
 
-The data folder is copied to a temporary folder first (the label cache is written there).
+The data folder (default: coco128's train2017 in $YOLO_DATA_BENCH_DATA or ../shared/datasets) is copied
+with its labels to a temporary folder first (the label cache is written there).
 """
 import argparse
 import gc
@@ -18,33 +19,36 @@ import tempfile
 import time
 from pathlib import Path
 
-from torch.utils.data import DataLoader
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
+import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 import yolo_data.loader as loader_module  # noqa: E402
-from machine import cpu_model  # noqa: E402
 from yolo_data import create_dataloader  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "coco128" / "images" / "train2017"
+
+EARLY_INIT = loader_module.YoloDataLoader.__init__
 
 
 def _late_start(self, *args, **kwargs):
-    """The early start turned off: a plain persistent DataLoader."""
-    DataLoader.__init__(self, *args, **kwargs)
-    self._early = None
+    """The early start turned off: the workers it started are stopped at once (during the script's
+    setup, before the clock runs), so the first ``iter`` forks them anew, as a plain persistent
+    DataLoader does."""
+    EARLY_INIT(self, *args, **kwargs)
+    self.discard_early_pass()
+    common.shutdown(self)
+    self._iterator = None  # torch's persistent iterator: made anew by the next iter
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(SHARED), help="image folder (copied to a temporary folder)")
+    ap.add_argument("--data", default=None, help="image folder (copied to a temporary folder; default: "
+                    "coco128/images/train2017 in $YOLO_DATA_BENCH_DATA or ../shared/datasets)")
     ap.add_argument("--setup-s", type=float, default=2.0, help="seconds the script spends before its first iter")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--imgsz", type=int, default=640)
     ap.add_argument("--batch-size", type=int, default=32)
     args = ap.parse_args(argv)
+    args.data = args.data or str(common.dataset("coco128") / "images" / "train2017")
     src = Path(args.data)
     if not src.is_dir():
         print(f"{src} does not exist; pass --data", file=sys.stderr)
@@ -53,11 +57,10 @@ def main(argv=None) -> int:
         root = Path(tmp) / "ds"
         shutil.copytree(src.parent.parent, root)  # images/<split> and labels/<split>
         data = str(root / src.relative_to(src.parent.parent))
-        early_init = loader_module.YoloDataLoader.__init__
         res = {"early start (yolo_data)": [], "start on first iter": []}
         for _ in range(args.repeats):
             for mode in res:
-                loader_module.YoloDataLoader.__init__ = early_init if mode.startswith("early") else _late_start
+                loader_module.YoloDataLoader.__init__ = EARLY_INIT if mode.startswith("early") else _late_start
                 loader, _ = create_dataloader(data, args.imgsz, args.batch_size, 32, rect=True, pad=0.5,
                                               workers=args.workers)
                 time.sleep(args.setup_s)
@@ -66,12 +69,13 @@ def main(argv=None) -> int:
                 res[mode].append(time.perf_counter() - t)
                 del loader
                 gc.collect()
-        loader_module.YoloDataLoader.__init__ = early_init
-    print(f"CPU: {cpu_model()}; {args.data}, val loader (rect, pad 0.5, batch {args.batch_size}, "
+        loader_module.YoloDataLoader.__init__ = EARLY_INIT
+    print(f"CPU: {common.cpu_model()}; {args.data}, val loader (rect, pad 0.5, batch {args.batch_size}, "
           f"imgsz {args.imgsz}), {args.workers} workers, {args.setup_s:g} s of setup before the first iter\n")
     print("| loader | first batch s (median) | runs |\n|---|---:|---|")
     for mode, v in res.items():
         print(f"| {mode} | {statistics.median(v):.3f} | {', '.join(f'{x:.3f}' for x in v)} |")
+    print("\n" + common.footer())
     return 0
 
 

@@ -1,8 +1,12 @@
 """Training-loader memory: yolo_data against YOLOv5 7.0 and Ultralytics 8.x, same data, same settings.
 
-    /work/bench-venv/bin/python benchmarks/bench_memory.py                       # default (~3 min, 2 cores)
-    /work/bench-venv/bin/python benchmarks/bench_memory.py --quick               # smoke test (coco128, tiny)
-    /work/bench-venv/bin/python benchmarks/bench_memory.py --datasets synthetic coco128 --repeats 5
+    python benchmarks/bench_memory.py                       # default (~3 min, 2 cores; benchmark environment)
+    python benchmarks/bench_memory.py --quick               # coco128, tiny
+    python benchmarks/bench_memory.py --datasets synthetic coco128 --repeats 5
+    python benchmarks/bench_memory.py --libraries yolo_data # any environment with yolo_data
+
+Datasets, environment variables and ``--libraries`` as in bench_train.py (a peer is imported only by the
+children that measure it, and a missing one stops the run with one line first).
 
 What is measured, per dataset x library x round: the memory of a process that trains from the library's
 uncached training loader, i.e. of the whole process tree (the main process plus its DataLoader worker
@@ -60,6 +64,8 @@ HERE = Path(__file__).resolve().parent
 sys.dont_write_bytecode = True  # leave no __pycache__ in the checkout
 sys.path.insert(0, str(HERE))
 import bench_train as bt  # noqa: E402  (stdlib-only at import time; the libraries are imported in children)
+import common  # noqa: E402
+from common import log  # noqa: E402
 
 LIBS = ("yolo_data", "yolov5", "ultralytics")
 MiB = 1024.0  # smaps values are KiB
@@ -67,43 +73,11 @@ SHM_PREFIXES = ("/dev/shm/torch_", "/memfd:torch")  # torch's file_descriptor / 
 ROLLUP_FIELDS = ("Rss", "Pss", "Pss_Anon", "Pss_File", "Pss_Shmem", "Private_Clean", "Private_Dirty", "Swap")
 
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 # -- /proc readers (parent) ------------------------------------------------------------------------------
 def rollup(pid: int) -> Optional[Dict[str, int]]:
-    """The fields of /proc/<pid>/smaps_rollup (KiB), or None if the process is gone."""
-    out = {}
-    try:
-        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                if key in ROLLUP_FIELDS:
-                    out[key] = int(rest.split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
+    """The fields of /proc/<pid>/smaps_rollup (KiB) this report uses, or None if the process is gone."""
+    out = {k: v for k, v in common.smaps_rollup(pid).items() if k in ROLLUP_FIELDS}
     return out or None
-
-
-def descendants(pid: int) -> List[int]:
-    """All processes below ``pid`` (children of any of its threads, recursively)."""
-    found, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            tids = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{p}/task/{tid}/children", encoding="ascii") as f:
-                    kids = [int(x) for x in f.read().split()]
-            except OSError:
-                continue
-            found += kids
-            todo += kids
-    return found
 
 
 def shm_files(pid: int, into: Dict[int, int]) -> None:
@@ -131,7 +105,7 @@ def sample_tree(pid: int) -> Optional[dict]:
     main = rollup(pid)
     if main is None:
         return None
-    kids_pids = descendants(pid)
+    kids_pids = common.descendants(pid)
     kids = [r for r in (rollup(k) for k in kids_pids) if r is not None]
     shm: Dict[int, int] = {}
     for p in [pid] + kids_pids:
@@ -177,21 +151,22 @@ def prep_main(spec: dict) -> int:
     """Copy the datasets per library, warm the page cache, write every library's label cache (loaders built
     with 0 workers, as bench_train.py primes), and report the machine line.  Not measured."""
     tmp = Path(spec["tmp"])
-    bt.isolate_environment(tmp, "bench_memory")
+    common.isolate_environment(tmp, "bench_memory")
     import yaml
-    with bt.library_output(spec["verbose"]):
+    with common.library_output(spec["verbose"]):
         libs = bt.import_libraries(only=spec["libraries"])
-    hyp = yaml.safe_load(bt.HYP_FILE.read_text(encoding="utf-8"))
+    hyp = yaml.safe_load(common.HYP_FILE.read_text(encoding="utf-8"))
     out = {"machine": bt.machine_line(libs), "copies": [], "errors": []}
-    for src in bt.resolve_sources(spec["datasets"], Path(spec["root"]), spec["synthetic_n"]):
+    for src in bt.resolve_sources(spec["datasets"], spec["root"], spec["synthetic_n"], spec["synthetic_root"],
+                                  spec["data"]):
         for lib in spec["libraries"]:
             c = bt.copy_for(src, tmp / "data" / lib / src.name)
-            bt.warm_page_cache(c.images)
+            common.warm_page_cache(c.images)
             t0 = time.perf_counter()
             try:
-                with bt.library_output(spec["verbose"]):
+                with common.library_output(spec["verbose"]):
                     loader, _ = bt.build_loader(libs, lib, c, "train", 0, hyp)
-                bt.shutdown(loader)
+                common.shutdown(loader)
                 del loader
             except Exception as e:
                 out["errors"].append(f"{lib} on {src.name}: building the loader failed: {type(e).__name__}: {e}")
@@ -200,7 +175,7 @@ def prep_main(spec: dict) -> int:
             out["copies"].append({"dataset": src.name, "lib": lib, "images": str(c.images),
                                   "names": {str(k): v for k, v in c.names.items()}, "n_images": c.n_images})
     Path(spec["out"]).write_text(json.dumps(out))
-    bt.wait_for_children(5)
+    common.wait_for_children(5)
     return 0
 
 
@@ -208,7 +183,7 @@ def measure_main(spec: dict) -> int:
     """One measurement: import one library, build its training loader, take batches; the parent samples."""
     import gc
     tmp = Path(spec["tmp"])
-    bt.isolate_environment(tmp, "bench_memory")
+    common.isolate_environment(tmp, "bench_memory")
     ctl = os.fdopen(spec["fd"], "w", buffering=1)
 
     def say(msg: str) -> None:
@@ -221,17 +196,17 @@ def measure_main(spec: dict) -> int:
 
     import yaml
     lib = spec["lib"]
-    with bt.library_output(spec["verbose"]):
+    with common.library_output(spec["verbose"]):
         libs = bt.import_libraries(only=[lib])
     import cv2
     cv2.setNumThreads(0)  # as YOLOv5's and Ultralytics' imports do (and as in bench_train.py)
-    hyp = yaml.safe_load(bt.HYP_FILE.read_text(encoding="utf-8"))
+    hyp = yaml.safe_load(common.HYP_FILE.read_text(encoding="utf-8"))
     c = spec["copy"]
     ds = bt.DatasetCopy(c["dataset"], Path(c["images"]), {int(k): v for k, v in c["names"].items()},
                         c["n_images"])
     gc.collect()
     checkpoint("imported")
-    with bt.library_output(spec["verbose"]):
+    with common.library_output(spec["verbose"]):
         loader, dataset = bt.build_loader(libs, lib, ds, "train", spec["workers"], hyp)
     checkpoint("built")
     it = bt.epochs(loader)
@@ -255,10 +230,10 @@ def measure_main(spec: dict) -> int:
     finally:
         del batch
         it.close()
-        bt.shutdown(loader)
+        common.shutdown(loader)
         del it, loader, dataset
         gc.collect()
-        left = bt.wait_for_children()
+        left = common.wait_for_children()
     say("result " + json.dumps({"ips": n_img / dt, "left": left, "version": libs.versions.get(lib, "?")}))
     return 0
 
@@ -353,8 +328,7 @@ ROWS = [  # (key, label, headline: show min-max)
 ]
 
 
-def med(vals: List[float]) -> float:
-    return statistics.median(vals)
+med = statistics.median
 
 
 def report(results, libs_used, args, machine: str, n_images: Dict[str, int], errors: List[str],
@@ -420,18 +394,22 @@ def report(results, libs_used, args, machine: str, n_images: Dict[str, int], err
         print("\n**Errors:**\n")
         for e in errors:
             print(f"- {e}")
-    print(f"\n<sub>benchmarks/bench_memory.py {' '.join(sys.argv[1:])}</sub>")
+    print(f"\n{common.footer()}")
 
 
 # -- main ------------------------------------------------------------------------------------------------
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--datasets", nargs="+", default=["synthetic"],
+    p.add_argument("--datasets", nargs="+", default=None,
                    help="'synthetic' (generated set) and/or folder names under --root, e.g. coco128 "
-                        "(default: synthetic)")
-    p.add_argument("--root", type=Path, default=bt.DEFAULT_ROOT, help="folder holding coco128 etc. (only read)")
+                        "(default: synthetic, none with --data)")
+    p.add_argument("--data", nargs="+", default=[], help="dataset yamls to measure too (their train split)")
+    p.add_argument("--root", type=Path, default=None,
+                   help="folder holding coco128 etc., only read (default $YOLO_DATA_BENCH_DATA or ../shared/datasets)")
     p.add_argument("--synthetic-n", type=int, default=2000, help="images in the generated set (default 2000)")
+    p.add_argument("--synthetic-root", type=Path, default=None,
+                   help="where generated sets are kept (default $YOLO_DATA_BENCH_SYNTHETIC or <temp>/yolo_data_bench)")
     p.add_argument("--libraries", nargs="+", default=list(LIBS), choices=bt.LIBS)
     p.add_argument("--workers", type=int, default=2, help="DataLoader workers (default 2)")
     p.add_argument("--batches", type=int, default=40, help="batches taken per measurement (default 40)")
@@ -445,6 +423,8 @@ def parse_args(argv=None):
                    help="smoke test: coco128, 12 batches, window 4, 1 round (overrides those options)")
     p.add_argument("--verbose", action="store_true", help="show what the libraries print (in child logs)")
     args = p.parse_args(argv)
+    if args.datasets is None:
+        args.datasets = [] if args.data else ["synthetic"]
     if args.quick:
         args.datasets, args.batches, args.window, args.repeats = ["coco128"], 12, 4, 1
     if not 1 <= args.window <= args.batches:
@@ -454,14 +434,17 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    common.require("bench_memory.py", *(bt.PEERS[lib] for lib in args.libraries if lib in bt.PEERS))
     t_start = time.perf_counter()
-    loads = [" / ".join(f"{x:.2f}" for x in os.getloadavg())]
+    loads = [common.load_average()]
     tmp = Path(tempfile.mkdtemp(prefix="bench_memory_"))
     errors: List[str] = []
     try:
         prep_out = tmp / "prep.json"
         spec = {"tmp": str(tmp), "verbose": args.verbose, "libraries": args.libraries, "datasets": args.datasets,
-                "root": str(args.root), "synthetic_n": args.synthetic_n, "out": str(prep_out)}
+                "root": args.root and str(args.root), "synthetic_n": args.synthetic_n,
+                "synthetic_root": args.synthetic_root and str(args.synthetic_root), "out": str(prep_out),
+                "data": [str(Path(d).resolve()) for d in args.data]}
         log("preparing dataset copies and label caches (one child importing all libraries; not measured) ...")
         subprocess.run(child_args("--_prep", spec), check=True, stdout=subprocess.DEVNULL)
         prep = json.loads(prep_out.read_text())
@@ -497,7 +480,7 @@ def main(argv=None) -> int:
                         f"workers {m['kids_pss']:.0f}; anon {m['anon']:.0f} file {m['file']:.0f} "
                         f"shmem {m['shmem']:.0f}; shm open {m['shm_open']:.0f}), USS {m['uss_mean']:.0f}, RSS {m['rss_mean']:.0f}, "
                         f"{m['procs']} procs, {m['samples']} samples, {m['ips']:.0f} img/s")
-        loads.append(" / ".join(f"{x:.2f}" for x in os.getloadavg()))
+        loads.append(common.load_average())
         report(results, args.libraries, args, prep["machine"], n_images, errors, loads)
         log(f"total {time.perf_counter() - t_start:.0f} s")
         return 1 if errors else 0

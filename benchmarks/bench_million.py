@@ -1,13 +1,14 @@
 #!/usr/bin/env python
 """A million images end to end: yolo_data against YOLOv5 7.0 (PyPI, benchmark environment), same files.
 
-    python benchmarks/bench_million.py --root /work/bench-data/million --images 1000000 \\
-        --peer-python /work/bench-venv/bin/python            # or $YOLO_DATA_PEER_PYTHON; --no-peer: yolo_data only
-    python benchmarks/bench_million.py --root /tmp/m300 --images 300 --no-peer --repeats 1 --small-images 0  # smoke
+    python benchmarks/bench_million.py --root ../bench-data/million --images 1000000 \\
+        --peer-python ../bench-venv/bin/python               # or $YOLO_DATA_PEER_PYTHON; --no-peer: yolo_data only
+    python benchmarks/bench_million.py --root ../bench-data/m300 --images 300 --no-peer --repeats 1 --small-images 0
 
 **Data.** ``--root`` gets one flat COCO-style split, ``images/train2017/000000000000.jpg`` ...
 ``images/train2017/000000999999.jpg`` and ``labels/train2017/*.txt``: hard links to a few hundred real
-photos and their label files (``--sources``, default the coco128 and bccd splits of ../shared: 620
+photos and their label files (``--sources``, default the coco128 and bccd splits in $YOLO_DATA_BENCH_DATA
+or ../shared/datasets: 620
 JPEGs, some without labels, i.e. backgrounds), image i linking to source i mod 620.  The sources are first
 copied into ``ROOT/sources`` (linking the shared files themselves would change their link count and
 ctime).  A marker file ``ROOT/.bench_million-N`` makes later runs reuse the set; ``--remove`` deletes
@@ -56,25 +57,22 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
 sys.dont_write_bytecode = True  # leave no __pycache__ in the checkout
-sys.path[:0] = [str(HERE), str(REPO)]  # run from a checkout without installing yolo_data
-import peers  # noqa: E402
-from machine import cpu_model  # noqa: E402
+sys.path.insert(0, str(HERE))
+import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
+from common import HYP_FILE, REPO, log, shutdown  # noqa: E402
 
-SHARED = REPO.parent / "shared" / "datasets"
-DEFAULT_SOURCES = [SHARED / "coco128" / "images" / "train2017", SHARED / "coco128" / "images" / "val2017",
-                   SHARED / "bccd" / "images" / "train2017", SHARED / "bccd" / "images" / "val2017"]
-HYP_FILE = REPO / "data" / "hyps" / "hyp.scratch-low.yaml"
-PEER_ENV = "YOLO_DATA_PEER_PYTHON"
+PEER_ENV = common.PEER_PYTHON_ENV
 LIBS = ("yolo_data", "yolov5")
 OWNER = ".bench_million"  # ROOT holds this: created by this script, safe to fill and delete
 SPLIT = "train2017"
 IMGSZ, BATCH, STRIDE, WORKERS = 640, 16, 32, 2
 
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+def default_sources() -> List[Path]:
+    """The train2017 and val2017 images of coco128 and bccd in the datasets folder."""
+    return [common.dataset(name) / "images" / split for name in ("coco128", "bccd")
+            for split in ("train2017", "val2017")]
 
 
 # -- data ---------------------------------------------------------------------------------------------
@@ -150,15 +148,7 @@ def remove_caches(images: Path, lib: str) -> None:
 
 # -- the child: one measurement in a fresh process ----------------------------------------------------
 def worker_pss(pid: int) -> List[dict]:
-    return [r for r in (peers.smaps_rollup(k) for k in sorted(peers.child_pids(pid))) if r]
-
-
-def shutdown(loader) -> None:
-    """Stop and join the loader's worker processes (YOLOv5's InfiniteDataLoader keeps ``iterator``)."""
-    for attr in ("_iterator", "iterator"):
-        it = getattr(loader, attr, None)
-        if it is not None and hasattr(it, "_shutdown_workers"):
-            it._shutdown_workers()
+    return [r for r in (common.smaps_rollup(k) for k in sorted(common.child_pids(pid))) if r]
 
 
 def child_main(spec: dict) -> None:
@@ -166,13 +156,13 @@ def child_main(spec: dict) -> None:
         sys.path.insert(0, spec["yolo_data_root"])
     tmp = Path(spec["tmp"])
     lib, task = spec["lib"], spec["task"]
-    peers.isolate_environment(tmp, f"{lib} {task}")
+    common.isolate_environment(tmp, f"{lib} {task}")
     out: Dict[str, object] = {}
     t0 = time.perf_counter()
     if lib == "yolov5":
-        peers.ensure_pkg_resources()
-        peers.numpy_compat()
-        with peers.library_output(False):
+        common.ensure_pkg_resources()
+        common.numpy_compat()
+        with common.library_output(False):
             from yolov5.utils.dataloaders import create_dataloader
         import yaml
         hyp = yaml.safe_load(HYP_FILE.read_text())
@@ -191,7 +181,7 @@ def child_main(spec: dict) -> None:
     rect = task == "rect"
     kw = dict(hyp=hyp, augment=True, cache=False, pad=0.0, rect=rect, rank=-1, workers=WORKERS,
               image_weights=False, quad=False, prefix="train: ", shuffle=True, seed=0)
-    with peers.library_output(False):
+    with common.library_output(False):
         t1 = time.perf_counter()
         loader, dataset = create_dataloader(spec["data"], IMGSZ, BATCH, STRIDE, **kw)
         t2 = time.perf_counter()
@@ -201,7 +191,7 @@ def child_main(spec: dict) -> None:
         for _ in range(spec["batches"] - 1):
             batch = next(it)  # noqa: F841  (held, as a training step holds it, while PSS is read)
     out.update(construct_s=t2 - t1, first_batch_s=t3 - t2, images=len(dataset))
-    main = peers.smaps_rollup(os.getpid())
+    main = common.smaps_rollup(os.getpid())
     out["main_pss"], out["main_anon"] = main["Pss"] / 1024, main["Pss_Anon"] / 1024
     kids = worker_pss(os.getpid())
     out["worker_pss"] = [k["Pss"] / 1024 for k in kids]
@@ -254,22 +244,8 @@ def run_child(python: str, spec: dict, timeout: float) -> dict:
     return res
 
 
-def med(vals: List[float]) -> Optional[float]:
-    vals = [v for v in vals if v is not None]
-    return statistics.median(vals) if vals else None
-
-
-def fmt_s(vals: List[float], unit: str = "s") -> str:
-    vals = [v for v in vals if v is not None]
-    if not vals:
-        return "-"
-    m = statistics.median(vals)
-    scale, unit, digits = ((1e6, "µs", 0) if m < 1e-3 else (1e3, "ms", 1) if m < 1
-                           else (1, unit, 2 if m < 10 else 1))
-    text = f"{m * scale:.{digits}f} {unit}"
-    if len(vals) > 1:
-        text += f" ({min(vals) * scale:.{digits}f}-{max(vals) * scale:.{digits}f})"
-    return text
+med = common.med
+fmt_s = common.fmt_seconds
 
 
 def fmt_mib(vals: List[float]) -> str:
@@ -297,7 +273,7 @@ def report(args, libs, res: Dict[str, Dict[str, List[dict]]], sizes: Dict[str, i
     n, ns, nsmall = sizes["main"], sizes["scan"], sizes["small"]
     names = {"yolo_data": "yolo_data", "yolov5": "YOLOv5 7.0"}
     lines = [f"{n:,} images ({sizes['sources']} distinct photos, hard links in one flat folder), "
-             f"{os.cpu_count()} cores ({cpu_model()}), imgsz {IMGSZ}, batch {BATCH}, {WORKERS} workers; "
+             f"{os.cpu_count()} cores ({common.cpu_model()}), imgsz {IMGSZ}, batch {BATCH}, {WORKERS} workers; "
              f"warm rows: median (min-max) of {args.repeats} fresh processes, rect rows of {args.rect_repeats}; "
              "page cache warm (the links share their sources' inodes, so every stat finds its inode cached: "
              "distinct files would make stats, and the fingerprint, somewhat dearer)", ""]
@@ -369,6 +345,7 @@ def report(args, libs, res: Dict[str, Dict[str, List[dict]]], sizes: Dict[str, i
                  "steps per epoch and sampler items: "
                  + ", ".join(f"{names[lib]} {r.get('steps')} / {r.get('sampler_items')}"
                              for lib in libs for r in res[lib].get("warm", [])[:1] if "error" not in r))
+    lines += ["", common.footer()]
     return "\n".join(lines)
 
 
@@ -378,7 +355,9 @@ def parse_args(argv=None):
     ap.add_argument("--images", type=int, default=1_000_000)
     ap.add_argument("--scan-images", type=int, default=0, help="size for the scan from scratch (default: --images)")
     ap.add_argument("--small-images", type=int, default=10_000, help="a small set for the PSS comparison (0: none)")
-    ap.add_argument("--sources", nargs="+", type=Path, default=DEFAULT_SOURCES, help="image folders to link to")
+    ap.add_argument("--sources", nargs="+", type=Path, default=None,
+                    help="image folders to link to (default: coco128's and bccd's in $YOLO_DATA_BENCH_DATA "
+                         "or ../shared/datasets)")
     ap.add_argument("--peer-python", default=os.environ.get(PEER_ENV),
                     help=f"the benchmark environment's python, with yolov5 (default ${PEER_ENV})")
     ap.add_argument("--no-peer", action="store_true", help="yolo_data only")
@@ -409,9 +388,14 @@ def main(argv=None) -> int:
         raise SystemExit("--root must be outside the checkout")
     libs = ["yolo_data"] if args.no_peer or not args.peer_python else list(LIBS)
     python = {"yolo_data": args.peer_python if len(libs) > 1 else sys.executable, "yolov5": args.peer_python}
+    if len(libs) > 1:
+        probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('yolov5') is None)"
+        if subprocess.run([args.peer_python, "-c", probe]).returncode:
+            raise SystemExit(f"bench_million.py: --peer-python {args.peer_python} has no yolov5 (BENCHMARKS.md, "
+                             "Setup; --no-peer for yolo_data only)")
     claim_root(root)
     t0 = time.perf_counter()
-    pairs = copy_sources(root, args.sources)
+    pairs = copy_sources(root, args.sources or default_sources())
     sizes = {"main": args.images, "scan": args.scan_images or args.images,
              "small": args.small_images if args.small_images and args.small_images != args.images else 0,
              "sources": len(pairs)}

@@ -10,6 +10,9 @@ reads /proc/<pid>/smaps of itself and its DataLoader workers: PSS (proportional 
 split between the processes mapping them) in total, and PSS of the image-cache mapping alone (found by
 its device and inode: the RAM cache is a file without a name).  Rank 0 prints the sums next to the size
 of the cached pixels.
+
+``--data`` is a dataset yaml; by default the generated 2,000-image set (benchmarks/make_synthetic.py) in
+$YOLO_DATA_BENCH_SYNTHETIC or yolo_data_bench in the system temp folder, generated there when missing.
 """
 import argparse
 import json
@@ -19,8 +22,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = Path("/tmp/yolo_data_bench/synthetic-n2000-seed0-640px-q90/data.yaml")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
+from common import REPO  # noqa: E402
 
 
 def file_id(fd: int):
@@ -74,17 +78,8 @@ def linked_copies(data: Path, copies: int, root: Path) -> Path:
     return root / "data.yaml"
 
 
-def children(pid: int):
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(x) for x in f.read().split()]
-    except OSError:
-        return []
-
-
 def rank_main(args) -> None:
     import torch.distributed as dist
-    sys.path.insert(0, str(REPO))
     from yolo_data import create_dataloader
     dist.init_process_group("gloo")
     local_rank = int(os.environ["LOCAL_RANK"])
@@ -98,7 +93,7 @@ def rank_main(args) -> None:
     cache_id = file_id(ds.image_cache.fd)
     path = (f"anonymous file, inode {cache_id[2]}" if ds.image_cache.anonymous
             else f"{ds.image_cache.path}, inode {cache_id[2]}")
-    procs = [os.getpid()] + children(os.getpid())
+    procs = [os.getpid()] + common.child_pids(os.getpid())
     measured = [smaps_pss(p, cache_id) for p in procs]
     report = {"rank": dist.get_rank(), "procs": len(procs), "pixels": ds.image_cache.nbytes, "path": path,
               "pss": {k: sum(m[k] for m in measured) for k in measured[0]}}
@@ -112,7 +107,7 @@ def rank_main(args) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(DEFAULT_DATA))
+    ap.add_argument("--data", default=None, help="dataset yaml (default: the generated 2,000-image set)")
     ap.add_argument("--nproc", type=int, default=4)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--imgsz", type=int, default=640)
@@ -124,6 +119,7 @@ def main(argv=None) -> int:
     if args.rank_part:
         rank_main(args)
         return 0
+    args.data = args.data or str(common.synthetic_set())
     with tempfile.TemporaryDirectory() as tmp:
         data = args.data
         if args.link_copies > 1:
@@ -159,6 +155,7 @@ def main(argv=None) -> int:
     print(f"\nA copy per rank (YOLOv5, Ultralytics) would hold {args.nproc}× the pixels: "
           f"{args.nproc * pixels / gib:.2f} GiB; everything but the cache is {(total - pss['cache']) / procs / 2**20:.0f} MiB "
           "per process.")
+    print("\n" + common.footer())
     return 0
 
 

@@ -1,7 +1,7 @@
 """Reload of a 1,000,000-image label cache: time, breakdown, and proof that no per-image objects are made.
 
-    /work/venv/bin/python benchmarks/bench_reload_1m.py                      # 1M images, 5 repeats
-    /work/venv/bin/python benchmarks/bench_reload_1m.py --n 20000 --repeats 1 --from-records-n 2000  # smoke
+    python benchmarks/bench_reload_1m.py                      # 1M images, 5 repeats
+    python benchmarks/bench_reload_1m.py --n 20000 --repeats 1 --from-records-n 2000  # a quick run
 
 No image files are involved.  A synthetic split is built directly as a yolo_data ``LabelStore``
 (vectorised, no per-image Python objects): paths ``/data/coco/images/train/000000123456.jpg`` (unique,
@@ -37,7 +37,6 @@ Output: paste-ready markdown on stdout, progress on stderr.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import hashlib
 import mmap
@@ -46,16 +45,14 @@ import platform
 import statistics
 import sys
 import tempfile
-import time
 import tracemalloc
 import zlib
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing yolo_data
-sys.path.insert(0, str(HERE))
-from machine import cpu_model  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
+from common import cpu_model, log, timed  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -68,10 +65,6 @@ DIGITS = 12
 SHAPES = np.array([[640, 480], [640, 427], [480, 640], [500, 375], [640, 640], [612, 612], [427, 640]],
                   np.int32)
 TARGET_S = 0.5
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # -- synthetic store --------------------------------------------------------------------------------
@@ -151,28 +144,17 @@ def contents_of(store: LabelStore) -> cache.CacheContents:
 
 
 # -- measurements ------------------------------------------------------------------------------------
-def timed(fn: Callable[[], object]) -> Tuple[float, object]:
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
+PAGES = common.PageCache()
 
 
 def evict(path: Path) -> None:
     """Ask the kernel to drop the file's pages (it was fsynced by cache.save, so none are dirty)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    PAGES.evict([str(path)])
 
 
 def resident(path: Path) -> Optional[float]:
     """Share of the file's pages in the page cache (mincore), or None when unknown."""
-    with contextlib.suppress(Exception):
-        from bench_scan import PageCache
-        return PageCache().resident([str(path)])
-    return None
+    return PAGES.resident([str(path)])
 
 
 def read_file(path: Path) -> bytes:
@@ -296,13 +278,11 @@ def time_from_records(store: LabelStore, n: int) -> Dict[str, float]:
 
 # -- report -------------------------------------------------------------------------------------------
 def _ms(ts: List[float]) -> str:
-    return f"{statistics.median(ts) * 1e3:.0f} ({min(ts) * 1e3:.0f}–{max(ts) * 1e3:.0f})"
+    return common.fmt_range(ts, 0, 1e3, always=True)
 
 
 def _res(vals: List[Optional[float]]) -> str:
-    vals = [v for v in vals if v is not None]
-    return "unknown" if not vals else f"{min(vals):.0%}" if max(vals) - min(vals) < 0.005 \
-        else f"{min(vals):.0%}–{max(vals):.0%}"
+    return common.fmt_share(vals, dash="–")
 
 
 def report(args, store, n_poly_rows, cfile, t_build, t_save, warm, cold, parts, objs, acc, fr,
@@ -390,6 +370,7 @@ def main(argv=None) -> int:
             fr = time_from_records(store, min(args.from_records_n, args.n))
         print(report(args, store, n_poly_rows, cfile, t_build, t_save, warm, cold, parts, objs, acc, fr,
                      load_before, os.getloadavg()))
+        print("\n" + common.footer())
     return 0
 
 

@@ -3,7 +3,8 @@
     python benchmarks/bench_scan.py [--n 2000] [--repeats 5] [--data DIR] [--cold] [--stages] [--profile]
 
 Without ``--data`` a synthetic COCO-like set (benchmarks/make_synthetic.py) of ``--n`` images is used;
-it is generated once under /tmp/yolo_data_bench/ and reused by later runs with the same settings.
+it is generated once under ``--root`` ($YOLO_DATA_BENCH_SYNTHETIC, default yolo_data_bench in the system
+temp folder) and reused by later runs with the same settings.
 
 Each repeat times, in this order (alternating, so drift and background load hit both alike):
 
@@ -25,10 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
-import ctypes
-import ctypes.util
 import io
-import mmap
 import multiprocessing as mp
 import os
 import platform
@@ -38,12 +36,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing yolo_data
-sys.path.insert(0, str(HERE))
-from machine import cpu_model  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
+from common import PageCache, cpu_model, timed  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -58,24 +55,11 @@ from yolo_data.store import LabelStore  # noqa: E402
 
 import make_synthetic  # noqa: E402
 
-BENCH_ROOT = Path("/tmp/yolo_data_bench")
-
 
 # -- dataset ----------------------------------------------------------------------------------------
-def synthetic_dataset(n: int, seed: int, size: int, quality: int, root: Path = BENCH_ROOT) -> Path:
+def synthetic_dataset(n: int, seed: int, size: int, quality: int, root=None) -> Path:
     """The data.yaml of a generated set under ``root``, generating it only if it is not there yet."""
-    out = root / f"synthetic-n{n}-seed{seed}-{size}px-q{quality}"
-    want = {"splits": {"train": n}, "seed": seed, "size": size, "quality": quality}
-    have = make_synthetic.dataset_settings(out)
-    if have and all(have.get(k) == v for k, v in want.items()):
-        print(f"<!-- reusing {out} ({have['mean_kb']:.0f} KB/image, generated in {have['seconds']} s) -->")
-        return out / "data.yaml"
-    print(f"<!-- generating {n} images into {out} ... -->", flush=True)
-    yaml_path = make_synthetic.make_dataset(out, n, seed=seed, size=size, quality=quality,
-                                            workers=min(2, os.cpu_count() or 1), overwrite=True)
-    st = make_synthetic.dataset_settings(out)
-    print(f"<!-- generated in {st['seconds']} s, {st['mean_kb']:.0f} KB/image -->")
-    return yaml_path
+    return common.synthetic_set(n, seed, size, quality, root, say=lambda msg: print(f"<!-- {msg} -->", flush=True))
 
 
 def resolve_images(data: str) -> Tuple[str, Optional[int]]:
@@ -93,76 +77,7 @@ def resolve_images(data: str) -> Tuple[str, Optional[int]]:
     return str(p), None
 
 
-# -- page cache -------------------------------------------------------------------------------------
-class PageCache:
-    """Residency (mincore) and eviction (posix_fadvise) of individual files; Linux only."""
-
-    def __init__(self):
-        self.ok = sys.platform.startswith("linux") and hasattr(os, "posix_fadvise")
-        if self.ok:
-            libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-            libc.mmap.restype = ctypes.c_void_p
-            libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                                  ctypes.c_int, ctypes.c_long]
-            libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-            libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
-            self.libc = libc
-        self.page = mmap.PAGESIZE
-
-    def resident(self, files: Sequence[str]) -> Optional[float]:
-        """Fraction of the files' bytes (in pages) now in the page cache, or None if unknown."""
-        if not self.ok:
-            return None
-        total = cached = 0
-        for f in files:
-            try:
-                fd = os.open(f, os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                size = os.fstat(fd).st_size
-                if not size:
-                    continue
-                addr = self.libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-                if addr in (None, ctypes.c_void_p(-1).value):
-                    return None
-                try:
-                    pages = (size + self.page - 1) // self.page
-                    vec = (ctypes.c_ubyte * pages)()
-                    if self.libc.mincore(addr, size, vec) != 0:
-                        return None
-                    total += pages
-                    cached += sum(b & 1 for b in vec)
-                finally:
-                    self.libc.munmap(addr, size)
-            finally:
-                os.close(fd)
-        return cached / total if total else None
-
-    def evict(self, files: Sequence[str]) -> None:
-        """Ask the kernel to drop the files' pages (dirty pages are written first, or they would stay)."""
-        if not self.ok:
-            return
-        for f in files:
-            try:
-                fd = os.open(f, os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                os.fsync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
-
-
 # -- measurements -----------------------------------------------------------------------------------
-def timed(fn: Callable[[], object]) -> Tuple[float, object]:
-    """(wall seconds, result) of one call."""
-    t0 = time.perf_counter()
-    res = fn()
-    return time.perf_counter() - t0, res
-
-
 def run_pairs(images, nc, repeats: int, warmup: int, workers: Optional[int], files: List[str],
               cache_file: Path, pc: PageCache, cold: bool) -> Dict[str, list]:
     """Alternate scan and reload ``warmup + repeats`` times; keep the last ``repeats`` of each."""
@@ -271,11 +186,7 @@ def _fs_type(path: Path) -> str:
 
 
 def _mem_gb() -> str:
-    with contextlib.suppress(OSError, ValueError):
-        for line in open("/proc/meminfo", encoding="utf-8"):
-            if line.startswith("MemTotal"):
-                return f"{int(line.split()[1]) / 2**20:.0f} GB"
-    return "unknown"
+    return common.mem_total().replace("GiB", "GB")
 
 
 def _burn(loops: int) -> float:
@@ -313,10 +224,7 @@ def _cpu_pressure() -> str:
 
 
 def environment(images, load_before: Tuple[float, ...], workers: Optional[int]) -> List[Tuple[str, str]]:
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
+    usable = common.usable_cores()
     rows = [
         ("CPU", f"{cpu_model()}, {os.cpu_count()} logical cores ({usable} usable)"),
         ("RAM", _mem_gb()),
@@ -340,11 +248,7 @@ def _fmt_s(t: float) -> str:
 
 
 def _residency_note(values: List[Optional[float]]) -> str:
-    vals = [v for v in values if v is not None]
-    if not vals:
-        return "unknown"
-    lo, hi = min(vals), max(vals)
-    return f"{lo:.0%}" if abs(hi - lo) < 0.005 else f"{lo:.0%}-{hi:.0%}"
+    return common.fmt_share(values, dash="-")
 
 
 def report(args, images, nc, env, res, stages, cache_file: Path, gen_stats: dict,
@@ -400,8 +304,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--size", type=int, default=640)
     p.add_argument("--quality", type=int, default=90)
-    p.add_argument("--root", type=Path, default=BENCH_ROOT,
-                   help=f"where generated sets are kept (default {BENCH_ROOT})")
+    p.add_argument("--root", type=Path, default=None,
+                   help="where generated sets are kept (default $YOLO_DATA_BENCH_SYNTHETIC or <temp>/yolo_data_bench)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1, help="uncounted scan+reload pairs first (default 1)")
     p.add_argument("--workers", type=int, default=None, help="scan processes (default: all cores)")
@@ -432,6 +336,7 @@ def main(argv=None) -> int:
     print(report(args, images, nc, env, res, stages, cache_file, gen_stats, os.getloadavg()))
     if args.profile:
         print("\n```\n" + profile_serial(images, nc).rstrip() + "\n```")
+    print("\n" + common.footer())
     return 0
 
 

@@ -1,15 +1,17 @@
 """Label scan from scratch and cache reload: yolo_data against YOLOv5 7.0 and Ultralytics 8.x.
 
-    /work/bench-venv/bin/python benchmarks/bench_scan_peers.py                  # 10,000 images, 3 rounds
-    /work/bench-venv/bin/python benchmarks/bench_scan_peers.py --copies 1 --repeats 1   # smoke test (2,000)
-    /work/bench-venv/bin/python benchmarks/bench_scan_peers.py --peer-threads 2 --profile
+    python benchmarks/bench_scan_peers.py                  # 10,000 images, 3 rounds (benchmark environment)
+    python benchmarks/bench_scan_peers.py --copies 1 --repeats 1   # a quick run (2,000)
+    python benchmarks/bench_scan_peers.py --peer-threads 2 --profile
+    python benchmarks/bench_scan_peers.py --libs yolo_data yolo_data_w1   # any environment with yolo_data
 
-Data: the generated COCO-like set (benchmarks/make_synthetic.py, 2,000 JPEGs of 147 KB, 640 px; made
-first with ``python benchmarks/make_synthetic.py`` or ``bench_scan.py`` if it is missing) is turned
+Data: the generated COCO-like set (benchmarks/make_synthetic.py, 2,000 JPEGs of 147 KB, 640 px; kept in
+$YOLO_DATA_BENCH_SYNTHETIC or yolo_data_bench in the system temp folder, and generated there when
+missing; ``--source`` names another) is turned
 into a ``--copies`` x 2,000 image split: every image is hard-linked ``--copies`` times under new names
 (``c{k}_<name>.jpg``) and its label file copied beside each link.  Each library gets its own such
 folder, because YOLOv5 and Ultralytics both write ``labels/train.cache``.  Hard links are safe here: the files are our
-own generated ones (never /work/shared) and none of them is a damaged JPEG a peer would rewrite.
+own generated ones (never the shared datasets) and none of them is a damaged JPEG a peer would rewrite.
 Every file is read once before measuring, so all libraries start from the same warm page cache.
 
 What is timed, per library, in alternating rounds (the order rotates each round, so drift and
@@ -65,21 +67,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from machine import cpu_model  # noqa: E402
-from peers import ensure_pkg_resources, isolate_environment, library_output  # noqa: E402
-REPO_ROOT = HERE.parent
-DEFAULT_SOURCE = Path("/tmp/yolo_data_bench/synthetic-n2000-seed0-640px-q90")
-SHARED = Path("/work/shared")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
+from common import (cpu_model, ensure_pkg_resources, isolate_environment, library_output, log,  # noqa: E402
+                    usable_cores, warm_page_cache)
+
 SPLIT = "train"
 NC = 80
 ALL_LIBS = ("yolo_data", "yolo_data_w1", "yolov5", "ultralytics")
 PEERS = ("yolov5", "ultralytics")
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # -- environment: keep the libraries offline and inside the temp folder ----------------------------
@@ -93,26 +89,33 @@ class Libs:
     threads: Dict[str, int]  # workers each peer's cache_labels uses
 
 
-def import_libraries(peer_threads: Optional[int]) -> Libs:
-    ensure_pkg_resources()
+def import_libraries(peer_threads: Optional[int], want) -> Libs:
+    """yolo_data, and of the peers only those in ``want`` (the others' fields stay None)."""
     sys.dont_write_bytecode = True  # leave no __pycache__ in the checkout
-    import yolov5
-    import yolov5.utils.dataloaders as v5_dl
-    import ultralytics
-    import ultralytics.data.dataset as ul_ds
-    from ultralytics.cfg import DEFAULT_CFG, get_cfg
-    for name in ("yolov5", "ultralytics"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    sys.path.insert(0, str(REPO_ROOT))
-    sys.path.insert(0, str(HERE))
     import yolo_data
     from yolo_data.split import load_split
-    if peer_threads:
-        v5_dl.NUM_THREADS = ul_ds.NUM_THREADS = peer_threads  # the names their cache_labels read
-    versions = {"yolo_data": getattr(yolo_data, "__version__", "?") + " (this checkout)",
-                "yolov5": getattr(yolov5, "__version__", "?"), "ultralytics": ultralytics.__version__}
-    threads = {"yolov5": v5_dl.NUM_THREADS, "ultralytics": ul_ds.NUM_THREADS}
-    return Libs(load_split, v5_dl.LoadImagesAndLabels, ul_ds.YOLODataset, get_cfg(DEFAULT_CFG), versions, threads)
+    versions = {"yolo_data": getattr(yolo_data, "__version__", "?") + " (this checkout)"}
+    threads: Dict[str, int] = {}
+    v5_dataset = ul_dataset = ul_hyp = None
+    if "yolov5" in want:
+        ensure_pkg_resources()
+        import yolov5
+        import yolov5.utils.dataloaders as v5_dl
+        logging.getLogger("yolov5").setLevel(logging.ERROR)
+        if peer_threads:
+            v5_dl.NUM_THREADS = peer_threads  # the name its cache_labels reads
+        versions["yolov5"], threads["yolov5"] = getattr(yolov5, "__version__", "?"), v5_dl.NUM_THREADS
+        v5_dataset = v5_dl.LoadImagesAndLabels
+    if "ultralytics" in want:
+        import ultralytics
+        import ultralytics.data.dataset as ul_ds
+        from ultralytics.cfg import DEFAULT_CFG, get_cfg
+        logging.getLogger("ultralytics").setLevel(logging.ERROR)
+        if peer_threads:
+            ul_ds.NUM_THREADS = peer_threads
+        versions["ultralytics"], threads["ultralytics"] = ultralytics.__version__, ul_ds.NUM_THREADS
+        ul_dataset, ul_hyp = ul_ds.YOLODataset, get_cfg(DEFAULT_CFG)
+    return Libs(load_split, v5_dataset, ul_dataset, ul_hyp, versions, threads)
 
 
 # -- data -------------------------------------------------------------------------------------------
@@ -133,14 +136,6 @@ def build_copy(src: Path, dst: Path, copies: int) -> Path:
             if label.is_file():
                 shutil.copyfile(label, lbl_dst / f"c{k}_{label.name}")
     return img_dst
-
-
-def warm_page_cache(*folders: Path) -> None:
-    for folder in folders:
-        for f in os.scandir(folder):
-            with open(f.path, "rb") as fh:
-                while fh.read(1 << 20):
-                    pass
 
 
 def cache_file_of(lib: str, images: Path) -> Path:
@@ -222,10 +217,7 @@ def run_rounds(libs: Libs, copies: Dict[str, Path], repeats: int, warmup: int, y
 
 
 # -- yolo_data diagnosis (profile, pool overhead) --------------------------------------------------
-def _timed(fn):
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
+_timed = common.timed
 
 
 def _noop(x):
@@ -270,7 +262,7 @@ def profile_report(images: Path, workers: int, profile_n: int) -> str:
     from bench_scan import profile_serial, run_stages
     from yolo_data.sources import list_image_files
     log("profiling yolo_data's scan ...")
-    stages = run_stages(str(images), NC, 1, workers, cache_file_of(images))
+    stages = run_stages(str(images), NC, 1, workers, cache_file_of("yolo_data", images))
     lines = ["", f"#### yolo_data scan steps ({len(os.listdir(images)):,} images, one pass, same calls as "
                  "load_split)", "", "| step | seconds |", "|---|---:|"]
     lines += [f"| {name} | {ts[0]:.3f} |" for name, ts in stages.items()]
@@ -285,13 +277,6 @@ def profile_report(images: Path, workers: int, profile_n: int) -> str:
 
 
 # -- report -----------------------------------------------------------------------------------------
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 def _load(avg) -> str:
     return " / ".join(f"{x:.2f}" for x in avg) + " (1 / 5 / 15 min)"
 
@@ -301,7 +286,7 @@ def _med(ts: List[float]) -> float:
 
 
 def _fmt(ts: List[float], digits: int) -> str:
-    return f"{_med(ts):.{digits}f} ({min(ts):.{digits}f}–{max(ts):.{digits}f})"
+    return common.fmt_range(ts, digits, always=True)
 
 
 def describe(lib: str, libs: Libs, yd_workers: int) -> str:
@@ -352,8 +337,9 @@ def report(args, libs: Libs, res: Dict[str, Series], yd_workers: int, load_befor
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--source", type=Path, default=DEFAULT_SOURCE,
-                   help=f"generated dataset with images/train and labels/train (default {DEFAULT_SOURCE})")
+    p.add_argument("--source", type=Path, default=None,
+                   help="generated dataset with images/train and labels/train (default: the 2,000-image set in "
+                        "$YOLO_DATA_BENCH_SYNTHETIC or <temp>/yolo_data_bench, generated when missing)")
     p.add_argument("--copies", type=int, default=5, help="links per source image (default 5: 10,000 images)")
     p.add_argument("--repeats", type=int, default=3, help="measured rounds (default 3)")
     p.add_argument("--warmup", type=int, default=0, help="unmeasured rounds first (default 0; the page "
@@ -372,16 +358,18 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    common.require("bench_scan_peers.py", *(lib for lib in PEERS if lib in args.libs))
+    args.source = args.source or common.synthetic_set().parent
     src = args.source.resolve()
     if not (src / "images" / SPLIT).is_dir():
         raise SystemExit(f"{src}/images/{SPLIT} not found; generate it with benchmarks/make_synthetic.py")
     with tempfile.TemporaryDirectory(prefix="bench_scan_peers_", dir=args.tmp) as tmp:
         tmp = Path(tmp)
-        if SHARED in tmp.resolve().parents:
-            raise SystemExit("refusing to work inside /work/shared")
+        if common.is_shared(tmp):
+            raise SystemExit("refusing to work inside the shared datasets folder")
         isolate_environment(tmp, "bench_scan_peers")
         with library_output(args.verbose):
-            libs = import_libraries(args.peer_threads)
+            libs = import_libraries(args.peer_threads, args.libs)
         yd_workers = args.yd_workers or usable_cores()
         log(f"building {len(args.libs)} copies of {args.copies} x {src.name} under {tmp} ...")
         copies = {lib: build_copy(src, tmp / lib, args.copies) for lib in args.libs}
@@ -396,6 +384,7 @@ def main(argv=None) -> int:
         if not args.no_profile and (args.profile or (ratio is not None and ratio > 0.5)):
             yd_images = copies.get("yolo_data") or copies.get("yolo_data_w1") or next(iter(copies.values()))
             print(profile_report(yd_images, yd_workers, args.profile_n), flush=True)
+    print("\n" + common.footer())
     return 0
 
 

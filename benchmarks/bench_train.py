@@ -1,8 +1,13 @@
 """Training-loader throughput: yolo_data against YOLOv5 7.0 and Ultralytics 8.x, same data, same settings.
 
-    /work/bench-venv/bin/python benchmarks/bench_train.py                 # full run (about 10-15 min, 2 cores)
-    /work/bench-venv/bin/python benchmarks/bench_train.py --quick         # smoke test (coco128, tiny)
-    /work/bench-venv/bin/python benchmarks/bench_train.py --datasets coco128 --workers 2 --images 160 --repeats 5
+    python benchmarks/bench_train.py                 # full run (about 10-15 min, 2 cores; benchmark environment)
+    python benchmarks/bench_train.py --quick         # coco128, tiny
+    python benchmarks/bench_train.py --datasets coco128 --workers 2 --images 160 --repeats 5
+    python benchmarks/bench_train.py --libraries yolo_data yolo_data_4dec   # any environment with yolo_data
+    python benchmarks/bench_train.py --data OUT/highres.yaml                # any dataset yaml (its train split)
+
+The peers are imported only when named in ``--libraries`` (default: all four), and a missing one stops
+the run with one line before anything is measured.
 
 What is measured, per dataset x workers x library:
 
@@ -29,16 +34,19 @@ What is measured, per dataset x workers x library:
   Ultralytics keeps recently loaded images in a per-worker RAM buffer and draws mosaic partners from it.
 * first batch: seconds from starting to build the dataset + loader until the first batch arrives
   (label-cache load, worker start-up, first items);
-* CPU time per image: user + system time of the main process and its workers (psutil) during the
+* CPU time per image: user + system time of the main process and its workers (/proc) during the
   timed window, divided by the images.  Time the VM is not scheduled lowers img/s but not this, so
   on a shared host it is the steadier comparison (CPU-bound loaders: ratios agree with img/s).
 
-Datasets: coco128 (``--root``, only read) and a generated COCO-like set of ``--synthetic-n`` images
-(benchmarks/make_synthetic.py; reused from /tmp/yolo_data_bench/ when a complete one with the same
-settings is there, generated otherwise).  Each library gets its own copy of each dataset inside a
-temporary folder (all three write a label cache beside the labels): labels and yaml are
-copied; images are hard links for the generated set and real copies for datasets under /work/shared
-(YOLOv5 rewrites a damaged JPEG in place, and a link would let it write into the shared folder).  The
+Datasets: coco128 (under ``--root`` or $YOLO_DATA_BENCH_DATA, default ../shared/datasets; only read)
+and a generated COCO-like set of ``--synthetic-n`` images (benchmarks/make_synthetic.py; reused from
+``--synthetic-root`` or $YOLO_DATA_BENCH_SYNTHETIC, default yolo_data_bench in the system temp folder,
+when a complete one with the same settings is there, generated otherwise), or any dataset yaml given
+with ``--data`` (its ``train`` split, one folder).  Each library gets its own
+copy of each dataset inside a temporary folder (all three write a label cache beside the labels):
+labels and yaml are copied; images are hard links for the generated set and ``--data`` sets, and real
+copies for the datasets folder's (YOLOv5 rewrites a damaged JPEG in place, and a link would let it write
+into the shared folder).  The
 copies' pages are read once before measuring, so every library starts with a warm page cache.
 
 Isolation: YOLOv5/Ultralytics settings, matplotlib and yolo_data caches go to the temporary folder,
@@ -51,7 +59,6 @@ Output: a paste-ready markdown report on stdout; progress on stderr.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import logging
 import multiprocessing
@@ -66,14 +73,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from peers import ensure_pkg_resources, isolate_environment, library_output  # noqa: E402
-REPO_ROOT = HERE.parent
-DEFAULT_ROOT = Path("/work/shared/datasets")
-SHARED = Path("/work/shared")
-BENCH_ROOT = Path("/tmp/yolo_data_bench")
-HYP_FILE = REPO_ROOT / "data" / "hyps" / "hyp.scratch-low.yaml"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+from common import (HYP_FILE, ensure_pkg_resources, isolate_environment, library_output, log,  # noqa: E402
+                    shutdown, wait_for_children, warm_page_cache)
+
 IMAGE_CACHE = {"mode": False}  # set from --cache: every library gets the same image-cache setting
 LIBS = ("yolo_data", "yolo_data_4dec", "yolov5", "ultralytics")  # 4dec: batch_partners=False
 STRIDE = 32
@@ -83,9 +87,7 @@ VAL_BATCH = 32
 AUG_KEYS = ("hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective", "flipud",
             "fliplr", "mosaic", "mixup", "copy_paste")
 
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+PEERS = {"yolov5": "yolov5", "ultralytics": "ultralytics"}  # library -> module it needs
 
 
 # -- environment: keep the libraries offline and inside the temp folder ----------------------------
@@ -104,6 +106,7 @@ def import_libraries(only=None) -> Libs:
     """Import the libraries (all of them, or only those named in ``only``: e.g. a process that measures
     one library's memory must not carry the others' imports).  Callables of libraries left out are None."""
     want = set(LIBS if only is None else only)
+    common.require("bench_train.py", *(PEERS[lib] for lib in sorted(want & set(PEERS))))
     import cv2
     real_imread = cv2.imread
     sys.dont_write_bytecode = True  # leave no __pycache__ in the checkout
@@ -120,7 +123,6 @@ def import_libraries(only=None) -> Libs:
         from ultralytics.data.build import build_dataloader as ul_build_loader, build_yolo_dataset as ul_build_dataset
         logging.getLogger("ultralytics").setLevel(logging.ERROR)
     if want & {"yolo_data", "yolo_data_4dec"}:
-        sys.path.insert(0, str(REPO_ROOT))
         import yolo_data
         from yolo_data import create_dataloader as yd_create
         # yolo_data's warnings stay visible (on the real stderr), the others' notices go to LIBRARY_LOG
@@ -200,23 +202,6 @@ class Source:
     note: str = ""
 
 
-def synthetic_source(n: int, seed: int = 0, size: int = 640, quality: int = 90) -> Path:
-    """The data.yaml of a generated set under BENCH_ROOT (reused when complete with these settings)."""
-    sys.path.insert(0, str(HERE))
-    import make_synthetic
-    out = BENCH_ROOT / f"synthetic-n{n}-seed{seed}-{size}px-q{quality}"
-    want = {"splits": {"train": n}, "seed": seed, "size": size, "quality": quality}
-    have = make_synthetic.dataset_settings(out)
-    if have and all(have.get(k) == v for k, v in want.items()) \
-            and len(list((out / "images" / "train").iterdir())) == n:
-        log(f"reusing {out} ({have['mean_kb']:.0f} KB/image)")
-        return out / "data.yaml"
-    log(f"generating {n} images into {out} (a few minutes) ...")
-    yaml_path = make_synthetic.make_dataset(out, n, seed=seed, size=size, quality=quality,
-                                            workers=min(2, os.cpu_count() or 1), overwrite=True)
-    return Path(yaml_path)
-
-
 def source_from_yaml(name: str, yaml_path: Path, link: bool) -> Source:
     import yaml
     spec = yaml.safe_load(yaml_path.read_text(encoding="utf-8"))
@@ -233,20 +218,23 @@ def source_from_yaml(name: str, yaml_path: Path, link: bool) -> Source:
     return Source(name, yaml_path, images, labels, names, link)
 
 
-def resolve_sources(datasets, root: Path, synthetic_n: int) -> List[Source]:
-    out = []
+def resolve_sources(datasets, root, synthetic_n: int, synthetic_root=None, yamls=()) -> List[Source]:
+    """``root``: the datasets folder (None: $YOLO_DATA_BENCH_DATA or ../shared/datasets); ``yamls``: more
+    dataset yamls, each named by its file's stem."""
+    out = [source_from_yaml(Path(y).stem, Path(y).resolve(), link=True) for y in yamls]
     for ds in datasets:
         if ds == "synthetic":
-            out.append(source_from_yaml(f"synthetic{synthetic_n}", synthetic_source(synthetic_n), link=True))
+            yaml_path = common.synthetic_set(synthetic_n, root=synthetic_root)
+            out.append(source_from_yaml(f"synthetic{synthetic_n}", yaml_path, link=True))
         else:
-            d = root / ds
+            d = common.dataset(ds, root)
             yamls = sorted(d.glob("*.yaml"))
             if not yamls:
                 raise FileNotFoundError(f"{d}: no dataset yaml")
             out.append(source_from_yaml(ds, yamls[0], link=False))
     for s in out:
-        if s.link and SHARED in s.images.parents:
-            s.link = False  # never hard-link into /work/shared
+        if s.link and common.is_shared(s.images):
+            s.link = False  # never hard-link into the shared datasets folder
     return out
 
 
@@ -267,13 +255,6 @@ def copy_for(src: Source, dst_root: Path) -> DatasetCopy:
                 shutil.copyfile(f, lbl_dst / f.name)
     shutil.copyfile(src.yaml, dst_root / src.yaml.name)
     return DatasetCopy(src.name, img_dst, src.names, n)
-
-
-def warm_page_cache(folder: Path) -> None:
-    for f in folder.iterdir():
-        with open(f, "rb") as fh:
-            while fh.read(1 << 20):
-                pass
 
 
 # -- building loaders --------------------------------------------------------------------------------
@@ -324,37 +305,6 @@ def epochs(loader):
             raise RuntimeError("loader yielded no batch")
 
 
-def shutdown(loader) -> None:
-    """Stop and join the loader's worker processes (persistent workers would otherwise keep running)."""
-    if hasattr(loader, "close") and callable(loader.close):  # ultralytics InfiniteDataLoader
-        with contextlib.suppress(Exception):
-            loader.close()
-    for attr in ("_iterator", "iterator"):  # torch persistent workers / YOLOv5 InfiniteDataLoader
-        it = getattr(loader, attr, None)
-        if it is not None and hasattr(it, "_shutdown_workers"):
-            with contextlib.suppress(Exception):
-                it._shutdown_workers()
-
-
-def wait_for_children(timeout: float = 15.0) -> int:
-    """Wait until this process has no child process left; terminate (by pid) what remains after
-    ``timeout``.  Returns how many had to be terminated."""
-    import psutil
-    me = psutil.Process()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        kids = [p for p in me.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
-        if not kids:
-            return 0
-        time.sleep(0.05)
-    kids = me.children(recursive=True)
-    for p in kids:
-        with contextlib.suppress(psutil.Error):
-            p.terminate()
-    psutil.wait_procs(kids, timeout=5)
-    return len(kids)
-
-
 @dataclass
 class Measurement:
     ips: float
@@ -363,18 +313,6 @@ class Measurement:
     images: int
     seconds: float
     cpu_ms_per_img: float = float("nan")
-
-
-def process_tree_cpu() -> Dict[int, float]:
-    """{pid: user + system CPU seconds} of this process and its descendants (the loader's workers)."""
-    import psutil
-    me = psutil.Process()
-    out = {}
-    for p in [me] + me.children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            t = p.cpu_times()
-            out[p.pid] = t.user + t.system
-    return out
 
 
 def measure(libs: Libs, lib: str, ds: DatasetCopy, mode: str, workers: int, hyp: dict, images: int,
@@ -392,12 +330,12 @@ def measure(libs: Libs, lib: str, ds: DatasetCopy, mode: str, workers: int, hyp:
         for _ in range(max(warmup, workers, 1) - 1):
             next(it)
         counter.reset()
-        cpu0 = process_tree_cpu()
+        cpu0 = common.tree_cpu_seconds()
         n, t0 = 0, time.perf_counter()
         while n < images:
             n += batch_size_of(next(it))
         dt = time.perf_counter() - t0
-        cpu1 = process_tree_cpu()
+        cpu1 = common.tree_cpu_seconds()
         decodes = counter.get()
         # CPU time is what the host's noise (time the VM is not scheduled) does not change
         cpu_ms = sum(cpu1[pid] - cpu0.get(pid, 0.0) for pid in cpu1) / n * 1e3
@@ -417,28 +355,15 @@ def machine_line(libs: Libs) -> str:
     import cv2
     import numpy as np
     import torch
-    cpu = "?"
-    with contextlib.suppress(OSError):
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    mem = "?"
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in open("/proc/meminfo", encoding="utf-8"):
-            if line.startswith("MemTotal"):
-                mem = f"{int(line.split()[1]) / (1 << 20):.0f} GiB"
-    return (f"{platform.system()} {platform.machine()}, {cpu}, {os.cpu_count()} cores, {mem} RAM, "
+    return (f"{platform.system()} {platform.machine()}, {common.cpu_model()}, {os.cpu_count()} cores, "
+            f"{common.mem_total()} RAM, "
             f"Python {platform.python_version()}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
             f"cv2 {cv2.__version__} (cv2 threads {cv2.getNumThreads()}), numpy {np.__version__}; "
             + ", ".join(f"{k} {v}" for k, v in libs.versions.items()))
 
 
 def fmt_cell(vals: List[float]) -> str:
-    if not vals:
-        return "n/a"
-    med = statistics.median(vals)
-    return f"{med:.1f} ({min(vals):.1f}–{max(vals):.1f})" if len(vals) > 1 else f"{med:.1f}"
+    return common.fmt_range(vals, 1)
 
 
 def ratio(a: List[float], b: List[float]) -> str:
@@ -514,17 +439,22 @@ def report(results: Dict[Tuple[str, str], Dict[str, List[Measurement]]], errors:
         print("\n**Errors:**\n")
         for e in errors:
             print(f"- {e}")
-    print(f"\n<sub>benchmarks/bench_train.py {' '.join(sys.argv[1:])}</sub>")
+    print(f"\n{common.footer()}")
 
 
 # -- main ----------------------------------------------------------------------------------------------
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--datasets", nargs="+", default=["coco128", "synthetic"],
-                   help="'synthetic' (generated set) and/or folder names under --root (default: coco128 synthetic)")
-    p.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="folder holding coco128 etc. (only read)")
+    p.add_argument("--datasets", nargs="+", default=None,
+                   help="'synthetic' (generated set) and/or folder names under --root (default: coco128 synthetic, "
+                        "none with --data)")
+    p.add_argument("--data", nargs="+", type=Path, default=[], help="dataset yamls to measure too (their train split)")
+    p.add_argument("--root", type=Path, default=None,
+                   help="folder holding coco128 etc., only read (default $YOLO_DATA_BENCH_DATA or ../shared/datasets)")
     p.add_argument("--synthetic-n", type=int, default=2000, help="images in the generated set (default 2000)")
+    p.add_argument("--synthetic-root", type=Path, default=None,
+                   help="where generated sets are kept (default $YOLO_DATA_BENCH_SYNTHETIC or <temp>/yolo_data_bench)")
     p.add_argument("--workers", type=int, nargs="+", default=[2, 0], help="training loader workers (default: 2 0)")
     p.add_argument("--images", type=int, default=320, help="images timed per measurement (default 320)")
     p.add_argument("--warmup", type=int, default=2,
@@ -540,26 +470,29 @@ def parse_args(argv=None):
     p.add_argument("--cache", choices=["none", "ram"], default="none",
                    help="image cache for every library (ram: yolo_data shares one copy per node)")
     args = p.parse_args(argv)
+    if args.datasets is None:
+        args.datasets = [] if args.data else ["coco128", "synthetic"]
     if args.quick:
         args.datasets, args.images, args.repeats = ["coco128"], 64, 1
     return args
 
 
 def main(argv=None) -> int:
-    IMAGE_CACHE["mode"] = "ram" if "--cache" in (argv or sys.argv) and "ram" in (argv or sys.argv) else False
     args = parse_args(argv)
+    IMAGE_CACHE["mode"] = "ram" if args.cache == "ram" else False
+    common.require("bench_train.py", *(PEERS[lib] for lib in args.libraries if lib in PEERS))
     t_start = time.perf_counter()
-    loads = [" / ".join(f"{x:.2f}" for x in os.getloadavg())]
+    loads = [common.load_average()]
     tmp = Path(tempfile.mkdtemp(prefix="bench_train_"))
     counter = NoCounter()
     try:
         isolate_environment(tmp, "bench_train")
         import yaml
         with library_output(args.verbose):
-            libs = import_libraries()
+            libs = import_libraries(args.libraries)
         hyp = yaml.safe_load(HYP_FILE.read_text(encoding="utf-8"))
         machine = machine_line(libs)
-        sources = resolve_sources(args.datasets, args.root, args.synthetic_n)
+        sources = resolve_sources(args.datasets, args.root, args.synthetic_n, args.synthetic_root, args.data)
         copies: Dict[Tuple[str, str], DatasetCopy] = {}
         errors: List[str] = []
         n_images: Dict[str, int] = {}
@@ -611,7 +544,7 @@ def main(argv=None) -> int:
                         f"{lib:<11} {m.ips:7.1f} img/s ({m.images} img in {m.seconds:.2f} s, first batch "
                         f"{m.first_batch_s:.2f} s{dec})")
         counter.uninstall()
-        loads.append(" / ".join(f"{x:.2f}" for x in os.getloadavg()))
+        loads.append(common.load_average())
         report(results, errors, args.libraries, args, machine, (loads[0], loads[1]), sources, n_images)
         log(f"total {time.perf_counter() - t_start:.0f} s")
         return 1 if errors else 0

@@ -1,21 +1,24 @@
 """Are the boxes yolo_data reads from Pascal VOC and COCO JSON the ones the peers' tools give?
 
-Run in the benchmark environment (pycocotools and ultralytics installed), with ../shared beside the
-checkout:
+Run in the benchmark environment (pycocotools and ultralytics installed; BENCHMARKS.md, Setup), with the
+datasets in ``--root``, $YOLO_DATA_BENCH_DATA or ../shared/datasets beside the checkout:
 
-    YOLO_OFFLINE=1 YOLO_CONFIG_DIR=/tmp/ultra_cfg python benchmarks/coco_voc_parity.py
+    python benchmarks/coco_voc_parity.py [--root DATASETS]
 
-1. VOC: ``../shared/datasets/bccd_voc`` read in place (ImageSets lists, yaml names) against
-   ``../shared/datasets/bccd``, its YOLO conversion (YOLOv5's VOC rule, 6 decimals), box by box.
+Ultralytics' settings go to a temporary folder (YOLO_CONFIG_DIR), offline (YOLO_OFFLINE=1).
+
+1. VOC: ``DATASETS/bccd_voc`` read in place (ImageSets lists, yaml names) against ``DATASETS/bccd``, its
+   YOLO conversion (YOLOv5's VOC rule, 6 decimals), box by box.
 2. COCO: a COCO export of the same photos (benchmarks/coco_from_voc.py, Roboflow-style quirks) read by
    yolo_data against pycocotools' ``COCO`` (non-crowd annotations, boxes normalised by the image's size)
    and against the label files Ultralytics' ``convert_coco`` writes (``cls91to80=False``; written with
    ``%g``, 6 significant digits).
 
-Everything is copied to a temporary folder first; ../shared is never written.
+Everything is copied to a temporary folder first; the datasets folder is never written.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -26,11 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-SHARED = ROOT.parent / "shared" / "datasets"
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 from coco_from_voc import CATEGORIES, write_coco  # noqa: E402
 from yolo_data import YoloDataset  # noqa: E402
 
@@ -66,15 +66,19 @@ def report(title, result):
 
 
 def main() -> int:
-    if not (SHARED / "bccd_voc").is_dir():
-        print(f"{SHARED}/bccd_voc is missing")
-        return 2
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", default=None,
+                    help="folder holding bccd_voc and bccd (default $YOLO_DATA_BENCH_DATA or ../shared/datasets)")
+    args = ap.parse_args()
+    common.require("coco_voc_parity.py", "pycocotools", "ultralytics")
+    src_voc, src_yolo = common.dataset("bccd_voc", args.root), common.dataset("bccd", args.root)
     tmp = Path(tempfile.mkdtemp(prefix="coco_voc_parity_"))
+    common.isolate_environment(tmp, "coco_voc_parity")  # Ultralytics' settings in tmp, offline
     try:
         voc, yolo = tmp / "bccd_voc", tmp / "bccd"
-        shutil.copytree(SHARED / "bccd_voc", voc)
-        shutil.copytree(SHARED / "bccd", yolo)
-        print("1. Pascal VOC read in place vs its YOLO conversion (../shared/datasets/bccd)")
+        shutil.copytree(src_voc, voc)
+        shutil.copytree(src_yolo, yolo)
+        print(f"1. Pascal VOC read in place vs its YOLO conversion ({src_yolo})")
         yaml = tmp / "voc.yaml"
         yaml.write_text(f"path: {voc}\ntrain: ImageSets/Main/train.txt\nval: [ImageSets/Main/val.txt, "
                         f"ImageSets/Main/test.txt]\nnames: {NAMES}\n")
@@ -154,6 +158,7 @@ def main() -> int:
             print(f"    rows past the image edge in convert_coco's files: {big} (yolo_data clips them, with a warning)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    print("\n" + common.footer())
     return 0
 
 

@@ -16,12 +16,13 @@ shifting every later comparison.  Also compared per dataset: ``len(dataset)``, `
 order, ``dataset.labels`` (per image, values and dtype), ``dataset.shapes`` and, with rect,
 ``dataset.batch_shapes``.
 
-It needs an environment with both ``yolov5`` (pip package 7.0.x) and yolo_data's dependencies; yolo_data
-itself is imported from this checkout.  Run from anywhere::
+It needs an environment with both ``yolov5`` (pip package 7.0.x) and yolo_data's dependencies (the
+benchmark environment, BENCHMARKS.md, Setup); yolo_data itself is imported from this checkout.  The
+datasets are read from ``--root``, $YOLO_DATA_BENCH_DATA or ../shared/datasets.  Run from anywhere::
 
-    /work/bench-venv/bin/python benchmarks/parity_yolov5.py            # coco128 and bccd, all configs
-    /work/bench-venv/bin/python benchmarks/parity_yolov5.py --quick    # coco128 train, 2 configs
-    /work/bench-venv/bin/python benchmarks/parity_yolov5.py --datasets coco128 --root /path/to/datasets
+    python benchmarks/parity_yolov5.py            # coco128 and bccd, all configs
+    python benchmarks/parity_yolov5.py --quick    # coco128 train, 2 configs
+    python benchmarks/parity_yolov5.py --datasets coco128 --root /path/to/datasets
     (--verbose shows the libraries' own output: progress bars, cache and settings notices)
 
 Exits 0 when everything is equal, 1 when anything differs.  Nothing outside a temporary folder is
@@ -44,10 +45,10 @@ from typing import List, Optional
 import numpy as np
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-from peers import ensure_pkg_resources, isolate_environment, library_output  # noqa: E402
-DEFAULT_ROOT = Path("/work/shared/datasets")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
+from common import ensure_pkg_resources, isolate_environment, library_output  # noqa: E402
+
 ALL_DATASETS = ("coco128", "bccd")
 STRIDE = 32
 MAX_DETAILS = 3  # mismatching images listed per check
@@ -79,7 +80,6 @@ def import_loaders():
     from yolov5.utils.dataloaders import create_dataloader as v5_create
     logging.getLogger("yolov5").setLevel(logging.ERROR)
     sys.dont_write_bytecode = True  # leave no __pycache__ in the checkout
-    sys.path.insert(0, str(REPO_ROOT))
     from yolo_data import create_dataloader as yd_create
     return v5_create, yd_create
 
@@ -306,7 +306,8 @@ def print_table(results: List[Result]) -> None:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--datasets", nargs="+", default=list(ALL_DATASETS), help="dataset folder names under --root")
-    p.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="folder holding the datasets (only read)")
+    p.add_argument("--root", type=Path, default=None,
+                   help="folder holding the datasets, only read (default $YOLO_DATA_BENCH_DATA or ../shared/datasets)")
     p.add_argument("--quick", action="store_true", help="coco128 train only, 2 configs (ignores --datasets)")
     p.add_argument("--verbose", action="store_true", help="show what the libraries print (progress, warnings)")
     return p.parse_args(argv)
@@ -314,16 +315,18 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    common.require("parity_yolov5.py", "yolov5")
+    datasets = ["coco128"] if args.quick else args.datasets
+    sources = {ds: common.dataset(ds, args.root) for ds in datasets}
     with tempfile.TemporaryDirectory(prefix="parity_yolov5_") as tmp:
         tmp = Path(tmp)
         isolate_environment(tmp, "parity_yolov5")
         with library_output(args.verbose):
             creators = import_loaders()
-        datasets = ["coco128"] if args.quick else args.datasets
         configs = CONFIGS[:2] if args.quick else CONFIGS
         results = []
         for ds in datasets:
-            roots = tuple(copy_dataset(args.root / ds, tmp / lib / ds) for lib in ("yolov5", "yolo_data"))
+            roots = tuple(copy_dataset(sources[ds], tmp / lib / ds) for lib in ("yolov5", "yolo_data"))
             splits = splits_of(roots[0])
             for split in (splits[:1] if args.quick else splits):
                 for cfg in configs:
@@ -333,6 +336,7 @@ def main(argv=None) -> int:
         print_table(results)
     bad = [r for r in results if not r.ok]
     print(f"\n{'ALL EQUAL' if not bad else f'{len(bad)} of {len(results)} cases differ'}")
+    print("\n" + common.footer())
     return 1 if bad else 0
 
 

@@ -1,7 +1,10 @@
 #!/usr/bin/env python
 """Where a yolo_data item's time goes, and the throughput ceiling that follows on this machine.
 
-    python benchmarks/profile_items.py [--data DIR] [--cache none|ram] [--batches 30]
+    python benchmarks/profile_items.py [--data DIR] [--cache none|ram] [--batches 30] [--loader-images 400]
+
+``--data`` is an image folder; by default the generated 2,000-image set (benchmarks/make_synthetic.py) in
+$YOLO_DATA_BENCH_SYNTHETIC or yolo_data_bench in the system temp folder, generated there when missing.
 
 Three parts, each for the training loader (augment, hyp.scratch-low, imgsz 640, batch 16) and the
 validation loader (rect, pad 0.5, batch 32):
@@ -10,7 +13,8 @@ validation loader (rect, pad 0.5, batch 32):
    5 passes).
 2. The same under cProfile: per item, the time inside each OpenCV/torch call and in everything else
    (Python), largest first.
-3. Through ``create_dataloader`` with 1 and 2 workers: CPU time (user and system) per image in the
+3. Through ``create_dataloader`` with 1 and 2 workers (``--loader-images`` images, 400 by default, after a
+   warm-up): CPU time (user and system) per image in the
    workers and in the main process, read from /proc, and minor page faults per image.  The ceiling
    for 2 workers on this machine's cores is cores / (CPU ms per image, workers + main).
 
@@ -32,9 +36,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-DEFAULT = Path("/tmp/yolo_data_bench/synthetic-n2000-seed0-640px-q90/images/train")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
+from common import REPO  # noqa: E402
 
 
 def loader_args(mode: str):
@@ -54,7 +58,7 @@ def in_process(data, mode, cache, batches, cache_dir):
         rng = np.random.default_rng(0)
         plan = [rng.choice(len(ds), bs, replace=False).tolist() for _ in range(batches)]
     else:
-        plan = [list(range(k * bs, min((k + 1) * bs, len(ds)))) for k in range(min(batches, len(ds) // bs))]
+        plan = [list(range(k * bs, min((k + 1) * bs, len(ds)))) for k in range(min(batches, -(-len(ds) // bs)))]
     n = sum(len(b) for b in plan)
     for b in plan[:2]:
         collate_fn(ds.__getitems__(b))
@@ -81,23 +85,28 @@ def in_process(data, mode, cache, batches, cache_dir):
 
 
 def proc_stat(pid):
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return int(f[11]), int(f[12]), int(f[7])  # utime, stime (ticks), minor faults
+    return common.proc_stat(pid)[:3]  # utime, stime (ticks), minor faults
 
 
-def through_loader(data, mode, cache, workers, cache_dir):
+def forever(loader):
+    """Batches across epochs (a small data set has fewer than the images timed in one epoch)."""
+    while True:
+        yield from loader
+
+
+def through_loader(data, mode, cache, workers, cache_dir, images=400):
     from yolo_data import create_dataloader
     a = loader_args(mode)
     loader, _ = create_dataloader(str(data), 640, a["batch_size"], 32, augment=a["augment"], hyp=a.get("hyp"),
                                   rect=a.get("rect", False), pad=a.get("pad", 0.0), workers=workers,
                                   shuffle=a["shuffle"], cache=None if cache == "none" else cache, cache_dir=cache_dir)
-    it = iter(loader)
+    it = forever(loader)
     for _ in range(max(4, 2 * workers)):
         next(it)
-    pids = [os.getpid()] + [w.pid for w in it._workers]
+    pids = [os.getpid()] + [w.pid for w in loader._iterator._workers]  # persistent workers
     before = [proc_stat(p) for p in pids]
     t0, n = time.perf_counter(), 0
-    while n < 400:
+    while n < images:
         n += len(next(it)[0])
     seconds = time.perf_counter() - t0
     after = [proc_stat(p) for p in pids]
@@ -105,6 +114,8 @@ def through_loader(data, mode, cache, workers, cache_dir):
     d = [[(b[i] - a[i]) for i in range(3)] for a, b in zip(before, after)]
     main = d[0]
     workers_sum = [sum(x[i] for x in d[1:]) for i in range(3)]
+    it.close()
+    common.shutdown(loader)
     del it, loader
     ms = lambda ticks: ticks / tick / n * 1e3  # noqa: E731
     return dict(img_s=n / seconds, main_user=ms(main[0]), main_sys=ms(main[1]), w_user=ms(workers_sum[0]),
@@ -113,10 +124,12 @@ def through_loader(data, mode, cache, workers, cache_dir):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=DEFAULT, help="image folder (default: the synthetic 2,000)")
+    ap.add_argument("--data", type=Path, default=None, help="image folder (default: the synthetic 2,000)")
     ap.add_argument("--cache", choices=["none", "ram"], default="none")
     ap.add_argument("--batches", type=int, default=30)
+    ap.add_argument("--loader-images", type=int, default=400, help="images timed through create_dataloader")
     args = ap.parse_args(argv)
+    args.data = common.synthetic_images(args.data)
     cv2.setNumThreads(0)  # as in DataLoader workers
     import torch
     torch.set_num_threads(1)
@@ -132,16 +145,17 @@ def main(argv=None) -> int:
             for name, t in top:
                 print(f"| `{name}` | {t:.2f} |")
             print(f"| everything else (Python, numpy) | {rest:.2f} |\n")
-            print("Through `create_dataloader` (CPU time per image read from /proc; 400 images):\n")
+            print(f"Through `create_dataloader` (CPU time per image read from /proc; {args.loader_images} images):\n")
             print("| workers | img/s | workers user ms/img | workers sys ms/img | main ms/img | worker page faults/img | "
                   f"ceiling on {cores} cores, img/s |\n|---:|---:|---:|---:|---:|---:|---:|")
             for w in (1, 2):
-                r = through_loader(args.data, mode, args.cache, w, tmp)
+                r = through_loader(args.data, mode, args.cache, w, tmp, args.loader_images)
                 per_img = r["w_user"] + r["w_sys"] + r["main_user"] + r["main_sys"]
                 print(f"| {w} | {r['img_s']:.1f} | {r['w_user']:.2f} | {r['w_sys']:.2f} | "
                       f"{r['main_user'] + r['main_sys']:.2f} | {r['w_faults']:.0f} | "
                       f"{min(w, cores) * 1e3 / per_img:.0f} |")
             print()
+    print(common.footer())
     return 0
 
 

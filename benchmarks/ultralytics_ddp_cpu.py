@@ -25,6 +25,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 
 
 def _total(tloss):
@@ -45,6 +46,7 @@ def main() -> None:
     p.add_argument("--project", default=tempfile.gettempdir())
     p.add_argument("--mode", choices=("gloo", "plain"), default="gloo")
     a = p.parse_args()
+    common.require("ultralytics_ddp_cpu.py", "ultralytics")
     os.environ.setdefault("YOLO_OFFLINE", "1")
     rank = int(os.environ["RANK"])
 

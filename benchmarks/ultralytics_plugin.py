@@ -1,6 +1,9 @@
 """Ultralytics' own trainer and validator on yolo_data (issue 13), in the benchmark environment.
 
-    YOLO_OFFLINE=1 /work/bench-venv/bin/python benchmarks/ultralytics_plugin.py [--data DIR] [--imgsz 256]
+    python benchmarks/ultralytics_plugin.py [--data DIR] [--imgsz 256]     # in the benchmark environment
+
+``--data`` is a YOLO-format dataset folder with its yaml (default: bccd in $YOLO_DATA_BENCH_DATA or
+../shared/datasets).  Ultralytics' settings go to a temporary folder, offline.
 
 (a) trains yolo11n.yaml from scratch (no weights are downloaded) with ``YoloDataTrainer`` on a temp copy
     of a YOLO-format dataset, with workers 0 and 2 (mosaic, then close_mosaic for the last epochs);
@@ -26,9 +29,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import peers  # noqa: E402
-
-DEFAULT_DATA = HERE.parents[1] / "shared" / "datasets" / "bccd"
+import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 METRICS = ("metrics/precision(B)", "metrics/recall(B)", "metrics/mAP50(B)", "metrics/mAP50-95(B)")
 
 
@@ -49,7 +50,7 @@ def train(data: Path, tmp: Path, workers: int, a, epochs: int, name: str, val: b
     from ultralytics import YOLO
     from yolo_data.integrations.ultralytics import YoloDataTrainer
     t = time.perf_counter()
-    with peers.library_output(a.verbose):
+    with common.library_output(a.verbose):
         model = YOLO("yolo11n.yaml")
         model.train(data=str(data), trainer=YoloDataTrainer, epochs=epochs, close_mosaic=a.close_mosaic,
                     imgsz=a.imgsz, batch=a.batch, workers=workers, device="cpu", plots=False, amp=False, val=val,
@@ -65,7 +66,7 @@ def train(data: Path, tmp: Path, workers: int, a, epochs: int, name: str, val: b
 def validate(weights: Path, data: Path, validator, a):
     from ultralytics import YOLO
     t = time.perf_counter()
-    with peers.library_output(a.verbose):
+    with common.library_output(a.verbose):
         m = YOLO(str(weights)).val(data=str(data), validator=validator, imgsz=a.imgsz, batch=a.batch, rect=True,
                                    device="cpu", plots=False, verbose=False, project=str(weights.parents[2]),
                                    name="val", exist_ok=True)
@@ -81,7 +82,7 @@ def compare_inputs(data: Path, a) -> str:
     from ultralytics.data.utils import check_det_dataset
     from yolo_data.integrations.ultralytics_args import loader_settings
     from yolo_data.integrations.ultralytics_loader import create_loader
-    with peers.library_output(a.verbose):
+    with common.library_output(a.verbose):
         cfg = get_cfg(overrides={"imgsz": a.imgsz, "rect": True, "batch": a.batch})
         spec = check_det_dataset(str(data))
         theirs = build_dataloader(build_yolo_dataset(cfg, spec["val"], a.batch, spec, mode="val", stride=32),
@@ -137,7 +138,8 @@ def torchrun(data: Path, tmp: Path, a, mode: str, port: int) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    p.add_argument("--data", type=Path, default=None,
+                   help="YOLO dataset folder with a yaml (default: bccd in $YOLO_DATA_BENCH_DATA or ../shared/datasets)")
     p.add_argument("--imgsz", type=int, default=160)
     p.add_argument("--epochs", type=int, default=3, help="of the workers 0 / 2 runs")
     p.add_argument("--val-epochs", type=int, default=25, help="of the run whose weights are validated")
@@ -147,8 +149,10 @@ def main() -> None:
     p.add_argument("--ddp-timeout", type=int, default=300)
     p.add_argument("--verbose", action="store_true")
     a = p.parse_args()
+    common.require("ultralytics_plugin.py", "ultralytics")
+    a.data = a.data or common.dataset("bccd")
     tmp = Path(tempfile.mkdtemp(prefix="ultra_plugin_"))
-    peers.isolate_environment(tmp, "ultralytics_plugin")
+    common.isolate_environment(tmp, "ultralytics_plugin")
     os.chdir(tmp)  # Ultralytics writes yolo11n.yaml look-ups and runs relative to the working folder
     data = copy_dataset(a.data, tmp)
     import torch
@@ -191,6 +195,7 @@ def main() -> None:
             print(f"  torchrun --nproc_per_node 2 ultralytics_ddp_cpu.py --mode {mode} (2 epochs, global batch "
                   f"{a.batch}, workers 1 per rank): {torchrun(data, tmp, a, mode, port)}")
     print(f"\ntotal {time.perf_counter() - t0:.1f} s")
+    print("\n" + common.footer())
     shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -1,10 +1,13 @@
 #!/usr/bin/env python
 """YOLOv5's own ``train.py`` and ``val.py`` (pip package ``yolov5`` 7.0.x) running on yolo_data.
 
-Installs nothing: run it in the separate benchmark environment that has ``yolov5`` (yolo_data comes from
-this checkout through ``sys.path``, never as a dependency of YOLOv5 or the other way round):
+Installs nothing: run it in the separate benchmark environment that has ``yolov5`` (BENCHMARKS.md, Setup;
+yolo_data comes from this checkout through ``sys.path``, never as a dependency of YOLOv5 or the other way
+round):
 
-    /work/bench-venv/bin/python benchmarks/yolov5_train_val.py [--epochs 1] [--img 320] [--data DIR]
+    python benchmarks/yolov5_train_val.py [--epochs 1] [--img 320] [--data DIR]
+
+``--data`` defaults to coco128 in $YOLO_DATA_BENCH_DATA or ../shared/datasets.
 
 What it does, on a copy of coco128, on the CPU, network blocked in every run:
 1. copies ``train.py`` and ``val.py`` from the installed package and adds, after YOLOv5's own imports
@@ -29,22 +32,20 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-SHARED = ROOT.parent / "shared" / "datasets" / "coco128"
 sys.path.insert(0, str(HERE))
-
-from peers import ensure_pkg_resources  # noqa: E402
+import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
+from common import REPO as ROOT, ensure_pkg_resources  # noqa: E402
 
 # Runs one copied YOLOv5 script in a fresh interpreter: offline, settings in the temp folder.
 RUNNER = """
 import runpy, sys
 sys.path[:0] = [{here!r}, {root!r}]
 from pathlib import Path
-import peers
-peers.isolate_environment(Path({tmp!r}), "yolov5 " + {script!r})
-peers.ensure_pkg_resources()
-peers.provide_fonts()
-peers.numpy_compat()
+import common
+common.isolate_environment(Path({tmp!r}), "yolov5 " + {script!r})
+common.ensure_pkg_resources()
+common.provide_fonts()
+common.numpy_compat()
 sys.argv = [{script!r}] + {args!r}
 runpy.run_path({script!r}, run_name="__main__")
 """
@@ -93,7 +94,8 @@ def last_metrics(run_dir: Path) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(SHARED), help="a coco128-like folder (images/train2017, labels/train2017)")
+    ap.add_argument("--data", default=None, help="a coco128-like folder (images/train2017, labels/train2017; "
+                    "default: coco128 in $YOLO_DATA_BENCH_DATA or ../shared/datasets)")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--img", type=int, default=320)
     ap.add_argument("--batch", type=int, default=16)
@@ -103,6 +105,8 @@ def main(argv=None) -> int:
                          "comparing no boxes would prove nothing")
     ap.add_argument("--flags", nargs="*", default=["", "--image-weights", "--rect", "--cache ram", "--quad"])
     args = ap.parse_args(argv)
+    common.require("yolov5_train_val.py", "yolov5")
+    args.data = args.data or str(common.dataset("coco128"))
     v5 = yolov5_dir()
     with tempfile.TemporaryDirectory(prefix="yolov5_train_val_") as tmp:
         tmp = Path(tmp)
@@ -116,7 +120,7 @@ def main(argv=None) -> int:
             yamls[lib] = tmp / lib / "coco128.yaml"
             yamls[lib].write_text(json.dumps({"path": str(tmp / lib / "coco128"), "train": "images/train2017",
                                               "val": "images/train2017", "names": [str(i) for i in range(80)]}))
-        common = ["--img", args.img, "--batch", args.batch, "--epochs", args.epochs, "--weights", "",
+        base = ["--img", args.img, "--batch", args.batch, "--epochs", args.epochs, "--weights", "",
                   "--cfg", v5 / "models" / "yolov5n.yaml", "--hyp", v5 / "data" / "hyps" / "hyp.scratch-low.yaml",
                   "--device", "cpu", "--workers", args.workers, "--noplots", "--exist-ok", "--seed", 0,
                   "--project", tmp / "runs"]
@@ -124,7 +128,7 @@ def main(argv=None) -> int:
         runs = [("yolo_data", f, ours["train.py"]) for f in args.flags] + [("yolov5", "", Path(stock["train.py"]))]
         for lib, flags, script in runs:
             name = f"{lib}{flags.replace(' ', '').replace('--', '_') or '_default'}"
-            rc, secs = run_script(script, common + ["--data", yamls[lib], "--name", name] + flags.split(),
+            rc, secs = run_script(script, base + ["--data", yamls[lib], "--name", name] + flags.split(),
                                   tmp, tmp / f"{name}.log")
             metrics = last_metrics(tmp / "runs" / name) if rc == 0 else {}
             rows.append((lib, flags or "(default)", rc, secs, metrics))
@@ -166,6 +170,7 @@ def main(argv=None) -> int:
         print(f"\nmetrics identical: {bool(same)}; saved boxes identical ({len(val['yolov5'][3])} label files, "
               f"{boxes:,} boxes): "
               f"{bool(same_boxes)}; train runs failed: {failed or 'none'}")
+        print("\n" + common.footer())
         return 0 if same and same_boxes and not failed else 1
 
 

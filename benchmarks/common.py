@@ -1,0 +1,472 @@
+"""What the benchmark scripts share: where the data is, progress lines, timing, medians and their
+formatting, the page cache, the process tree read from /proc, the machine a report came from, and the
+peers (YOLOv5, Ultralytics: never dependencies of yolo_data) kept offline and imported only when asked.
+
+A script puts this folder on ``sys.path`` and imports this module, which puts the checkout first on
+``sys.path`` (so every script runs from a clone without installing yolo_data)::
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import common  # noqa: E402
+
+Data and environments come from flags, or from these environment variables (BENCHMARKS.md, Setup):
+
+* ``YOLO_DATA_BENCH_DATA``: the folder holding the real datasets (``coco128``, ``bccd``, ``bccd_voc``);
+  default ``../shared/datasets`` beside the checkout;
+* ``YOLO_DATA_BENCH_SYNTHETIC``: where generated sets (benchmarks/make_synthetic.py) are kept and reused;
+  default ``yolo_data_bench`` in the system's temporary folder;
+* ``YOLO_DATA_PEER_PYTHON``: the benchmark environment's python (scripts that start the peers in
+  another interpreter).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import datetime
+import io
+import mmap
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from importlib import metadata, util
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+HYP_FILE = REPO / "data" / "hyps" / "hyp.scratch-low.yaml"
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # yolo_data from this checkout, installed or not
+
+DATA_ENV = "YOLO_DATA_BENCH_DATA"
+SYNTHETIC_ENV = "YOLO_DATA_BENCH_SYNTHETIC"
+PEER_PYTHON_ENV = "YOLO_DATA_PEER_PYTHON"
+SETUP_HINT = "see BENCHMARKS.md, Setup"
+
+
+# -- where the data is ------------------------------------------------------------------------------
+def data_root(arg=None) -> Path:
+    """The folder holding the real datasets: ``arg`` (a flag), else $YOLO_DATA_BENCH_DATA, else
+    ``../shared/datasets`` beside the checkout (which may not exist: see ``dataset``)."""
+    return Path(arg or os.environ.get(DATA_ENV) or REPO.parent / "shared" / "datasets")
+
+
+def dataset(name: str, root=None) -> Path:
+    """``data_root(root) / name``, or a one-line exit naming the flag and variable that set it."""
+    path = data_root(root) / name
+    if not path.is_dir():
+        raise SystemExit(f"{path} not found: pass the datasets folder with --root, or set ${DATA_ENV} "
+                         f"({SETUP_HINT})")
+    return path
+
+
+def is_shared(path: Path) -> bool:
+    """Is ``path`` inside the read-only datasets folder (never hard-link into it or write there)?"""
+    shared = data_root().resolve()
+    path = Path(path).resolve()
+    return path == shared or shared in path.parents
+
+
+def synthetic_root(arg=None) -> Path:
+    """Where generated sets live: ``arg``, else $YOLO_DATA_BENCH_SYNTHETIC, else the system temp folder."""
+    return Path(arg or os.environ.get(SYNTHETIC_ENV) or Path(tempfile.gettempdir()) / "yolo_data_bench")
+
+
+def synthetic_set(n: int = 2000, seed: int = 0, size: int = 640, quality: int = 90, root=None,
+                  say: Callable[[str], None] = None) -> Path:
+    """The data.yaml of the generated set with these settings under ``synthetic_root(root)``, generated
+    (a few minutes for 2,000 images) only when no complete one is there."""
+    import make_synthetic
+    say = say or log
+    out = synthetic_root(root) / f"synthetic-n{n}-seed{seed}-{size}px-q{quality}"
+    want = {"splits": {"train": n}, "seed": seed, "size": size, "quality": quality}
+    have = make_synthetic.dataset_settings(out)
+    if have and all(have.get(k) == v for k, v in want.items()) \
+            and sum(1 for _ in (out / "images" / "train").iterdir()) == n:
+        say(f"reusing {out} ({have['mean_kb']:.0f} KB/image, generated in {have['seconds']} s)")
+        return out / "data.yaml"
+    say(f"generating {n} images into {out} ...")
+    # in a child process: its spawn pool leaves multiprocessing's resource tracker running in the
+    # process that made it, which a benchmark would then count as a leftover child
+    subprocess.run([sys.executable, str(HERE / "make_synthetic.py"), str(out), "--n", str(n), "--seed", str(seed),
+                    "--size", str(size), "--quality", str(quality), "--workers", str(min(2, os.cpu_count() or 1)),
+                    "--overwrite"], check=True, stdout=sys.stderr)
+    st = make_synthetic.dataset_settings(out)
+    say(f"generated in {st['seconds']} s, {st['mean_kb']:.0f} KB/image")
+    return out / "data.yaml"
+
+
+def synthetic_images(arg=None) -> Path:
+    """``arg`` (an image folder or a data.yaml), else the train images of the default generated set."""
+    if arg:
+        return Path(arg)
+    return synthetic_set().parent / "images" / "train"
+
+
+# -- progress, timing, medians ---------------------------------------------------------------------
+def log(msg: str) -> None:
+    """A progress line on stderr (reports go to stdout)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def timed(fn: Callable[[], object]) -> Tuple[float, object]:
+    """(wall seconds, result) of one call."""
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def med(vals: Iterable[Optional[float]]) -> Optional[float]:
+    """Median of the values that are not None, or None when there are none."""
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def fmt_range(vals: Sequence[float], digits: int = 1, scale: float = 1.0, dash: str = "–",
+              always: bool = False, empty: str = "n/a") -> str:
+    """``median (min–max)`` of ``vals`` times ``scale`` with ``digits`` decimals; the median alone for
+    one value unless ``always``."""
+    vals = [v * scale for v in vals if v is not None]
+    if not vals:
+        return empty
+    text = f"{statistics.median(vals):.{digits}f}"
+    if len(vals) > 1 or always:
+        text += f" ({min(vals):.{digits}f}{dash}{max(vals):.{digits}f})"
+    return text
+
+
+def fmt_seconds(vals: Sequence[float], unit: str = "s") -> str:
+    """Seconds in the unit that suits the median (µs, ms, s), with ``(min-max)`` for several values."""
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return "-"
+    m = statistics.median(vals)
+    scale, unit, digits = ((1e6, "µs", 0) if m < 1e-3 else (1e3, "ms", 1) if m < 1
+                           else (1, unit, 2 if m < 10 else 1))
+    text = f"{m * scale:.{digits}f} {unit}"
+    if len(vals) > 1:
+        text += f" ({min(vals) * scale:.{digits}f}-{max(vals) * scale:.{digits}f})"
+    return text
+
+
+def fmt_share(vals: Sequence[Optional[float]], dash: str = "-") -> str:
+    """A share (0-1) or a range of shares as percentages; 'unknown' when none is known."""
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return "unknown"
+    lo, hi = min(vals), max(vals)
+    return f"{lo:.0%}" if hi - lo < 0.005 else f"{lo:.0%}{dash}{hi:.0%}"
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, ``'1.08 / 1.31 / 1.59'``."""
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+# -- the page cache ---------------------------------------------------------------------------------
+class PageCache:
+    """Residency (mincore) and eviction (posix_fadvise) of individual files, no root needed; Linux only
+    (elsewhere residency is None and eviction does nothing)."""
+
+    def __init__(self):
+        self.ok = sys.platform.startswith("linux") and hasattr(os, "posix_fadvise")
+        if self.ok:
+            libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+            libc.mmap.restype = ctypes.c_void_p
+            libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                                  ctypes.c_int, ctypes.c_long]
+            libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+            libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+            self.libc = libc
+        self.page = mmap.PAGESIZE
+
+    def resident(self, files: Sequence[str]) -> Optional[float]:
+        """Fraction of the files' bytes (in pages) now in the page cache, or None if unknown."""
+        if not self.ok:
+            return None
+        total = cached = 0
+        for f in files:
+            try:
+                fd = os.open(f, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                size = os.fstat(fd).st_size
+                if not size:
+                    continue
+                addr = self.libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+                if addr in (None, ctypes.c_void_p(-1).value):
+                    return None
+                try:
+                    pages = (size + self.page - 1) // self.page
+                    vec = (ctypes.c_ubyte * pages)()
+                    if self.libc.mincore(addr, size, vec) != 0:
+                        return None
+                    total += pages
+                    cached += sum(b & 1 for b in vec)
+                finally:
+                    self.libc.munmap(addr, size)
+            finally:
+                os.close(fd)
+        return cached / total if total else None
+
+    def evict(self, files: Sequence[str]) -> None:
+        """Ask the kernel to drop the files' pages (dirty pages are written first, or they would stay)."""
+        if not self.ok:
+            return
+        for f in files:
+            try:
+                fd = os.open(f, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def warm_page_cache(*folders: Path) -> None:
+    """Read every file of ``folders`` once, so each library starts from the same warm page cache."""
+    for folder in folders:
+        for f in os.scandir(folder):
+            if f.is_file():
+                with open(f.path, "rb") as fh:
+                    while fh.read(1 << 20):
+                        pass
+
+
+# -- processes, from /proc (Linux) ------------------------------------------------------------------
+def child_pids(pid: int) -> List[int]:
+    """The direct children of ``pid`` (of any of its threads), e.g. a DataLoader's workers."""
+    kids = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as f:
+                kids += [int(x) for x in f.read().split()]
+        except OSError:
+            continue
+    return kids
+
+
+def descendants(pid: int) -> List[int]:
+    """All processes below ``pid``, children of children included."""
+    found, todo = [], [pid]
+    while todo:
+        kids = child_pids(todo.pop())
+        found += kids
+        todo += kids
+    return found
+
+
+def smaps_rollup(pid: int) -> Dict[str, int]:
+    """The numeric fields of /proc/<pid>/smaps_rollup in KiB (Rss, Pss, Pss_Anon, Pss_File, ...), or an
+    empty dict when the process is gone."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                parts = rest.split()
+                if len(parts) == 2 and parts[1] == "kB":
+                    out[key] = int(parts[0])
+    except (OSError, ValueError):
+        return {}
+    return out
+
+
+def proc_stat(pid: int) -> Tuple[int, int, int, str]:
+    """(user ticks, system ticks, minor page faults, state letter) of a process from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]), int(fields[12]), int(fields[7]), fields[0]
+
+
+def tree_cpu_seconds(pid: Optional[int] = None) -> Dict[int, float]:
+    """{pid: user + system CPU seconds} of ``pid`` (default: this process) and its descendants."""
+    pid = os.getpid() if pid is None else pid
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for p in [pid] + descendants(pid):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            user, system, _, _ = proc_stat(p)
+            out[p] = (user + system) / tick
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return proc_stat(pid)[3] not in ("Z", "X")
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def wait_for_children(timeout: float = 15.0) -> int:
+    """Wait until this process has no live descendant; terminate (by pid) those left after ``timeout``
+    and wait 5 s more for them.  Returns how many had to be terminated."""
+    me = os.getpid()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not [p for p in descendants(me) if _alive(p)]:
+            return 0
+        time.sleep(0.05)
+    kids = [p for p in descendants(me) if _alive(p)]
+    for p in kids:
+        with contextlib.suppress(OSError):
+            os.kill(p, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_alive(p) for p in kids):
+        time.sleep(0.05)
+    return len(kids)
+
+
+def shutdown(loader) -> None:
+    """Stop and join a loader's worker processes (persistent workers would otherwise keep running):
+    Ultralytics' ``close()``, torch's ``_iterator``, YOLOv5's InfiniteDataLoader ``iterator``."""
+    if hasattr(loader, "close") and callable(loader.close):
+        with contextlib.suppress(Exception):
+            loader.close()
+    for attr in ("_iterator", "iterator"):
+        it = getattr(loader, attr, None)
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            with contextlib.suppress(Exception):
+                it._shutdown_workers()
+
+
+# -- the machine ------------------------------------------------------------------------------------
+def cpu_model() -> str:
+    """The CPU's model name (first 'model name' of /proc/cpuinfo), else what platform says."""
+    with contextlib.suppress(OSError):
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def mem_total() -> str:
+    """Total RAM, ``'24 GiB'``, or ``'?'``."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in open("/proc/meminfo", encoding="utf-8"):
+            if line.startswith("MemTotal"):
+                return f"{int(line.split()[1]) / (1 << 20):.0f} GiB"
+    return "?"
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity), else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def version_of(dist: str) -> Optional[str]:
+    """An installed distribution's version, without importing it (None when absent)."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def machine() -> str:
+    """One line: cores, CPU, RAM, OS, Python and the versions of torch, numpy and OpenCV."""
+    parts = [f"{os.cpu_count()} cores ({usable_cores()} usable), {cpu_model()}, {mem_total()} RAM",
+             f"{platform.system()} {platform.machine()}", f"Python {platform.python_version()}"]
+    for name, dists in (("torch", ("torch",)), ("numpy", ("numpy",)),
+                        ("OpenCV", ("opencv-python", "opencv-python-headless"))):
+        v = next((v for v in map(version_of, dists) if v), None)
+        if v:
+            parts.append(f"{name} {v}")
+    return ", ".join(parts)
+
+
+def footer() -> str:
+    """The report's last line: the command, the machine and the date."""
+    script = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "?"
+    cmd = " ".join(["benchmarks/" + script] + sys.argv[1:])
+    when = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    return f"<sub>{cmd}; {machine()}; {when}</sub>"
+
+
+# -- the peers (YOLOv5, Ultralytics, pycocotools): the benchmark environment only --------------------
+PEER_MODULES = {"yolov5": "yolov5", "ultralytics": "ultralytics", "pycocotools": "pycocotools"}
+LIBRARY_LOG = io.StringIO()  # what the libraries print (progress bars, notices); never closed
+
+
+def require(script: str, *modules: str) -> None:
+    """Exit with one line when a module this run needs is not installed (without importing it)."""
+    missing = [m for m in modules if util.find_spec(m) is None]
+    if missing:
+        raise SystemExit(f"{script}: {', '.join(missing)} not installed in {sys.executable}: run it with the "
+                         f"benchmark environment's python (pip install -r benchmarks/requirements-peers.txt; "
+                         f"{SETUP_HINT})")
+
+
+def isolate_environment(tmp: Path, who: str) -> None:
+    """Settings/cache folders into ``tmp``, no DDP variables, no network.  Must run before the peers'
+    imports (Ultralytics looks up hosts and writes settings into $HOME at import otherwise)."""
+    for var in ("YOLO_CONFIG_DIR", "YOLOV5_CONFIG_DIR", "MPLCONFIGDIR", "YOLO_DATA_CACHE_DIR"):
+        os.environ[var] = str(tmp / "config" / var.lower())
+        Path(os.environ[var]).mkdir(parents=True, exist_ok=True)
+    os.environ.update(YOLO_OFFLINE="1", YOLOv5_AUTOINSTALL="false", YOLOv5_VERBOSE="false")
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        os.environ.pop(var, None)
+
+    def refuse(self, address, *args, **kwargs):
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            raise OSError(f"{who}: network access blocked ({address})")
+        return real_connect(self, address, *args, **kwargs)
+
+    real_connect = socket.socket.connect
+    socket.socket.connect = refuse
+
+
+def numpy_compat() -> None:
+    """YOLOv5 7.0's metrics call np.trapz, which NumPy 2 renamed np.trapezoid."""
+    import numpy as np
+    if not hasattr(np, "trapz"):
+        np.trapz = np.trapezoid
+
+
+def provide_fonts() -> None:
+    """YOLOv5's check_dataset/check_font download Arial.ttf into its config folder when missing: give it
+    matplotlib's bundled DejaVuSans under those names instead (offline; only in the temp config folder
+    that isolate_environment set)."""
+    import shutil
+    import matplotlib
+    src = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
+    folder = Path(os.environ["YOLOV5_CONFIG_DIR"])
+    for name in ("Arial.ttf", "Arial.Unicode.ttf"):
+        if not (folder / name).exists():
+            shutil.copy(src, folder / name)
+
+
+def library_output(verbose: bool):
+    """Send what the libraries print to LIBRARY_LOG unless ``verbose``."""
+    if verbose:
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(contextlib.redirect_stdout(LIBRARY_LOG))
+    stack.enter_context(contextlib.redirect_stderr(LIBRARY_LOG))
+    return stack
+
+
+def ensure_pkg_resources() -> None:
+    """yolov5.utils.general imports pkg_resources, which setuptools >= 81 no longer ships: give it the
+    one function it uses (parse_version, from packaging) when the real module is missing."""
+    try:
+        import pkg_resources  # noqa: F401
+    except ImportError:
+        from packaging.version import parse
+        sys.modules["pkg_resources"] = types.SimpleNamespace(parse_version=parse)

@@ -1,0 +1,216 @@
+"""Every benchmark that needs only yolo_data runs from a fresh clone, on a tiny set, and prints its report
+(a subprocess each, as a user runs it); the scripts that need the peers (YOLOv5, Ultralytics,
+pycocotools: the benchmark environment, never CI's) stop with one line where those are missing.
+
+Runs with fake ``yolov5`` and ``ultralytics`` packages first on PYTHONPATH that fail on import, so a
+yolo_data-only run that imports a peer fails here even where the peers are installed.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from importlib import util
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "benchmarks"
+N = 16  # images in the generated set
+SYNTHETIC = f"synthetic-n{N}-seed0-640px-q90"  # the name common.synthetic_set gives those settings
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A generated set of N photo-like JPEGs (make_synthetic.py's command line), the bundled sample as a
+    datasets folder, and fake peers that refuse to be imported."""
+    root = tmp_path_factory.mktemp("bench_smoke")
+    synthetic = root / "synthetic"
+    p = subprocess.run([sys.executable, str(BENCH / "make_synthetic.py"), str(synthetic / SYNTHETIC), "--n", str(N),
+                        "--workers", "1"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    datasets = root / "datasets"
+    shutil.copytree(REPO / "data" / "sample", datasets / "sample")
+    (datasets / "sample" / "sample.yaml").write_text("path: .\ntrain: images/train\nval: images/val\n"
+                                                     "names: [circle, rectangle, triangle]\n")
+    fakes = root / "fake_peers"
+    for name in ("yolov5", "ultralytics"):
+        (fakes / name).mkdir(parents=True)
+        (fakes / name / "__init__.py").write_text(f"raise ImportError('{name} imported by a yolo_data-only run')\n")
+    return {"root": root, "synthetic": synthetic, "set": synthetic / SYNTHETIC, "datasets": datasets,
+            "fakes": fakes}
+
+
+def run(tiny, tmp_path, script, *args, fakes=True, timeout=120):
+    """(exit code, stdout, stderr) of ``python benchmarks/SCRIPT ARGS`` with the data in ``tiny``."""
+    env = dict(os.environ, YOLO_DATA_BENCH_DATA=str(tiny["datasets"]),
+               YOLO_DATA_BENCH_SYNTHETIC=str(tiny["synthetic"]), TMPDIR=str(tmp_path))
+    env.pop("YOLO_DATA_PEER_PYTHON", None)
+    if fakes:
+        env["PYTHONPATH"] = os.pathsep.join([str(tiny["fakes"])] + [p for p in [env.get("PYTHONPATH")] if p])
+    p = subprocess.run([sys.executable, str(BENCH / script), *map(str, args)], capture_output=True, text=True,
+                       timeout=timeout, env=env, cwd=tmp_path)
+    return p.returncode, p.stdout, p.stderr
+
+
+def table(out: str) -> dict:
+    """{first cell: other cells} of every markdown table row in ``out``."""
+    rows = {}
+    for line in out.splitlines():
+        if line.startswith("| ") and not set(line) <= set("|-: "):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def ok(rc, out, err, script):
+    assert rc == 0, err[-3000:]
+    footer = out.strip().splitlines()[-1]
+    assert footer.startswith(f"<sub>benchmarks/{script}") and " cores (" in footer and "Python " in footer, footer
+    return table(out)
+
+
+def numbers(cells):
+    """The cells as floats (a cell 'median (min–max)' by its median)."""
+    return [float(c.strip("*").split()[0].replace(",", "")) for c in cells]
+
+
+def test_bench_scan(tiny, tmp_path):
+    data = shutil.copytree(tiny["set"], tmp_path / "set")
+    rc, out, err = run(tiny, tmp_path, "bench_scan.py", "--data", data, "--repeats", "1", "--warmup", "0",
+                       "--workers", "1", "--stages")
+    rows = ok(rc, out, err, "bench_scan.py")
+    assert f"### yolo_data label scan: {N} images, 1 repeats" in out
+    for label in ("scan, `force=True`, workers=1 (writes cache)", "reload, fresh `load_split` (reads cache)"):
+        assert numbers(rows[label][3:4])[0] > 0, rows[label]
+    assert "cache load (map + checks + CRC-32 + validate)" in rows
+    assert f"counts: found {N}, ok {N}, missing 0" in out
+
+
+def test_bench_scan_generates_its_set(tiny, tmp_path):
+    """Without --data: the set named by the settings in $YOLO_DATA_BENCH_SYNTHETIC, reused."""
+    rc, out, err = run(tiny, tmp_path, "bench_scan.py", "--n", N, "--repeats", "1", "--warmup", "0", "--workers", "1")
+    ok(rc, out, err, "bench_scan.py")
+    assert f"<!-- reusing {tiny['set']}" in out and f"found {N}, ok {N}" in out
+
+
+def test_bench_reload_1m(tiny, tmp_path):
+    rc, out, err = run(tiny, tmp_path, "bench_reload_1m.py", "--n", 2000, "--repeats", 1, "--from-records-n", 200,
+                       "--samples", 500, "--tmp", tmp_path)
+    rows = ok(rc, out, err, "bench_reload_1m.py")
+    assert "### Label cache reload: 2,000 images" in out
+    assert {"`cache.load`, warm page cache", "`cache.load`, cold-ish (after POSIX_FADV_DONTNEED)"} <= set(rows)
+    assert "Target (warm reload ≤ 0.5 s):" in out and "Per-image build for comparison (200 images)" in out
+
+
+def test_bench_first_batch(tiny, tmp_path):
+    data = tiny["datasets"] / "sample" / "images" / "train"
+    rc, out, err = run(tiny, tmp_path, "bench_first_batch.py", "--data", data, "--setup-s", 0.2, "--repeats", 1,
+                       "--workers", 1, "--batch-size", 8, "--imgsz", 160)
+    rows = ok(rc, out, err, "bench_first_batch.py")
+    assert set(rows) >= {"early start (yolo_data)", "start on first iter"}
+    assert all(numbers(rows[k][:1])[0] > 0 for k in ("early start (yolo_data)", "start on first iter"))
+
+
+def test_bench_cuda_dry_run(tiny, tmp_path):
+    rc, out, err = run(tiny, tmp_path, "bench_cuda.py", "--device", "cpu", "--data", tiny["set"] / "images" / "train",
+                       "--workers", 1, "--images", N, "--repeats", 1)
+    rows = ok(rc, out, err, "bench_cuda.py")
+    assert numbers(rows["train"][1:])[0] > 0 and numbers(rows["val"][1:])[0] > 0, rows
+
+
+def test_profile_items(tiny, tmp_path):
+    rc, out, err = run(tiny, tmp_path, "profile_items.py", "--data", tiny["set"] / "images" / "train",
+                       "--batches", 2, "--loader-images", N)
+    ok(rc, out, err, "profile_items.py")
+    assert out.count("ms per item** (median") == 2 and "### train" in out and "### val" in out
+    through = [line for line in out.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
+    assert len(through) == 4, out  # 1 and 2 workers, train and val
+
+
+def test_bench_ram_pss(tiny, tmp_path):
+    rc, out, err = run(tiny, tmp_path, "bench_ram_pss.py", "--data", tiny["set"] / "data.yaml", "--nproc", 2,
+                       "--workers", 1, "--imgsz", 160, timeout=180)
+    rows = ok(rc, out, err, "bench_ram_pss.py")
+    assert f"2 ranks x 1 workers (4 processes), imgsz 160, {N} images" in out
+    assert "WARNING" not in out  # the cache's mapping was found in the processes' smaps
+    assert numbers(rows["**summed PSS of everything, all processes**"][:1])[0] > 0
+
+
+def test_bench_train_yolo_data_only(tiny, tmp_path):
+    rc, out, err = run(tiny, tmp_path, "bench_train.py", "--libraries", "yolo_data", "--datasets", "synthetic",
+                       "--synthetic-n", N, "--workers", 1, "--val-workers", 1, "--images", N, "--repeats", 1)
+    ok(rc, out, err, "bench_train.py")
+    assert not [line for line in err.splitlines() if "leftover child" in line], err
+    name = f"synthetic{N}"
+    lines = [line for line in out.splitlines() if line.startswith(f"| {name} | ")]
+    assert len(lines) == 6, out  # train and val in each of the three tables
+    for line in lines:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        assert float(cells[2].split()[0]) > 0, line  # img/s, decodes per image, CPU ms per image
+    assert "CPU ms/img" in out and f"Datasets: {name} ({N} images)." in out
+
+
+def test_bench_memory_yolo_data_only(tiny, tmp_path):
+    rc, out, err = run(tiny, tmp_path, "bench_memory.py", "--libraries", "yolo_data", "--datasets", "synthetic",
+                       "--synthetic-n", N, "--workers", 1, "--batches", 3, "--window", 1, "--repeats", 1,
+                       "--interval", 0.05)
+    rows = ok(rc, out, err, "bench_memory.py")
+    assert numbers(rows["**summed PSS, max** (main + workers)"])[0] > 0
+    assert numbers(rows["PSS of the worker processes together, mean"])[0] > 0  # the worker was sampled
+    assert "yolo_data" in out and "2 processes" in out
+
+
+def test_bench_scan_peers_yolo_data_only(tiny, tmp_path):
+    rc, out, err = run(tiny, tmp_path, "bench_scan_peers.py", "--libs", "yolo_data", "yolo_data_w1", "--source",
+                       tiny["set"], "--copies", 2, "--repeats", 1, "--profile", "--profile-n", 8, "--tmp", tmp_path)
+    rows = ok(rc, out, err, "bench_scan_peers.py")
+    assert {"yolo_data, 2 processes", "yolo_data, 1 process"} <= set(rows)
+    assert f"all libraries agree, {2 * N} images" in out and "#### cProfile, single-process scan of 8 images" in out
+
+
+MILLION_ROWS = ["scan from scratch (label cache absent) + construction, 300 images",
+                "warm construction, training loader (300 images)", "first batch after construction",
+                "**warm construction + first batch**", "construction, rect loader",
+                "`iter(loader.sampler)` consumed, shuffled training", "`len(loader)`, shuffled training",
+                "`iter(loader.sampler)` consumed, rect", "`len(loader)`, rect", "PSS main process after 2 batches",
+                "PSS worker 0", "PSS worker 0, anonymous part", "PSS worker 1", "PSS worker 1, anonymous part",
+                "PSS main process, 100 images", "PSS worker 0, 100 images", "PSS worker 0, anonymous part, 100 images",
+                "PSS worker 1, 100 images", "PSS worker 1, anonymous part, 100 images"]
+
+
+def test_bench_million(tiny, tmp_path):
+    """300 hard links to the bundled sample's 24 photos: every row of the report present and filled."""
+    root = tmp_path / "million"
+    sample = tiny["datasets"] / "sample" / "images"
+    rc, out, err = run(tiny, tmp_path, "bench_million.py", "--root", root, "--images", 300, "--small-images", 100,
+                       "--sources", sample / "train", sample / "val", "--no-peer", "--repeats", 1, "--batches", 2,
+                       "--timeout", 120, "--remove", timeout=240)
+    rows = ok(rc, out, err, "bench_million.py")
+    rows = {k: v for k, v in rows.items() if k != "measurement"}
+    assert list(rows) == MILLION_ROWS, out
+    for label, cells in rows.items():
+        assert len(cells) == 1 and cells[0] not in ("-", "") and "failed" not in cells[0], (label, cells)
+        assert cells[0].endswith((" s", "ms", "µs", "MiB")), (label, cells)
+    assert "300 images (24 distinct photos" in out
+    assert "cache fresh: True" in out and "yolo_data 19 / 300" in out
+    assert not root.exists()  # --remove
+
+
+PEER_RUNS = [("parity_yolov5.py", ["--quick"], "yolov5"), ("yolov5_train_val.py", [], "yolov5"),
+             ("ultralytics_plugin.py", [], "ultralytics"), ("ultralytics_ddp_cpu.py", ["--data", "x"], "ultralytics"),
+             ("coco_voc_parity.py", [], "pycocotools"), ("bench_scan_peers.py", [], "yolov5"),
+             ("bench_train.py", ["--libraries", "yolo_data", "ultralytics"], "ultralytics"),
+             ("bench_memory.py", ["--libraries", "yolov5"], "yolov5")]
+
+
+@pytest.mark.parametrize("script,args,peer", PEER_RUNS, ids=[f"{s}-{p}" for s, _, p in PEER_RUNS])
+def test_missing_peer_is_one_line(tiny, tmp_path, script, args, peer):
+    if util.find_spec(peer) is not None:
+        pytest.skip(f"{peer} is installed here")
+    rc, out, err = run(tiny, tmp_path, script, *args, fakes=False)
+    assert rc == 1 and not out, (rc, out, err)
+    assert err.count("\n") == 1 and err.startswith(f"{script}: ") and f"{peer}" in err \
+        and "requirements-peers.txt" in err, err
