@@ -26,9 +26,10 @@ import cv2
 import numpy as np
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import footer, log  # noqa: E402  (puts the checkout first on sys.path)
 
-W, H = 4032, 3024
+W, H = 4032, 3024  # a 12-megapixel phone photo
 EXIF_EVERY = 4  # every 4th photo is stored on its side, with EXIF orientation 6
 
 
@@ -67,7 +68,7 @@ def make(out: Path, unique: int, n: int) -> Path:
     img_dir, lb_dir = out / "images" / "train", out / "labels" / "train"
     yaml = out / "highres.yaml"
     if yaml.exists() and len(list(img_dir.glob("*.jpg"))) == n:
-        print(f"reusing {n} images in {out}", file=sys.stderr)
+        log(f"reusing {n} images in {out}")
         return yaml
     img_dir.mkdir(parents=True, exist_ok=True)
     lb_dir.mkdir(parents=True, exist_ok=True)
@@ -84,7 +85,7 @@ def make(out: Path, unique: int, n: int) -> Path:
             Image.fromarray(rgb).save(f, quality=92, exif=exif.tobytes())
         (lb_dir / f"{k:05d}.txt").write_text(boxes(rng, int(rng.integers(2, 12))))
         if k % 20 == 19:
-            print(f"{k + 1}/{unique} photos, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+            log(f"{k + 1}/{unique} photos, {time.perf_counter() - t0:.0f} s")
     for k in range(unique, n):  # hard links: more images for the sampler, no more disk
         f = img_dir / f"{k:05d}.jpg"
         if not f.exists():
@@ -92,8 +93,7 @@ def make(out: Path, unique: int, n: int) -> Path:
         (lb_dir / f"{k:05d}.txt").write_text(boxes(rng, int(rng.integers(2, 12))))
     yaml.write_text(f"path: {out.resolve()}\ntrain: images/train\nval: images/train\nnames: [a, b, c]\n")
     size = sum(f.stat().st_size for f in list(img_dir.glob("*.jpg"))[:unique]) / unique / 2**20
-    print(f"{unique} photos ({size:.1f} MB each on average), {n} images, in {time.perf_counter() - t0:.0f} s",
-          file=sys.stderr)
+    log(f"{unique} photos ({size:.1f} MB each on average), {n} images, in {time.perf_counter() - t0:.0f} s")
     return yaml
 
 
@@ -103,9 +103,10 @@ def decode(out: Path, count: int, imgsz: int, repeats: int) -> None:
     cv2.setNumThreads(1)
     files = sorted((out / "images" / "train").glob("*.jpg"))[:count]
     times = {False: [], True: []}
-    diffs = []
+    diffs, sizes = [], set()
     for f in files:
         (w0, h0), _ = image_size(str(f))
+        sizes.add(f"{max(w0, h0)}x{min(w0, h0)}")
         for _ in range(repeats):
             for reduced in (False, True):
                 t = time.perf_counter()
@@ -115,7 +116,7 @@ def decode(out: Path, count: int, imgsz: int, repeats: int) -> None:
         diffs.append(np.abs(full - fast).ravel())
     d = np.concatenate(diffs)
     full_ms, fast_ms = (1000 * statistics.median(times[r]) for r in (False, True))
-    print(f"decode + resize to {imgsz} ({len(files)} photos of {W}x{H}, {repeats} alternating rounds, median, "
+    print(f"decode + resize to {imgsz} ({len(files)} photos of {', '.join(sorted(sizes))}, {repeats} alternating rounds, median, "
           f"OpenCV 1 thread): full {full_ms:.1f} ms, reduced {fast_ms:.1f} ms ({full_ms / fast_ms:.2f}x); "
           f"pixel difference mean {d.mean():.2f}, 99th percentile {np.percentile(d, 99):.0f} levels of 255")
 
@@ -172,6 +173,7 @@ def main() -> int:
         decode(a.out, a.count, a.imgsz, a.repeats)
     else:
         cache_build(a.out, a.imgsz, a.repeats, a.workers)
+    print(footer())
     return 0
 
 

@@ -214,3 +214,22 @@ def test_missing_peer_is_one_line(tiny, tmp_path, script, args, peer):
     assert rc == 1 and not out, (rc, out, err)
     assert err.count("\n") == 1 and err.startswith(f"{script}: ") and f"{peer}" in err \
         and "requirements-peers.txt" in err, err
+
+
+def test_bench_highres(tiny, tmp_path, monkeypatch):
+    """Two generated 12-megapixel photos (one with EXIF orientation 6) linked to 3 images: the decode and
+    cache-build timings run and report a speed-up of the reduced decode."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import bench_highres
+    monkeypatch.setattr(bench_highres, "W", 1600)  # smaller photos: the same code, a faster test
+    monkeypatch.setattr(bench_highres, "H", 1200)
+    out = tmp_path / "highres"
+    yaml = bench_highres.make(out, 2, 3)
+    assert yaml.is_file() and len(list((out / "images" / "train").glob("*.jpg"))) == 3
+    rc, stdout, err = run(tiny, tmp_path, "bench_highres.py", "decode", out, "--count", 2, "--imgsz", 200,
+                          "--repeats", 1)
+    ok(rc, stdout, err, "bench_highres.py")
+    assert "decode + resize to 200 (2 photos" in stdout and "x); pixel difference mean" in stdout
+    rc, stdout, err = run(tiny, tmp_path, "bench_highres.py", "cache", out, "--imgsz", 200, "--repeats", 1)
+    ok(rc, stdout, err, "bench_highres.py")
+    assert "disk image cache build at 200 (3 images" in stdout

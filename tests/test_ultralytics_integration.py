@@ -4,7 +4,7 @@ Always run (no Ultralytics needed): Ultralytics' batch dict from our loader agai
 ratio_pad offsets against the letterbox, the hyperparameter mapping, the labels-as-dicts view against
 the store, close_mosaic reaching persistent workers, fraction, and the evaluation shard sampler.
 
-With Ultralytics installed (the benchmark environment: /work/bench-venv/bin/python -m pytest ...): the
+With Ultralytics installed (the benchmark environment, BENCHMARKS.md's Setup: its python -m pytest ...): the
 validation inputs equal Ultralytics' own, image by image, and YoloDataTrainer trains an epoch with
 workers 0 and 2 (including close_mosaic) and validates with YoloDataValidator.
 """
