@@ -21,21 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
-import yolo_data.loader as loader_module  # noqa: E402
 from yolo_data import create_dataloader  # noqa: E402
-
-
-EARLY_INIT = loader_module.YoloDataLoader.__init__
-
-
-def _late_start(self, *args, **kwargs):
-    """The early start turned off: the workers it started are stopped at once (during the script's
-    setup, before the clock runs), so the first ``iter`` forks them anew, as a plain persistent
-    DataLoader does."""
-    EARLY_INIT(self, *args, **kwargs)
-    self.discard_early_pass()
-    common.shutdown(self)
-    self._iterator = None  # torch's persistent iterator: made anew by the next iter
 
 
 def main(argv=None) -> int:
@@ -60,16 +46,14 @@ def main(argv=None) -> int:
         res = {"early start (yolo_data)": [], "start on first iter": []}
         for _ in range(args.repeats):
             for mode in res:
-                loader_module.YoloDataLoader.__init__ = EARLY_INIT if mode.startswith("early") else _late_start
                 loader, _ = create_dataloader(data, args.imgsz, args.batch_size, 32, rect=True, pad=0.5,
-                                              workers=args.workers)
+                                              workers=args.workers, early_start=mode.startswith("early"))
                 time.sleep(args.setup_s)
                 t = time.perf_counter()
                 next(iter(loader))
                 res[mode].append(time.perf_counter() - t)
                 del loader
                 gc.collect()
-        loader_module.YoloDataLoader.__init__ = EARLY_INIT
     print(f"CPU: {common.cpu_model()}; {args.data}, val loader (rect, pad 0.5, batch {args.batch_size}, "
           f"imgsz {args.imgsz}), {args.workers} workers, {args.setup_s:g} s of setup before the first iter\n")
     print("| loader | first batch s (median) | runs |\n|---|---:|---|")

@@ -24,9 +24,9 @@ def passes(loader, n=2):
     return [[(paths, imgs.sum().item()) for imgs, _, paths, _ in loader] for _ in range(n)]
 
 
-def make(data, workers):
+def make(data, workers, **kwargs):
     return create_dataloader(data, 64, 4, 32, augment=True, hyp=str(HIGH), shuffle=True, workers=workers,
-                             split="train")
+                             split="train", **kwargs)
 
 
 # what a training script may do between building the loader and its first pass
@@ -84,3 +84,12 @@ def test_an_image_drawn_twice_in_an_epoch_is_augmented_independently(data, batch
     repeats = sum(len(v) - 1 for v in by_image.values())
     identical = sum(len(v) - len(set(v)) for v in by_image.values())
     assert repeats >= 9 and identical == 0, (repeats, identical)
+
+
+def test_early_start_off_starts_the_workers_at_the_first_iter(data):
+    before = {p.pid for p in multiprocessing.active_children()}
+    loader, _ = make(data, 2, early_start=False)
+    assert {p.pid for p in multiprocessing.active_children()} == before and loader._iterator is None
+    plain, _ = make(data, 0)
+    assert passes(loader) == passes(plain)  # the same batches; the workers exist now
+    assert len({p.pid for p in multiprocessing.active_children()} - before) == 2

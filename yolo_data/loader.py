@@ -29,6 +29,7 @@ class YoloDataLoader(DataLoader):
     the epoch (``sampler.set_epoch`` to another one), the sampler's weights or resume point,
     ``dataset.indices``.  Otherwise it is dropped (torch's reset discards what the workers had fetched)
     and the pass is made anew with the new settings, exactly as without the early start.
+    ``early_start=False``: the workers start at the first ``iter``, as with a plain DataLoader.
 
     ``state_dict()`` / ``load_state_dict(state)`` (torchdata's StatefulDataLoader convention): where
     the loader stands in its epoch, as a small JSON-serialisable dict; after loading it, the loader
@@ -36,12 +37,13 @@ class YoloDataLoader(DataLoader):
     same global batch (see sampling.py).
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, early_start: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
         self._early = None
         self._yielded = 0  # batches handed out by the current pass
         self._expect = None  # (what, digest) a resumed pass checks before it starts
-        if self.num_workers > 0 and self.persistent_workers and isinstance(self.sampler, YoloSampler):
+        if (early_start and self.num_workers > 0 and self.persistent_workers
+                and isinstance(self.sampler, YoloSampler)):
             self._iterator = self._get_iterator()  # forks the workers; the sampler starts its pass
             self._early = self._settings()
 
@@ -148,7 +150,8 @@ def init_worker(worker_id: int) -> None:
 def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=None, augment=False, cache=False,
                       pad=0.0, rect=False, rank=-1, workers=8, image_weights=False, quad=False, prefix="",
                       shuffle=False, seed=0, *, split=None, cache_dir=None, min_items=0, batch_partners=True,
-                      ram_cache_dir=None, partner_group=PARTNER_GROUP, keep_difficult=False, reduced_decode=None):
+                      ram_cache_dir=None, partner_group=PARTNER_GROUP, keep_difficult=False, reduced_decode=None,
+                      early_start=True):
     """Build ``(loader, dataset)`` as YOLOv5 7.0's ``create_dataloader`` does.
 
     ``path``: image folder, .txt list, list of these, or a dataset yaml (then ``split`` picks
@@ -173,7 +176,8 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
     ``cache``: False, True/'ram' (one copy per node, in a file without a name in ``ram_cache_dir``,
     default $YOLO_DATA_SHM_DIR or /dev/shm) or 'disk'; room for the workers' batches is left free.
     When /dev/shm cannot hold the workers' batches (Docker's 64 MB), fewer workers are used, with a
-    warning naming the fix.  Workers persist across epochs.
+    warning naming the fix.  Workers persist across epochs and start
+    when the loader is built (``early_start=False``: at the first ``iter``).
     """
     nd = torch.cuda.device_count() if torch.cuda.is_available() else 0
     nw = min((os.cpu_count() or 1) // max(nd, 1), batch_size if batch_size > 1 else 0, workers)
@@ -212,7 +216,7 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
     collate = QuadCollate(seed, dataset.shared_epoch) if quad else collate_fn
     loader = YoloDataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=nw,
                             pin_memory=torch.cuda.is_available(), collate_fn=collate, drop_last=quad,
-                            persistent_workers=nw > 0, worker_init_fn=init_worker)
+                            persistent_workers=nw > 0, worker_init_fn=init_worker, early_start=early_start)
     if ddp:  # a rank with other data would hang the first collective instead of failing here
         distributed.check_ranks_agree({"images": len(dataset), "boxes": dataset.store.num_boxes(),
                                        "steps per epoch": len(loader)}, f"{prefix}{path}")
