@@ -307,3 +307,31 @@ def test_coco_names_reach_every_rank_under_torchrun(tmp_path):
     assert [x["built"] for x in res] == [True, False]  # rank 1 read rank 0's cache, never the JSON
     assert [x["names"] for x in res] == [["a", "b"]] * 2 and {x["labels"] for x in res} == {res[0]["labels"]}
     assert [x["label_file"] for x in res] == [str(js)] * 2
+
+
+def test_a_warm_start_does_not_read_the_json(tmp_path, monkeypatch):
+    from yolo_data import coco
+    root = tmp_path / "c"
+    for k in range(3):
+        write_image(root / f"{k}.jpg", 64, 48, seed=k)
+    js = coco_json(root / "a.json", [{"id": k, "file_name": f"{k}.jpg", "width": 64, "height": 48} for k in range(3)]
+                   + [{"id": 9, "file_name": "gone.jpg", "width": 64, "height": 48}],
+                   [{"id": k, "image_id": k, "category_id": 1, "bbox": [1, 1, 20, 20]} for k in range(3)],
+                   [{"id": 1, "name": "a"}])
+    first = load_split(str(js))
+    assert first.built and len(first.store) == 3 and first.counts["corrupt"] == 1
+    reads = []
+    real = coco.read_coco
+    monkeypatch.setattr(coco, "read_coco", lambda *a, **k: reads.append(a) or real(*a, **k))
+    again = load_split(str(js))
+    assert not again.built and reads == [] and again.names == ["a"] and again.label_file_of("x") == str(js)
+    assert np.array_equal(again.store.labels, first.store.labels) and again.counts == first.counts
+    # an image that changed (the missing one appears) or another JSON: the JSON is read and the split rescanned
+    write_image(root / "gone.jpg", 64, 48, seed=7)
+    third = load_split(str(js))
+    assert third.built and len(reads) == 1 and len(third.store) == 4
+    assert not load_split(str(js)).built and len(reads) == 1
+    os.utime(js, ns=(1, 1))
+    assert load_split(str(js)).built and len(reads) == 2
+    # other names: the cache's settings differ, so the shortcut does not apply
+    assert load_split(str(js), names=["a"]).built and len(reads) == 3

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+import numpy as np
+
 from . import container
 from .container import CacheError
 from .scan import default_workers
@@ -32,7 +34,7 @@ from .store import LabelStore
 LOGGER = logging.getLogger("yolo_data")
 
 KIND = "labels"
-FORMAT_VERSION = 4  # of the contents (4: class names); the container's own format is container.FORMAT
+FORMAT_VERSION = 5  # of the contents (4: class names; 5: a COCO split's settings and listed images); the container's own format is container.FORMAT
 CACHE_DIR_ENV = "YOLO_DATA_CACHE_DIR"
 __all__ = ["CacheError", "CacheContents", "fingerprint", "load", "save", "user_cache_dir", "folder_cache_file"]
 
@@ -45,6 +47,10 @@ class CacheContents:
     counts: Dict[str, int]
     problems: List[Problem] = field(default_factory=list)
     names: List[str] = field(default_factory=list)  # the class names (a COCO JSON's or VOC XMLs' own)
+    # A COCO split's: the format's settings (the JSON's path, size, mtime) and every image it listed, so
+    # a warm start can check the fingerprint without reading the JSON (formats.coco_shortcut).
+    settings: Optional[Dict] = None
+    listed: Optional[List[str]] = None
 
 
 # -- fingerprint ------------------------------------------------------------------------------------
@@ -155,10 +161,19 @@ def fingerprint(im_files: Sequence[str], lb_files: Optional[Sequence[str]], nc: 
 
 
 # -- files ------------------------------------------------------------------------------------------
-def _layout(contents: CacheContents) -> container.Layout:
+def _arrays(contents: CacheContents) -> Dict:
     arrays = contents.store.arrays()
+    if contents.listed is not None:  # the listed images, encoded as the store encodes its paths
+        encoded = [os.fsencode(f) for f in contents.listed]
+        arrays["listed_bytes"] = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        arrays["listed_offsets"] = np.concatenate([[0], np.cumsum([len(e) for e in encoded])]).astype(np.int64)
+    return arrays
+
+
+def _layout(contents: CacheContents, arrays: Dict) -> container.Layout:
     meta = {"version": FORMAT_VERSION, "fingerprint": contents.fingerprint, "counts": contents.counts,
-            "problems": [[p.file, p.reason, p.dropped] for p in contents.problems], "names": contents.names}
+            "problems": [[p.file, p.reason, p.dropped] for p in contents.problems], "names": contents.names,
+            "settings": contents.settings}
     return container.plan(KIND, meta, {k: (a.dtype.str, a.shape) for k, a in arrays.items()})
 
 
@@ -178,7 +193,16 @@ def load(path: Path) -> CacheContents:
         names = meta["names"]
         if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
             raise CacheError("class names are not a list of texts")
-        return CacheContents(store, str(meta["fingerprint"]), dict(meta["counts"]), problems, names)
+        listed = None
+        if "listed_bytes" in c.arrays:
+            raw, offsets = c.arrays["listed_bytes"].tobytes(), c.arrays["listed_offsets"]
+            if len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != len(raw) or np.any(np.diff(offsets) < 0):
+                raise CacheError("the listed images' offsets do not run from 0 to the end")
+            listed = [os.fsdecode(raw[a:b]) for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+        settings = meta["settings"]
+        if settings is not None and not isinstance(settings, dict):
+            raise CacheError("format settings are not a mapping")
+        return CacheContents(store, str(meta["fingerprint"]), dict(meta["counts"]), problems, names, settings, listed)
     except CacheError:
         raise
     except (KeyError, TypeError, ValueError) as e:
@@ -189,7 +213,8 @@ def save(path: Path, contents: CacheContents) -> None:
     """Write atomically (see container.NewFile): a crash leaves the old file (or none) in place, never
     a torn one; concurrent writers each replace the file whole.  Raises OSError when the folder is not
     writable or full."""
-    container.write(Path(path), _layout(contents), contents.store.arrays())
+    arrays = _arrays(contents)
+    container.write(Path(path), _layout(contents, arrays), arrays)
 
 
 remove_stale_temps = container.remove_stale_temps

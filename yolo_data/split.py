@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional, Union
 from . import cache, distributed, failures
 from .labels import Problem
 from .scan import Progress, scan_pairs
-from .formats import SourceOptions, annotation_file_of, open_source
+from .formats import SourceOptions, annotation_file_of, coco_shortcut, open_source
 from .sources import img2label_path
 from .store import LabelStore
 
@@ -123,8 +123,36 @@ def _as_list(path) -> List:
     return list(path) if isinstance(path, (list, tuple)) else [path]
 
 
+def _cached_coco(path, options: SourceOptions, cache_dir, t0: float) -> Optional[SplitLabels]:
+    """A COCO split's fresh cache, found without reading the JSON: its settings (the JSON's path, size
+    and mtime, the names) equal the cache's, and the fingerprint of the images the cache says the JSON
+    listed equals the cache's.  None otherwise (then the JSON is read and the split checked as usual)."""
+    quick = coco_shortcut(path, options)
+    if quick is None:
+        return None
+    settings, default = quick
+    settings = json.loads(json.dumps(settings))  # as the cache holds it (lists, not tuples)
+    for cfile in _candidates(default, cache_dir):
+        try:
+            contents = cache.load(cfile)
+        except (OSError, cache.CacheError):
+            continue  # the usual path below reports it
+        if contents.settings != settings or contents.listed is None:  # (the fingerprint covers the
+            continue  # settings too; comparing them first spares the images' stats when the JSON changed)
+        fp = cache.fingerprint(contents.listed, None, None, settings=settings)
+        if fp == contents.fingerprint:
+            cache.remove_stale_temps(cfile)
+            return SplitLabels(contents.store, cfile, False, time.perf_counter() - t0, contents.counts,
+                               contents.problems, fp, default, contents.names, "coco",
+                               annotation_file_of("coco", settings["json"][0][0]))
+    return None
+
+
 def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progress, save) -> SplitLabels:
     t0 = time.perf_counter()
+    quick = None if force else _cached_coco(path, options, cache_dir, t0)
+    if quick is not None:
+        return quick
     source = open_source(path, options)
     im_files = source.im_files
     default = source.default_cache
@@ -164,7 +192,8 @@ def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progr
         LOGGER.debug(str(p))
     written = None
     if save:
-        contents = cache.CacheContents(store, fp, counts, problems, names)
+        contents = cache.CacheContents(store, fp, counts, problems, names, source.settings or None,
+                                       im_files if source.kind == "coco" else None)
         for i, cfile in enumerate(candidates):
             try:
                 if cfile != default:  # never create folders inside the user's dataset
