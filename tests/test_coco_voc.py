@@ -335,3 +335,14 @@ def test_a_warm_start_does_not_read_the_json(tmp_path, monkeypatch):
     assert load_split(str(js)).built and len(reads) == 2
     # other names: the cache's settings differ, so the shortcut does not apply
     assert load_split(str(js), names=["a"]).built and len(reads) == 3
+
+
+def test_coco_and_voc_datasets_reach_spawned_workers(bccd_both, tmp_path):
+    """A dataset is pickled into spawned DataLoader workers (macOS, Windows, multiprocessing_context)."""
+    import pickle
+    voc, _ = bccd_both
+    json_file = write_coco(voc, tmp_path / "export", ["BloodImage_00000", "BloodImage_00001"])
+    for path in (json_file, voc / "ImageSets" / "Main" / "val.txt"):
+        ds = YoloDataset(str(path), 64)
+        clone = pickle.loads(pickle.dumps(ds))
+        assert clone.label_files[0] == ds.label_files[0] and clone.names == ds.names

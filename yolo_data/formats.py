@@ -11,6 +11,7 @@ Nothing is converted and nothing is written here.
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,11 +72,15 @@ class SplitSource:
 def annotation_file_of(kind: str, json_file: Optional[str] = None) -> Callable[[str], str]:
     """image file -> its annotation file in format ``kind``: YOLO's ``labels/<stem>.txt``, VOC's
     ``Annotations/<stem>.xml``, or the COCO JSON (the first of a split of several)."""
-    if kind == "coco":
-        return lambda im_file: str(json_file)
+    if kind == "coco":  # a partial, not a lambda: datasets travel to spawned DataLoader workers by pickle
+        return functools.partial(_same_file, str(json_file))
     if kind == "voc":
         return _voc_annotation
     return img2label_path
+
+
+def _same_file(json_file: str, im_file: str) -> str:
+    return json_file
 
 
 def _voc_annotation(im_file: str) -> str:
