@@ -127,7 +127,7 @@ def run_stages(images, nc, repeats: int, workers: Optional[int], cache_file: Pat
         counts = _counts(records, store)
         problems = [p for r in records for p in r.problems]
         contents = cache.CacheContents(store, fp, counts, problems)
-        t, _ = timed(lambda: cache._layout(contents))
+        t, _ = timed(lambda: cache._layout(contents, cache._arrays(contents)))
         add("cache layout (`cache._layout`: header JSON + offsets)", t)
         t, _ = timed(lambda: cache.save(cache_file, contents))
         add("cache save (layout + write + CRC-32 + fsync + rename)", t)
