@@ -110,7 +110,7 @@ def decode(out: Path, count: int, imgsz: int, repeats: int) -> None:
         for _ in range(repeats):
             for reduced in (False, True):
                 t = time.perf_counter()
-                li = load_image(str(f), imgsz, True, (h0, w0), reduced)
+                load_image(str(f), imgsz, True, (h0, w0), reduced)
                 times[reduced].append(time.perf_counter() - t)
         full, fast = (load_image(str(f), imgsz, True, (h0, w0), r).img.astype(np.int16) for r in (False, True))
         diffs.append(np.abs(full - fast).ravel())

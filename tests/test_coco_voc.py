@@ -346,3 +346,31 @@ def test_coco_and_voc_datasets_reach_spawned_workers(bccd_both, tmp_path):
         ds = YoloDataset(str(path), 64)
         clone = pickle.loads(pickle.dumps(ds))
         assert clone.label_files[0] == ds.label_files[0] and clone.names == ds.names
+
+
+def test_malformed_coco_entries_are_named_not_fatal(tmp_path):
+    root = tmp_path / "c"
+    write_image(root / "x.jpg", 64, 64)
+    write_image(root / "y.jpg", 64, 64, seed=1)
+    images = [{"id": 1, "file_name": "x.jpg", "width": 64, "height": 64},
+              {"id": 1, "file_name": "y.jpg", "width": 64, "height": 64},  # the same id again
+              {"id": 2, "file_name": "x.jpg", "width": 64, "height": 64},  # the same file under another id
+              {"file_name": "y.jpg"}, {"id": [3], "file_name": "y.jpg"}, "not an image"]
+    anns = [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [0, 0, 8, 8]},
+            {"id": 2, "image_id": 2, "category_id": 1, "bbox": [0, 0, 16, 16]},
+            {"id": 3, "image_id": [1], "category_id": 1, "bbox": [0, 0, 8, 8]},
+            {"id": 4, "image_id": 1, "category_id": 1, "bbox": [0, "a", 8, 8]},
+            {"id": 5, "image_id": 1, "category_id": 1, "bbox": [1, 1, 8, 8], "segmentation": [[0, 0, "a", 1, 2, 2]]},
+            "not an annotation"]
+    s = load_split(str(coco_json(root / "a.json", images, anns, [{"id": 1, "name": "a"}])))
+    text = "\n".join(str(p) for p in s.problems)
+    for expected in ("image id 1 is listed twice (x.jpg and y.jpg); the second is left out",
+                     "image ids 1 and 2 are both x.jpg; the annotations of id 2 are left out",
+                     "images[3] has no 'id' (a number or text) or 'file_name'",
+                     "images[4] has no 'id'", "images[5] has no 'id'",
+                     "annotation of image id [1], which is not in 'images'",
+                     "annotation 4: bbox [0, 'a', 8, 8] is not 4 numbers; left out",
+                     "annotation 5: segmentation holds something that is not a number; its box is used",
+                     "annotations[5] is not an object"):
+        assert expected in text, (expected, text)
+    assert len(s.store) == 1 and len(s.store.labels_of(0)) == 2 and s.counts["corrupt"] == 4

@@ -155,12 +155,19 @@ def read_coco(json_file, names: Optional[Sequence[str]] = None) -> CocoSplit:
         return _group(json_file, data, names)
 
 
+def _is_id(value) -> bool:
+    """COCO ids are numbers (or, in some exports, texts); anything else cannot name an image."""
+    return isinstance(value, (int, str)) and not isinstance(value, bool)
+
+
 def _group(json_file: Path, data: dict, names: Optional[Sequence[str]]) -> CocoSplit:
     problems: List[Problem] = []
     images: Dict[object, dict] = {}
     for k, im in enumerate(data["images"]):
-        if not isinstance(im, dict) or "id" not in im or not isinstance(im.get("file_name"), str) or not im["file_name"]:
-            problems.append(Problem(str(json_file), f"images[{k}] has no 'id' or 'file_name'; left out", True))
+        if not isinstance(im, dict) or not _is_id(im.get("id")) or not isinstance(im.get("file_name"), str) \
+                or not im["file_name"]:
+            problems.append(Problem(str(json_file), f"images[{k}] has no 'id' (a number or text) or 'file_name'; "
+                                                    "left out", True))
         elif im["id"] in images:
             problems.append(Problem(str(json_file), f"image id {im['id']} is listed twice ({images[im['id']]['file_name']} "
                                                     f"and {im['file_name']}); the second is left out", True))
@@ -172,7 +179,7 @@ def _group(json_file: Path, data: dict, names: Optional[Sequence[str]]) -> CocoS
     for k, a in enumerate(data.get("annotations", [])):
         if not isinstance(a, dict):
             problems.append(Problem(str(json_file), f"annotations[{k}] is not an object; left out", False))
-        elif a.get("image_id") not in images:
+        elif not _is_id(a.get("image_id")) or a["image_id"] not in images:
             orphans[str(a.get("image_id"))] += 1
         else:
             anns[a["image_id"]].append(a)
