@@ -374,3 +374,27 @@ def test_malformed_coco_entries_are_named_not_fatal(tmp_path):
                      "annotations[5] is not an object"):
         assert expected in text, (expected, text)
     assert len(s.store) == 1 and len(s.store.labels_of(0)) == 2 and s.counts["corrupt"] == 4
+
+
+def test_malformed_voc_files_are_named_not_fatal(tmp_path):
+    root = voc_dir(tmp_path / "voc", {"ok": [("cat", 0, (1, 1, 32, 24))]})
+    bad = {"diff": "<annotation><object><name>cat</name><difficult>2</difficult></object></annotation>",
+           "tag": "<foo></foo>",
+           "nobox": "<annotation><object><name>cat</name><bndbox><xmin>1</xmin><ymin>1</ymin><ymax>9</ymax>"
+                    "</bndbox></object></annotation>",
+           "nan": "<annotation><object><name>cat</name><bndbox><xmin>1</xmin><ymin>1</ymin><xmax>nan</xmax>"
+                  "<ymax>9</ymax></bndbox></object></annotation>"}
+    for stem, text in bad.items():
+        write_image(root / "JPEGImages" / f"{stem}.jpg", 64, 48)
+        (root / "Annotations" / f"{stem}.xml").write_text(text)
+    write_image(root / "JPEGImages" / "dir.jpg", 64, 48)
+    (root / "Annotations" / "dir.xml").mkdir()  # a folder where the XML should be
+    s = load_split(str(root))
+    assert s.names == ["cat"]  # names_in skipped what it could not read
+    probs = {Path(p.file).stem: p.reason for p in s.problems if p.dropped}
+    assert probs == {"diff": "object 1 (cat): difficult is '2', not 0 or 1",
+                     "tag": "root element <foo>, not <annotation>",
+                     "nobox": "object 1 (cat): bndbox/xmax is missing, not a number",
+                     "nan": "object 1 (cat): bndbox/xmax is 'nan'",
+                     "dir": "annotation is not a regular file (a folder)"}, probs
+    assert len(s.store) == 1
