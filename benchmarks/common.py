@@ -171,6 +171,20 @@ def load_average() -> str:
 
 
 # -- the page cache ---------------------------------------------------------------------------------
+def _opened(files: Sequence[str]):
+    """A read-only descriptor of each file that can be opened (others are skipped), closed when the
+    caller moves on or stops."""
+    for f in files:
+        try:
+            fd = os.open(f, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+
 class PageCache:
     """Residency (mincore) and eviction (posix_fadvise) of individual files, no root needed; Linux only
     (elsewhere residency is None and eviction does nothing)."""
@@ -192,45 +206,31 @@ class PageCache:
         if not self.ok:
             return None
         total = cached = 0
-        for f in files:
-            try:
-                fd = os.open(f, os.O_RDONLY)
-            except OSError:
+        for fd in _opened(files):
+            size = os.fstat(fd).st_size
+            if not size:
                 continue
+            addr = self.libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+            if addr in (None, ctypes.c_void_p(-1).value):
+                return None
             try:
-                size = os.fstat(fd).st_size
-                if not size:
-                    continue
-                addr = self.libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-                if addr in (None, ctypes.c_void_p(-1).value):
+                pages = (size + self.page - 1) // self.page
+                vec = (ctypes.c_ubyte * pages)()
+                if self.libc.mincore(addr, size, vec) != 0:
                     return None
-                try:
-                    pages = (size + self.page - 1) // self.page
-                    vec = (ctypes.c_ubyte * pages)()
-                    if self.libc.mincore(addr, size, vec) != 0:
-                        return None
-                    total += pages
-                    cached += sum(b & 1 for b in vec)
-                finally:
-                    self.libc.munmap(addr, size)
+                total += pages
+                cached += sum(b & 1 for b in vec)
             finally:
-                os.close(fd)
+                self.libc.munmap(addr, size)
         return cached / total if total else None
 
     def evict(self, files: Sequence[str]) -> None:
         """Ask the kernel to drop the files' pages (dirty pages are written first, or they would stay)."""
         if not self.ok:
             return
-        for f in files:
-            try:
-                fd = os.open(f, os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                os.fsync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+        for fd in _opened(files):
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 def warm_page_cache(*folders: Path) -> None:

@@ -29,8 +29,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .labels import Problem, _Corrupt, without_duplicates
-from .voc import ASPECT_TOLERANCE
+from .labels import Problem, normalising_size, without_duplicates
 
 LOGGER = logging.getLogger("yolo_data")
 IMAGE_ROOT_PROBES = 32  # images whose files decide which folder file_name is relative to
@@ -245,17 +244,8 @@ class CocoReader:
         return f"{label.json_file} (image id {label.image_id}, {label.file_name})"
 
     def read(self, label: CocoImage, shape: Tuple[int, int]):
-        w, h = shape
-        warnings = list(label.warnings)
-        sw, sh = label.size or (float(w), float(h))
-        if label.size is None:
-            warnings.append(f"no width/height in the JSON; the image's {w}x{h} is used")
-        elif (sw, sh) != (w, h):
-            if abs((sw / sh) / (w / h) - 1) > ASPECT_TOLERANCE:
-                raise _Corrupt(f"the JSON's size {sw:g}x{sh:g} disagrees with the image's {w}x{h} "
-                               "(another aspect: rotated or another photo), so its boxes cannot be placed")
-            warnings.append(f"the JSON's size {sw:g}x{sh:g} differs from the image's {w}x{h} (same aspect); "
-                            "boxes normalised by the JSON's size")
+        (sw, sh), warnings = normalising_size(label.size, shape, "JSON", "no width/height in the JSON")
+        warnings = label.warnings + warnings
         classes, boxes, polygons = [], [], []
         for ann_id, cls, bbox, seg in label.anns:
             where = f"annotation {ann_id}"

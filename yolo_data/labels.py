@@ -339,6 +339,30 @@ def _too_large(size: str) -> str:
             "(yolo_data.labels.MAX_LABEL_BYTES)")
 
 
+# A size stated in an annotation file and the image's may differ by rounding when a tool resized the
+# photo; a larger change of aspect (a rotated photo, another photo) means the boxes cannot be placed.
+ASPECT_TOLERANCE = 0.01
+
+
+def normalising_size(stated: Optional[Tuple[float, float]], shape: Tuple[int, int], source: str,
+                     missing: str) -> Tuple[Tuple[float, float], List[str]]:
+    """The (w, h) an annotation file's pixel boxes are normalised by, and warnings: its ``stated`` size
+    (as converters use it; None when it gives none: then the image's, with the warning ``missing``),
+    checked against the image's ``shape`` (w, h).  ``source`` names the file in messages ('XML',
+    'JSON').  Raises _Corrupt when the aspects differ."""
+    w, h = shape
+    if stated is None:
+        return (float(w), float(h)), [f"{missing}; the image's {w}x{h} is used"]
+    sw, sh = stated
+    if (sw, sh) == (w, h):
+        return (sw, sh), []
+    if abs((sw / sh) / (w / h) - 1) > ASPECT_TOLERANCE:
+        raise _Corrupt(f"the {source}'s size {sw:g}x{sh:g} disagrees with the image's {w}x{h} "
+                       "(another aspect: rotated or another photo), so its boxes cannot be placed")
+    return (sw, sh), [f"the {source}'s size {sw:g}x{sh:g} differs from the image's {w}x{h} (same aspect); "
+                      f"boxes normalised by the {source}'s size"]
+
+
 class LabelReader(Protocol):
     """Reads one image's labels in a scan worker (picklable: it travels with each chunk of pairs).
 

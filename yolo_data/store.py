@@ -163,7 +163,7 @@ class LabelStore:
         return int(np.count_nonzero(np.diff(self.label_offsets) == 0))
 
 
-class _LazySequence(Sequence):
+class LazySequence(Sequence):
     """A read-only sequence whose items are made on access from a LabelStore."""
 
     def __init__(self, store: LabelStore):
@@ -187,12 +187,12 @@ class _LazySequence(Sequence):
         return f"<{type(self).__name__} of {len(self)} images>"
 
 
-class ImageFiles(_LazySequence):
+class ImageFiles(LazySequence):
     def _item(self, i):
         return self._store.im_file(i)
 
 
-class LabelFiles(_LazySequence):
+class LabelFiles(LazySequence):
     def __init__(self, store: LabelStore, label_file_of=img2label_path):
         super().__init__(store)
         self._label_file_of = label_file_of
@@ -201,11 +201,11 @@ class LabelFiles(_LazySequence):
         return self._label_file_of(self._store.im_file(i))
 
 
-class Labels(_LazySequence):
+class Labels(LazySequence):
     def _item(self, i):
         return self._store.labels_of(i)
 
 
-class Segments(_LazySequence):
+class Segments(LazySequence):
     def _item(self, i):
         return self._store.segments_of(i)

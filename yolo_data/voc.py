@@ -20,13 +20,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .labels import MAX_LABEL_BYTES, _Corrupt, _NotRegular, _open_regular, without_duplicates
+from .labels import MAX_LABEL_BYTES, _Corrupt, _NotRegular, _open_regular, normalising_size, without_duplicates
 from .sources import IMG_FORMATS, _read_list
 
 ANNOTATIONS, IMAGES, IMAGE_SETS = "Annotations", "JPEGImages", "ImageSets"
-# The XML's size and the image's may differ by rounding when a tool resized the photo; a larger change
-# of aspect (a rotated photo, another photo) means the boxes cannot be placed.
-ASPECT_TOLERANCE = 0.01
 
 
 def is_voc_root(folder: Path) -> bool:
@@ -121,24 +118,14 @@ def _number(obj: ET.Element, path: str, where: str) -> float:
     return v
 
 
-def _stated_size(root: ET.Element, shape: Tuple[int, int]) -> Tuple[Tuple[float, float], List[str]]:
-    """The size boxes are normalised by: the XML's ``<size>`` (as the converters use it), checked
-    against the image's (w, h).  Raises _Corrupt when their aspects differ (the boxes cannot be placed)."""
-    w, h = shape
+def _stated_size(root: ET.Element) -> Optional[Tuple[float, float]]:
+    """The XML's ``<size>`` (width, height), or None when it has no usable one."""
     size = root.find("size")
     try:
         sw, sh = float(size.findtext("width")), float(size.findtext("height"))
     except (AttributeError, TypeError, ValueError):
-        sw = sh = 0.0
-    if not (math.isfinite(sw) and math.isfinite(sh)) or sw <= 0 or sh <= 0:
-        return (float(w), float(h)), [f"no usable <size> in the XML; the image's {w}x{h} is used"]
-    if (sw, sh) == (w, h):
-        return (sw, sh), []
-    if abs((sw / sh) / (w / h) - 1) > ASPECT_TOLERANCE:
-        raise _Corrupt(f"the XML's size {sw:g}x{sh:g} disagrees with the image's {w}x{h} "
-                       "(another aspect: rotated or another photo), so its boxes cannot be placed")
-    return (sw, sh), [f"the XML's size {sw:g}x{sh:g} differs from the image's {w}x{h} (same aspect); "
-                      "boxes normalised by the XML's size"]
+        return None
+    return (sw, sh) if math.isfinite(sw) and math.isfinite(sh) and sw > 0 and sh > 0 else None
 
 
 @dataclass(frozen=True)
@@ -159,7 +146,7 @@ class VocReader:
             raise _Corrupt(f"cannot read annotation ({e})") from None
         if root.tag != "annotation":
             raise _Corrupt(f"root element <{root.tag[:20]}>, not <annotation>")
-        (sw, sh), warnings = _stated_size(root, shape)
+        (sw, sh), warnings = normalising_size(_stated_size(root), shape, "XML", "no usable <size> in the XML")
         ids = {n: i for i, n in enumerate(self.names)}
         rows, unknown = [], Counter()
         for k, obj in enumerate(root.iter("object"), 1):

@@ -9,13 +9,12 @@ Pure: never imports ultralytics.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
 from ..collate import collate_fn
-from ..store import LabelStore
+from ..store import LazySequence
 
 
 def whole_pixel_pad(pad: Tuple[float, float]) -> Tuple[int, int]:
@@ -92,7 +91,7 @@ class DictCollate:
         return to_batch_dict(imgs, targets, paths, shapes, with_ratio_pad=True if self.evaluation else None)
 
 
-class LabelDicts(Sequence):
+class LabelDicts(LazySequence):
     """``dataset.labels`` as Ultralytics' datasets hold it, built on access from a LabelStore (no
     Python object per image is kept, so forked workers share the store's pages).
 
@@ -101,19 +100,7 @@ class LabelDicts(Sequence):
     (empty when the image has none), 'keypoints': None, 'normalized': True, 'bbox_format': 'xywh'}``.
     The arrays are copies: Ultralytics' code may edit them in place, the store is read-only."""
 
-    def __init__(self, store: LabelStore):
-        self._store = store
-
-    def __len__(self) -> int:
-        return len(self._store)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(f"index {i} out of range for {n} images")
-        i %= n
+    def _item(self, i: int) -> dict:
         labels = self._store.labels_of(i)
         w, h = (int(v) for v in self._store.shapes[i])
         return {
@@ -126,11 +113,3 @@ class LabelDicts(Sequence):
             "normalized": True,
             "bbox_format": "xywh",
         }
-
-    def __repr__(self) -> str:
-        return f"<LabelDicts of {len(self)} images>"
-
-
-def label_dicts(store: LabelStore) -> List[dict]:
-    """All of ``LabelDicts(store)`` as a list (for tests and small datasets)."""
-    return list(LabelDicts(store))
