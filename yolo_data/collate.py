@@ -9,15 +9,18 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import get_worker_info
 
+from .batchmemory import batch_bytes, transport
+
 
 def one_batch(tensors) -> Optional[torch.Tensor]:
     """The (B, ...) tensor whose consecutive slots the B ``tensors`` are, or None.  Items of a batch made
     by ``YoloDataset.__getitems__`` are written into one such tensor (see tensors.BatchImages), which
-    then needs no stacking."""
+    then needs no stacking.  In a worker its storage may be a pool buffer, longer than the batch."""
     first = tensors[0]
     n, size = len(tensors), first.numel()
     storage = first.untyped_storage()
-    if storage.nbytes() != n * size * first.element_size() or not first.is_contiguous():
+    whole = batch_bytes(storage) or storage.nbytes()
+    if whole != n * size * first.element_size() or not first.is_contiguous():
         return None
     for k, t in enumerate(tensors):
         if (t.shape != first.shape or t.dtype != first.dtype or not t.is_contiguous()
@@ -32,7 +35,7 @@ def stack(tensors) -> torch.Tensor:
     already are the slots of one batch tensor are handed on as that tensor, without a copy."""
     whole = one_batch(tensors)
     if whole is not None:
-        return whole
+        return transport(whole)  # in a worker, a pooled buffer leaves as such (batchmemory.py)
     out = None
     if get_worker_info() is not None:
         # allocated in shared memory directly (share_memory_() on a fresh tensor would copy it there)

@@ -67,12 +67,13 @@ def planning_lock(folder: Path):
 
 def shm_bytes_for_batches(workers: int, batch_size: int, imgsz: int, stride: int, local_ranks: int = 1) -> int:
     """Shared memory the DataLoader's workers of ``local_ranks`` processes need at once for their
-    batches: each worker's prefetched batches plus the one the training loop holds, of uint8 images
-    at most (imgsz + stride) on a side (rect batches can be a little larger than imgsz)."""
+    batches: each worker keeps PREFETCH + 1 batch buffers (its prefetched batches and the one the
+    training loop holds; see batchmemory.POOL_SIZE), of uint8 images at most (imgsz + stride) on a
+    side (rect batches can be a little larger than imgsz)."""
     if workers <= 0:
         return 0
     side = int(imgsz) + int(stride)
-    return local_ranks * (workers * PREFETCH + 1) * batch_size * 3 * side * side
+    return local_ranks * workers * (PREFETCH + 1) * batch_size * 3 * side * side
 
 
 def fit_workers_to_shm(workers: int, batch_size: int, imgsz: int, stride: int, local_ranks: int = 1,

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from .batchmemory import worker_pool
 from .boxes import xyxy_to_xywhn
 from .geometry import PAD_VALUE, LetterboxPlan, resize_to
 from .photometric import apply_hsv
@@ -49,10 +50,13 @@ class BatchImages:
     The tensor is allocated at the shape of the first slot written; a slot of another shape (which
     only a custom pipeline could make) gets a tensor of its own, and the collate function then stacks.
 
-    In a worker the tensor is fresh shared memory, and writing it through its mapping costs a page
-    fault per 4 KiB page (a 640² image: 300 faults, ~1 ms here).  Slots are therefore rendered into a
-    reused scratch array and written with ``os.pwrite`` into the shared memory's descriptor: the
-    kernel then fills the pages without faulting (about 0.5 ms less per image).
+    In a worker the tensor is shared memory: a buffer of the worker's pool (batchmemory.py), reused
+    once the training process has dropped the batch it last held, or fresh memory when none is free.
+    Writing fresh shared memory through its mapping costs a page fault per 4 KiB page (a 640² image:
+    300 faults, ~1 ms here).  Slots of a fresh buffer are therefore rendered into a reused scratch
+    array and written with ``os.pwrite`` into the shared memory's descriptor: the kernel then fills
+    the pages without faulting (about 0.5 ms less per image).  A reused buffer's pages are already
+    there, and slots are written into it directly.
     """
 
     def __init__(self, n: int, scratch: Optional["Scratch"] = None):
@@ -65,8 +69,7 @@ class BatchImages:
         """Item ``k``'s image tensor, after ``fill(out)`` wrote its planes into ``out`` ((3, h, w) uint8)."""
         h, w = int(hw[0]), int(hw[1])
         if self.images is None:
-            self.images = new_images(self.n, h, w)
-            self._fd = shared_fd(self.images)
+            self.images, self._fd = self._allocate(h, w)
         if tuple(self.images.shape[2:]) != (h, w):
             own = torch.empty((3, h, w), dtype=torch.uint8)
             fill(own.numpy())
@@ -81,6 +84,19 @@ class BatchImages:
             done = os.pwrite(self._fd, view, offset)
             view, offset = view[done:], offset + done
         return self.images[k]
+
+
+    def _allocate(self, h: int, w: int) -> Tuple[torch.Tensor, Optional[int]]:
+        """The batch tensor, and the descriptor to ``pwrite`` it through (None: write it directly).  In
+        a worker, a buffer of its pool (batchmemory.py) when one is free: its pages are allocated after
+        its first batch, so later batches are written straight into it."""
+        pool = worker_pool()
+        taken = pool.take(self.n, h, w) if pool is not None else None
+        if taken is not None:
+            images, fresh = taken
+            return images, shared_fd(images)
+        images = new_images(self.n, h, w)
+        return images, shared_fd(images)
 
 
 class Scratch:

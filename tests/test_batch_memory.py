@@ -1,0 +1,162 @@
+"""Shared memory for batches, reused from batch to batch (batchmemory.py): a buffer is written again only
+after the training process dropped every view of the batch it held, and batches are what they are
+without the pool."""
+import gc
+import os
+import pickle
+from multiprocessing.reduction import ForkingPickler
+
+import numpy as np
+import pytest
+import torch
+
+import yolo_data.batchmemory as bm
+from yolo_data import create_dataloader
+from yolo_data.collate import collate_fn
+
+
+def _sent(images):
+    """``images`` as the training process receives it: pickled by the worker's pickler, unpickled."""
+    return pickle.loads(ForkingPickler.dumps(images))
+
+
+def _state(pool):
+    return [int(b.state[0]) for b in pool.buffers]
+
+
+def test_a_buffer_is_free_again_only_when_every_view_of_the_batch_is_gone():
+    pool = bm.BatchPool(3)
+    images, fresh = pool.take(2, 4, 5)
+    assert fresh and images.shape == (2, 3, 4, 5) and _state(pool) == [bm.IN_USE]
+    images.copy_(torch.arange(120, dtype=torch.uint8).view(2, 3, 4, 5))
+    received = _sent(pool.transport(images))
+    assert type(received) is torch.Tensor and torch.equal(received, images)
+    view = received[1]
+    del received
+    gc.collect()
+    assert _state(pool) == [bm.IN_USE]  # a view still reads the buffer
+    del view
+    gc.collect()
+    assert _state(pool) == [bm.FREE]
+    again, fresh = pool.take(2, 4, 5)
+    assert not fresh and again.untyped_storage().data_ptr() == images.untyped_storage().data_ptr()
+
+
+def test_held_buffers_are_not_reused_and_a_full_pool_says_so():
+    pool = bm.BatchPool(2)
+    held = []
+    for _ in range(2):
+        images, _ = pool.take(1, 8, 8)
+        held.append(_sent(pool.transport(images)))
+    assert pool.take(1, 8, 8) is None and _state(pool) == [bm.IN_USE, bm.IN_USE]
+    ptrs = {b.storage.data_ptr() for b in pool.buffers}
+    del held
+    gc.collect()
+    images, _ = pool.take(1, 8, 8)
+    assert images.untyped_storage().data_ptr() in ptrs
+
+
+def test_a_batch_that_did_not_leave_through_transport_loses_its_buffer():
+    """A failed batch, or a custom collate that sent the memory its own way: the pool cannot know when
+    the training process lets go, so that buffer (still IN_USE) leaves the pool instead of filling it."""
+    pool = bm.BatchPool(3)
+    first, _ = pool.take(1, 8, 8)
+    copied = pool.transport(first.clone())  # not the pooled tensor: handed on unchanged
+    assert type(copied) is torch.Tensor
+    second, _ = pool.take(1, 8, 8)
+    assert len(pool.buffers) == 1
+    assert second.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
+
+
+def test_the_smallest_fitting_buffer_is_taken_and_a_small_one_makes_room():
+    pool = bm.BatchPool(2)
+    for shape in [(1, 4, 4), (1, 16, 16)]:
+        images, _ = pool.take(*shape)
+        _sent(pool.transport(images))  # received and dropped at once: FREE again
+    gc.collect()
+    assert sorted(b.capacity for b in pool.buffers) == [48, 768]
+    small, _ = pool.take(1, 3, 3)
+    assert small.untyped_storage().data_ptr() == min(pool.buffers, key=lambda b: b.capacity).storage.data_ptr()
+    _sent(pool.transport(small))
+    gc.collect()
+    large, fresh = pool.take(1, 20, 20)  # nothing fits and the pool is full: the smallest free one goes
+    assert fresh and sorted(b.capacity for b in pool.buffers) == [768, 1200]
+
+
+def test_a_forked_copy_of_the_training_process_never_frees_a_buffer():
+    pool = bm.BatchPool(1)
+    images, _ = pool.take(1, 4, 4)
+    received = _sent(pool.transport(images))
+    pid = os.fork()
+    if pid == 0:  # the child drops its copy of the batch
+        del received
+        gc.collect()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert _state(pool) == [bm.IN_USE]
+    del received
+    gc.collect()
+    assert _state(pool) == [bm.FREE]
+
+
+def _loader(data, tmp_path, workers, **kw):
+    loader, _ = create_dataloader(str(data), 64, 2, 32, workers=workers, augment=True, shuffle=True,
+                                  hyp=dict(mosaic=1.0, hsv_h=0.5), cache_dir=tmp_path / "c", **kw)
+    return loader
+
+
+@pytest.mark.parametrize("keep", ["batches", "views"])
+def test_batches_held_by_the_training_loop_are_never_overwritten(small_dataset, tmp_path, keep):
+    """Every batch kept (or only a view of its first image) for three epochs: each still equals the same
+    batch made without workers (no pool), so no buffer was written while the loop held it."""
+    loader = _loader(small_dataset, tmp_path, 0)
+    reference = [b[0].clone() for _ in range(3) for b in loader]
+    loader = _loader(small_dataset, tmp_path, 2)
+    held = []
+    for _ in range(3):
+        for images, *_ in loader:
+            held.append(images if keep == "batches" else images[0])
+    assert len(held) == len(reference)
+    for got, want in zip(held, reference):
+        assert torch.equal(got, want if keep == "batches" else want[0])
+
+
+def test_workers_reuse_their_buffers(small_dataset, tmp_path, monkeypatch):
+    """A loop that drops each batch: after the first few, every batch lands in a reused buffer (the
+    workers make at most POOL_SIZE buffers each), and the batches equal those made without workers."""
+    made = torch.zeros(1, dtype=torch.int64).share_memory_()  # counted in the forked workers
+    new = bm._Buffer.new.__func__
+
+    def counted(cls, capacity):
+        made.add_(1)
+        return new(cls, capacity)
+
+    monkeypatch.setattr(bm._Buffer, "new", classmethod(counted))
+    loader0, loader2 = _loader(small_dataset, tmp_path, 0), _loader(small_dataset, tmp_path, 2)
+    reference = [b[0].clone() for _ in range(6) for b in loader0]
+    got = [b[0].clone() for _ in range(6) for b in loader2]
+    assert len(got) == 18 and all(torch.equal(a, b) for a, b in zip(got, reference))
+    assert 2 <= int(made) <= 2 * bm.POOL_SIZE
+
+
+def test_a_collate_that_sends_slot_views_gets_memory_of_its_own(small_dataset, tmp_path):
+    """A plain DataLoader whose collate returns the items as they are: their images (views of the pooled
+    batch tensor) leave by torch's own sharing, so the pool drops those buffers; held batches stay intact."""
+    dataset = _loader(small_dataset, tmp_path, 0).dataset
+
+    def batches(workers):
+        loader = torch.utils.data.DataLoader(dataset, batch_size=2, num_workers=workers, collate_fn=list)
+        return [batch for _ in range(3) for batch in loader]
+
+    want = [[item[0].clone() for item in batch] for batch in batches(0)]
+    held = batches(2)
+    assert len(held) == len(want) == 9
+    for batch, expect in zip(held, want):
+        assert all(torch.equal(item[0], e) for item, e in zip(batch, expect))
+
+
+def test_collate_outside_a_worker_is_unchanged():
+    items = [(torch.full((3, 2, 2), k, dtype=torch.uint8), torch.zeros(0, 6), f"{k}.jpg", None) for k in range(2)]
+    images = collate_fn(items)[0]
+    assert type(images) is torch.Tensor and images[:, 0, 0, 0].tolist() == [0, 1]
+    assert bm.transport(images) is images
