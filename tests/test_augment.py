@@ -592,3 +592,20 @@ def test_row_blocks_move_each_block_by_its_own_matrix():
                                  for a, b, m in zip(starts[:-1], starts[1:], mats)])
         keep = box_candidates(np.stack([boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]], 1), expect)
         assert np.array_equal(out.boxes, expect[keep]) and np.array_equal(out.cls, np.flatnonzero(keep)), trial
+
+
+def test_hsv_saturation_and_value_scaling_equals_its_lookup_table_on_both_paths():
+    """photometric._scale_plane takes cv2.convertScaleAbs where that reproduces the truncating table
+    exactly on all 256 levels, else the lookup: either way the plane is table[plane].  Gains from
+    YOLOv5's ranges and beyond (negative gains clip to 0, which convertScaleAbs cannot do)."""
+    from yolo_data.photometric import _ALL_LEVELS, _scale_plane, hsv_tables
+    levels = np.tile(np.arange(256, dtype=np.uint8), (3, 2))
+    gains = np.concatenate([np.random.default_rng(0).uniform(-0.5, 2.0, 400), [1.0, 0.0, 255.0 / 254]])
+    fast = 0
+    for g in gains:
+        table = hsv_tables(np.array([1.0, g, g]))[2]
+        plane = levels.copy()
+        _scale_plane(plane, table, g)
+        assert np.array_equal(plane, table[levels]), g
+        fast += np.array_equal(cv2.convertScaleAbs(_ALL_LEVELS, alpha=g, beta=-0.5 + 2.0 ** -16)[0], table)
+    assert 300 < fast < len(gains)  # both paths ran

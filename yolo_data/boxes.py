@@ -21,9 +21,7 @@ def xywhn_to_xyxy(xywhn: np.ndarray, w: float, h: float, padw: float = 0.0, padh
 
 def clip_xyxy(xyxy: np.ndarray, w: float, h: float) -> np.ndarray:
     """(n, 4) pixel xyxy clipped to the canvas [0, w] x [0, h], in place; returns it."""
-    xyxy[:, [0, 2]] = xyxy[:, [0, 2]].clip(0, w)
-    xyxy[:, [1, 3]] = xyxy[:, [1, 3]].clip(0, h)
-    return xyxy
+    return np.clip(xyxy, 0, np.array([w, h, w, h], xyxy.dtype), out=xyxy)
 
 
 def xyxy_to_xywhn(xyxy: np.ndarray, w: float, h: float, clip: bool = False, eps: float = 0.0) -> np.ndarray:

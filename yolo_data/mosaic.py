@@ -6,6 +6,7 @@ choice of which images to combine belongs to the caller.
 """
 from __future__ import annotations
 
+import math
 from typing import List, Sequence, Tuple
 
 import cv2
@@ -98,7 +99,7 @@ def _span(a: float, b: float, lo: int, hi: int, size: int):
     map onto it; and the map (k, t), o = k * X + t, that resizing [X1, X2) onto [o1, o2) makes.
     None when nothing of the range is visible."""
     def whole(v):
-        return int(np.floor(v + 0.5))
+        return math.floor(v + 0.5)
     o1, o2 = (min(max(whole(a * v + b), 0), size) for v in (lo, hi))
     if o2 <= o1 or hi <= lo:
         return None

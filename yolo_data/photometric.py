@@ -43,10 +43,28 @@ def apply_hsv(img: np.ndarray, gains: np.ndarray, to: int = cv2.COLOR_HSV2BGR, h
         planes = [np.empty(hsv.shape[:2], np.uint8) for _ in range(3)]
     # Three single-channel lookups on split planes are ~30% cheaper than one 3-channel cv2.LUT.
     cv2.split(hsv, planes)
-    for plane, table in zip(planes, hsv_tables(gains)):
-        cv2.LUT(plane, table, dst=plane)
+    hue, sat, val = hsv_tables(gains)
+    cv2.LUT(planes[0], hue, dst=planes[0])
+    for plane, table, gain in ((planes[1], sat, gains[1]), (planes[2], val, gains[2])):
+        _scale_plane(plane, table, gain)
     cv2.merge(planes, dst=hsv)
     return cv2.cvtColor(hsv, to, dst=hsv)  # same size and depth: in place
+
+
+_ALL_LEVELS = np.arange(256, dtype=np.uint8).reshape(1, 256)
+
+
+def _scale_plane(plane: np.ndarray, table: np.ndarray, gain: float) -> None:
+    """``plane`` ((H, W) uint8) replaced by ``table[plane]``, in place, where ``table`` is a saturation
+    or value table of ``hsv_tables`` (level * gain, clipped, truncated).  cv2.convertScaleAbs (SIMD,
+    ~2.5x cheaper than cv2.LUT here) computes round(level * gain - 0.5 + 2^-16) in float32, which is
+    the table's truncation for 99.8% of gains; it is used only when it gives exactly ``table`` on all 256
+    levels (checked each time, a few microseconds), so the pixels are those of the lookup either way."""
+    alpha, beta = float(gain), -0.5 + 2.0 ** -16
+    if np.array_equal(cv2.convertScaleAbs(_ALL_LEVELS, alpha=alpha, beta=beta)[0], table):
+        cv2.convertScaleAbs(plane, dst=plane, alpha=alpha, beta=beta)
+    else:
+        cv2.LUT(plane, table, dst=plane)
 
 
 def augment_hsv(img: np.ndarray, rng: np.random.Generator, hgain: float = 0.5, sgain: float = 0.5,
