@@ -14,6 +14,8 @@ import yolo_data.batchmemory as bm
 from yolo_data import create_dataloader
 from yolo_data.collate import collate_fn
 
+from conftest import make_dataset
+
 
 def _sent(images):
     """``images`` as the training process receives it: pickled by the worker's pickler, unpickled."""
@@ -99,19 +101,26 @@ def test_a_forked_copy_of_the_training_process_never_frees_a_buffer():
     assert _state(pool) == [bm.FREE]
 
 
-def _loader(data, tmp_path, workers, **kw):
-    loader, _ = create_dataloader(str(data), 64, 2, 32, workers=workers, augment=True, shuffle=True,
-                                  hyp=dict(mosaic=1.0, hsv_h=0.5), cache_dir=tmp_path / "c", **kw)
+def _loader(data, tmp_path, workers, evaluation=False, **kw):
+    if evaluation:
+        kw.update(rect=True, pad=0.5, split="train")
+    else:
+        kw.update(augment=True, shuffle=True, hyp=dict(mosaic=1.0, hsv_h=0.5))
+    loader, _ = create_dataloader(str(data), 64, 2, 32, workers=workers, cache_dir=tmp_path / "c", **kw)
     return loader
 
 
-@pytest.mark.parametrize("keep", ["batches", "views"])
-def test_batches_held_by_the_training_loop_are_never_overwritten(small_dataset, tmp_path, keep):
+@pytest.mark.parametrize("keep,evaluation", [("batches", False), ("views", False), ("batches", True)])
+def test_batches_held_by_the_training_loop_are_never_overwritten(small_dataset, tmp_path, keep, evaluation):
     """Every batch kept (or only a view of its first image) for three epochs: each still equals the same
-    batch made without workers (no pool), so no buffer was written while the loop held it."""
-    loader = _loader(small_dataset, tmp_path, 0)
+    batch made without workers (no pool), so no buffer was written while the loop held it.  Evaluation:
+    12 images of one size, every batch of one shape (any buffer fits any batch)."""
+    data = small_dataset
+    if evaluation:
+        data = make_dataset(tmp_path / "same", [(f"{k}.jpg", (64, 48), "0 0.5 0.5 0.2 0.2\n") for k in range(12)])
+    loader = _loader(data, tmp_path, 0, evaluation)
     reference = [b[0].clone() for _ in range(3) for b in loader]
-    loader = _loader(small_dataset, tmp_path, 2)
+    loader = _loader(data, tmp_path, 2, evaluation)
     held = []
     for _ in range(3):
         for images, *_ in loader:
@@ -132,11 +141,13 @@ def test_workers_reuse_their_buffers(small_dataset, tmp_path, monkeypatch):
         return new(cls, capacity)
 
     monkeypatch.setattr(bm._Buffer, "new", classmethod(counted))
-    loader0, loader2 = _loader(small_dataset, tmp_path, 0), _loader(small_dataset, tmp_path, 2)
-    reference = [b[0].clone() for _ in range(6) for b in loader0]
-    got = [b[0].clone() for _ in range(6) for b in loader2]
-    assert len(got) == 18 and all(torch.equal(a, b) for a, b in zip(got, reference))
-    assert 2 <= int(made) <= 2 * bm.POOL_SIZE
+    for evaluation in (False, True):
+        made.zero_()
+        loader0, loader2 = _loader(small_dataset, tmp_path, 0, evaluation), _loader(small_dataset, tmp_path, 2, evaluation)
+        reference = [b[0].clone() for _ in range(6) for b in loader0]
+        got = [b[0].clone() for _ in range(6) for b in loader2]
+        assert len(got) == 18 and all(torch.equal(a, b) for a, b in zip(got, reference))
+        assert 2 <= int(made) <= 2 * bm.POOL_SIZE, (evaluation, int(made))
 
 
 def test_a_collate_that_sends_slot_views_gets_memory_of_its_own(small_dataset, tmp_path):
