@@ -201,6 +201,7 @@ def test_bench_million(tiny, tmp_path):
 
 PEER_RUNS = [("parity_yolov5.py", ["--quick"], "yolov5"), ("yolov5_train_val.py", [], "yolov5"),
              ("ultralytics_plugin.py", [], "ultralytics"), ("ultralytics_ddp_cpu.py", ["--data", "x"], "ultralytics"),
+             ("reduced_decode_map.py", [], "ultralytics"),
              ("coco_voc_parity.py", [], "pycocotools"), ("bench_scan_peers.py", [], "yolov5"),
              ("bench_train.py", ["--libraries", "yolo_data", "ultralytics"], "ultralytics"),
              ("bench_memory.py", ["--libraries", "yolov5"], "yolov5")]
