@@ -4,6 +4,7 @@ without the pool."""
 import gc
 import os
 import pickle
+import time
 from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
@@ -85,6 +86,23 @@ def test_the_smallest_fitting_buffer_is_taken_and_a_small_one_makes_room():
     assert fresh and sorted(b.capacity for b in pool.buffers) == [768, 1200]
 
 
+def test_trim_gives_back_only_free_buffers_idle_long_enough():
+    pool = bm.BatchPool(3)
+    kept = []
+    for shape in [(1, 4, 4), (1, 8, 8), (1, 16, 16)]:
+        images, _ = pool.take(*shape)
+        kept.append(_sent(pool.transport(images)))
+    kept.pop(0)  # the first buffer is FREE, the other two are held
+    gc.collect()
+    taken = [b.taken for b in pool.buffers]
+    assert _state(pool) == [bm.FREE, bm.IN_USE, bm.IN_USE]
+    assert pool.trim(10.0, now=taken[0] + 9.0) == 0  # not idle long enough
+    assert pool.trim(10.0, now=taken[2] + 60.0) == 1 and [b.capacity for b in pool.buffers] == [192, 768]
+    del kept
+    gc.collect()
+    assert pool.trim(10.0, now=taken[2] + 60.0) == 2 and pool.buffers == []
+
+
 def test_a_forked_copy_of_the_training_process_never_frees_a_buffer():
     pool = bm.BatchPool(1)
     images, _ = pool.take(1, 4, 4)
@@ -141,6 +159,7 @@ def test_workers_reuse_their_buffers(small_dataset, tmp_path, monkeypatch):
         return new(cls, capacity)
 
     monkeypatch.setattr(bm._Buffer, "new", classmethod(counted))
+    monkeypatch.setattr(bm, "IDLE_SECONDS", 1e9)  # however slow the machine, no buffer is given back here
     for evaluation in (False, True):
         made.zero_()
         loader0, loader2 = _loader(small_dataset, tmp_path, 0, evaluation), _loader(small_dataset, tmp_path, 2, evaluation)
@@ -148,6 +167,29 @@ def test_workers_reuse_their_buffers(small_dataset, tmp_path, monkeypatch):
         got = [b[0].clone() for _ in range(6) for b in loader2]
         assert len(got) == 18 and all(torch.equal(a, b) for a, b in zip(got, reference))
         assert 2 <= int(made) <= 2 * bm.POOL_SIZE, (evaluation, int(made))
+
+
+def test_idle_workers_give_their_buffers_back(tmp_path, monkeypatch):
+    """Persistent workers between passes: after IDLE_SECONDS their buffers are gone (the next pass makes
+    new ones)."""
+    made = torch.zeros(1, dtype=torch.int64).share_memory_()
+    new = bm._Buffer.new.__func__
+
+    def counted(cls, capacity):
+        made.add_(1)
+        return new(cls, capacity)
+
+    monkeypatch.setattr(bm._Buffer, "new", classmethod(counted))
+    monkeypatch.setattr(bm, "IDLE_SECONDS", 1.0)
+    data = make_dataset(tmp_path / "same", [(f"{k}.jpg", (64, 48), "0 0.5 0.5 0.2 0.2\n") for k in range(12)])
+    loader = _loader(data, tmp_path, 2, evaluation=True)  # 6 batches a pass, 3 for each worker
+    for _ in loader:
+        pass
+    time.sleep(3.0)  # the idle threads look every second
+    before = int(made)
+    for _ in loader:
+        pass
+    assert int(made) - before >= 4  # all given back: each worker makes at least its 2 prefetched ones
 
 
 def test_a_collate_that_sends_slot_views_gets_memory_of_its_own(small_dataset, tmp_path):

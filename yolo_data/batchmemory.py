@@ -21,11 +21,15 @@ Here each worker keeps up to POOL_SIZE buffers.  The protocol, owned by this mod
   buffers it can never write again).
 
 A process forked from the training process (another DataLoader's worker) never marks a buffer FREE:
-the release is checked against the process that unpickled the batch.
+the release is checked against the process that unpickled the batch.  A FREE buffer not taken for
+IDLE_SECONDS is given back to the system by the worker's idle thread, so a persistent worker between
+passes holds no shared memory.
 """
 from __future__ import annotations
 
 import os
+import threading
+import time
 import weakref
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
@@ -39,6 +43,9 @@ from .room import PREFETCH
 #: Buffers a worker keeps: the PREFETCH batches it has ready or in progress, and the one the training
 #: loop holds.  When all are in use (a loop that keeps batches) the batch gets fresh memory as in torch.
 POOL_SIZE = PREFETCH + 1
+#: A FREE buffer not taken for this long goes back to the system (between passes, a persistent worker
+#: would otherwise hold POOL_SIZE batches of /dev/shm, which the other loader of a job may need).
+IDLE_SECONDS = 2.0
 FREE, IN_USE = 0, 1
 
 
@@ -51,6 +58,7 @@ class _Buffer:
     state: np.ndarray
     fresh: bool = True
     batch_bytes: int = 0  # of the batch last taken
+    taken: float = 0.0  # time.monotonic() when last taken
 
     @classmethod
     def new(cls, capacity: int) -> "_Buffer":
@@ -60,18 +68,34 @@ class _Buffer:
 
 
 class BatchPool:
-    """One worker's buffers (see the module docstring).  Not thread-safe: a worker makes one batch at
-    a time."""
+    """One worker's buffers (see the module docstring).  A worker makes one batch at a time; the lock
+    is for ``trim``, which the worker's idle thread calls."""
 
     def __init__(self, size: int):
         self.size = size
         self.buffers: List[_Buffer] = []
         self.building: Optional[_Buffer] = None  # taken for the batch in progress, not yet transported
+        self.lock = threading.Lock()
 
     def take(self, n: int, h: int, w: int) -> Optional[Tuple[torch.Tensor, bool]]:
         """An (n, 3, h, w) uint8 tensor at the start of a pooled buffer, and whether that buffer is
         fresh (its pages are not allocated yet: writing it through ``os.pwrite`` avoids a page fault per
         page); None when every buffer the pool may keep is in use."""
+        with self.lock:
+            return self._take(n, h, w)
+
+    def trim(self, idle_seconds: float, now: Optional[float] = None) -> int:
+        """Drop the FREE buffers not taken for ``idle_seconds`` (their memory goes back to the system:
+        nothing else maps a FREE buffer); returns how many.  A persistent worker between passes (a
+        validation loader during a training epoch) then holds no shared memory, as with torch."""
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            idle = [b for b in self.buffers if b.state[0] == FREE and now - b.taken >= idle_seconds]
+            for b in idle:
+                self.buffers.remove(b)
+            return len(idle)
+
+    def _take(self, n: int, h: int, w: int) -> Optional[Tuple[torch.Tensor, bool]]:
         if self.building is not None:  # the last batch did not go out through transport: never reuse it
             self.buffers.remove(self.building)
             self.building = None
@@ -88,7 +112,7 @@ class BatchPool:
             buf = _Buffer.new(need)
             self.buffers.append(buf)
         buf.state[0] = IN_USE
-        buf.batch_bytes = need
+        buf.batch_bytes, buf.taken = need, time.monotonic()
         self.building = buf
         fresh, buf.fresh = buf.fresh, False
         images = torch.empty(0, dtype=torch.uint8).set_(buf.storage, 0, (n, 3, h, w))
@@ -142,14 +166,24 @@ def _rebuild(storage: torch.UntypedStorage, capacity: int, shape: Tuple[int, ...
 _POOLS = {}  # pid -> this process's BatchPool (a forked child never uses its parent's)
 
 
+def _trim_when_idle(pool: BatchPool) -> None:
+    """The worker's idle thread: every second, drop the buffers idle for IDLE_SECONDS."""
+    while True:
+        time.sleep(1.0)
+        pool.trim(IDLE_SECONDS)
+
+
 def worker_pool() -> Optional[BatchPool]:
-    """The calling DataLoader worker's pool; None outside a worker (batches stay in private memory)."""
+    """The calling DataLoader worker's pool (and its idle thread, a daemon that ends with the worker);
+    None outside a worker (batches stay in private memory)."""
     if get_worker_info() is None:
         return None
     pid = os.getpid()
     if pid not in _POOLS:
         _POOLS.clear()
         _POOLS[pid] = BatchPool(POOL_SIZE)
+        threading.Thread(target=_trim_when_idle, args=(_POOLS[pid],), name="yolo_data batch memory",
+                         daemon=True).start()
     return _POOLS[pid]
 
 
