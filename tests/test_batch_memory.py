@@ -29,8 +29,8 @@ def _state(pool):
 
 def test_a_buffer_is_free_again_only_when_every_view_of_the_batch_is_gone():
     pool = bm.BatchPool(3)
-    images, fresh = pool.take(2, 4, 5)
-    assert fresh and images.shape == (2, 3, 4, 5) and _state(pool) == [bm.IN_USE]
+    images = pool.take(2, 4, 5)
+    assert images.shape == (2, 3, 4, 5) and _state(pool) == [bm.IN_USE]
     images.copy_(torch.arange(120, dtype=torch.uint8).view(2, 3, 4, 5))
     received = _sent(pool.transport(images))
     assert type(received) is torch.Tensor and torch.equal(received, images)
@@ -41,21 +41,21 @@ def test_a_buffer_is_free_again_only_when_every_view_of_the_batch_is_gone():
     del view
     gc.collect()
     assert _state(pool) == [bm.FREE]
-    again, fresh = pool.take(2, 4, 5)
-    assert not fresh and again.untyped_storage().data_ptr() == images.untyped_storage().data_ptr()
+    again = pool.take(2, 4, 5)
+    assert again.untyped_storage().data_ptr() == images.untyped_storage().data_ptr()
 
 
 def test_held_buffers_are_not_reused_and_a_full_pool_says_so():
     pool = bm.BatchPool(2)
     held = []
     for _ in range(2):
-        images, _ = pool.take(1, 8, 8)
+        images = pool.take(1, 8, 8)
         held.append(_sent(pool.transport(images)))
     assert pool.take(1, 8, 8) is None and _state(pool) == [bm.IN_USE, bm.IN_USE]
     ptrs = {b.storage.data_ptr() for b in pool.buffers}
     del held
     gc.collect()
-    images, _ = pool.take(1, 8, 8)
+    images = pool.take(1, 8, 8)
     assert images.untyped_storage().data_ptr() in ptrs
 
 
@@ -63,10 +63,10 @@ def test_a_batch_that_did_not_leave_through_transport_loses_its_buffer():
     """A failed batch, or a custom collate that sent the memory its own way: the pool cannot know when
     the training process lets go, so that buffer (still IN_USE) leaves the pool instead of filling it."""
     pool = bm.BatchPool(3)
-    first, _ = pool.take(1, 8, 8)
+    first = pool.take(1, 8, 8)
     copied = pool.transport(first.clone())  # not the pooled tensor: handed on unchanged
     assert type(copied) is torch.Tensor
-    second, _ = pool.take(1, 8, 8)
+    second = pool.take(1, 8, 8)
     assert len(pool.buffers) == 1
     assert second.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
 
@@ -74,23 +74,23 @@ def test_a_batch_that_did_not_leave_through_transport_loses_its_buffer():
 def test_the_smallest_fitting_buffer_is_taken_and_a_small_one_makes_room():
     pool = bm.BatchPool(2)
     for shape in [(1, 4, 4), (1, 16, 16)]:
-        images, _ = pool.take(*shape)
+        images = pool.take(*shape)
         _sent(pool.transport(images))  # received and dropped at once: FREE again
     gc.collect()
     assert sorted(b.capacity for b in pool.buffers) == [48, 768]
-    small, _ = pool.take(1, 3, 3)
+    small = pool.take(1, 3, 3)
     assert small.untyped_storage().data_ptr() == min(pool.buffers, key=lambda b: b.capacity).storage.data_ptr()
     _sent(pool.transport(small))
     gc.collect()
-    large, fresh = pool.take(1, 20, 20)  # nothing fits and the pool is full: the smallest free one goes
-    assert fresh and sorted(b.capacity for b in pool.buffers) == [768, 1200]
+    pool.take(1, 20, 20)  # nothing fits and the pool is full: the smallest free one goes
+    assert sorted(b.capacity for b in pool.buffers) == [768, 1200]
 
 
 def test_trim_gives_back_only_free_buffers_idle_long_enough():
     pool = bm.BatchPool(3)
     kept = []
     for shape in [(1, 4, 4), (1, 8, 8), (1, 16, 16)]:
-        images, _ = pool.take(*shape)
+        images = pool.take(*shape)
         kept.append(_sent(pool.transport(images)))
     kept.pop(0)  # the first buffer is FREE, the other two are held
     gc.collect()
@@ -105,7 +105,7 @@ def test_trim_gives_back_only_free_buffers_idle_long_enough():
 
 def test_a_forked_copy_of_the_training_process_never_frees_a_buffer():
     pool = bm.BatchPool(1)
-    images, _ = pool.take(1, 4, 4)
+    images = pool.take(1, 4, 4)
     received = _sent(pool.transport(images))
     pid = os.fork()
     if pid == 0:  # the child drops its copy of the batch

@@ -52,11 +52,10 @@ FREE, IN_USE = 0, 1
 @dataclass
 class _Buffer:
     """``storage``: shared memory of ``capacity`` image bytes and one state byte after them.  ``state``:
-    (1,) uint8 numpy view of that byte.  ``fresh``: never written (its pages are not yet allocated)."""
+    (1,) uint8 numpy view of that byte."""
     storage: torch.UntypedStorage
     capacity: int
     state: np.ndarray
-    fresh: bool = True
     batch_bytes: int = 0  # of the batch last taken
     taken: float = 0.0  # time.monotonic() when last taken
 
@@ -77,10 +76,9 @@ class BatchPool:
         self.building: Optional[_Buffer] = None  # taken for the batch in progress, not yet transported
         self.lock = threading.Lock()
 
-    def take(self, n: int, h: int, w: int) -> Optional[Tuple[torch.Tensor, bool]]:
-        """An (n, 3, h, w) uint8 tensor at the start of a pooled buffer, and whether that buffer is
-        fresh (its pages are not allocated yet: writing it through ``os.pwrite`` avoids a page fault per
-        page); None when every buffer the pool may keep is in use."""
+    def take(self, n: int, h: int, w: int) -> Optional[torch.Tensor]:
+        """An (n, 3, h, w) uint8 tensor at the start of a pooled buffer; None when every buffer the pool
+        may keep is in use."""
         with self.lock:
             return self._take(n, h, w)
 
@@ -95,7 +93,7 @@ class BatchPool:
                 self.buffers.remove(b)
             return len(idle)
 
-    def _take(self, n: int, h: int, w: int) -> Optional[Tuple[torch.Tensor, bool]]:
+    def _take(self, n: int, h: int, w: int) -> Optional[torch.Tensor]:
         if self.building is not None:  # the last batch did not go out through transport: never reuse it
             self.buffers.remove(self.building)
             self.building = None
@@ -114,9 +112,7 @@ class BatchPool:
         buf.state[0] = IN_USE
         buf.batch_bytes, buf.taken = need, time.monotonic()
         self.building = buf
-        fresh, buf.fresh = buf.fresh, False
-        images = torch.empty(0, dtype=torch.uint8).set_(buf.storage, 0, (n, 3, h, w))
-        return images, fresh
+        return torch.empty(0, dtype=torch.uint8).set_(buf.storage, 0, (n, 3, h, w))
 
     def batch_bytes(self, storage: torch.UntypedStorage) -> Optional[int]:
         """The bytes of the batch in progress when ``storage`` is its buffer, else None."""

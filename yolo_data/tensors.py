@@ -53,10 +53,11 @@ class BatchImages:
     In a worker the tensor is shared memory: a buffer of the worker's pool (batchmemory.py), reused
     once the training process has dropped the batch it last held, or fresh memory when none is free.
     Writing fresh shared memory through its mapping costs a page fault per 4 KiB page (a 640² image:
-    300 faults, ~1 ms here).  Slots of a fresh buffer are therefore rendered into a reused scratch
-    array and written with ``os.pwrite`` into the shared memory's descriptor: the kernel then fills
-    the pages without faulting (about 0.5 ms less per image).  A reused buffer's pages are already
-    there, and slots are written into it directly.
+    300 faults, ~1 ms here).  Slots are therefore rendered into a reused scratch array and written
+    with ``os.pwrite`` into the shared memory's descriptor: the kernel then fills the pages without
+    faulting (about 0.5 ms less per image).  A reused buffer is written the same way: through its
+    mapping the worker spent more user time (the destination is cold in the cache) than the copy
+    costs the kernel.
     """
 
     def __init__(self, n: int, scratch: Optional["Scratch"] = None):
@@ -85,17 +86,13 @@ class BatchImages:
             view, offset = view[done:], offset + done
         return self.images[k]
 
-
     def _allocate(self, h: int, w: int) -> Tuple[torch.Tensor, Optional[int]]:
         """The batch tensor, and the descriptor to ``pwrite`` it through (None: write it directly).  In
-        a worker, a buffer of its pool (batchmemory.py) when one is free: its pages are allocated after
-        its first batch, so later batches are written straight into it."""
+        a worker, a buffer of its pool (batchmemory.py) when one is free, else fresh shared memory."""
         pool = worker_pool()
-        taken = pool.take(self.n, h, w) if pool is not None else None
-        if taken is not None:
-            images, fresh = taken
-            return images, shared_fd(images)
-        images = new_images(self.n, h, w)
+        images = pool.take(self.n, h, w) if pool is not None else None
+        if images is None:
+            images = new_images(self.n, h, w)
         return images, shared_fd(images)
 
 
