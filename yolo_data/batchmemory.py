@@ -3,8 +3,9 @@ to batch instead of made anew for each one.
 
 torch gives every batch fresh shared memory: the kernel allocates (and zeroes) each page when the
 worker first writes it, the training process maps it, and every page is freed again when the batch is
-dropped.  For a 640x640 image that is about 0.3 ms of system time in the worker and 0.1-0.15 ms in the
-training process (rect validation, whose item is otherwise mostly one JPEG decode: ~10% of its time).
+dropped.  Measured on coco128's rect validation (2 workers): 0.75 ms of the workers' system time per
+image and 0.18 ms of the training process's, against 0.34 and 0.04 with the buffers reused; CPU time per
+image 3.71 -> 2.98 ms, an item being otherwise mostly one JPEG decode.
 
 Here each worker keeps up to POOL_SIZE buffers.  The protocol, owned by this module:
 
