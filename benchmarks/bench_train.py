@@ -28,7 +28,8 @@ What is measured, per dataset x workers x library:
 * also the validation-style loader (augment=False, rect=True, pad=0.5, batch 32, ``--val-workers``
   workers, no shuffle; for Ultralytics its 'val' mode dataset with rect=True), on the same (train)
   images, measured the same way;
-* decodes per image: ``cv2.imread`` / ``cv2.imdecode`` calls during the timed window (counted in a
+* decodes per image: ``cv2.imread`` / ``cv2.imdecode`` (and ``simplejpeg.decode_jpeg``, which yolo_data
+  uses for JPEGs where it is installed) calls during the timed window (counted in a
   shared counter, workers included) divided by the images timed.  Approximate (prefetching shifts the
   window by a few batches), but it shows whether a library re-decodes the 3 extra mosaic tiles.
   Ultralytics keeps recently loaded images in a per-worker RAM buffer and draws mosaic partners from it.
@@ -144,14 +145,19 @@ def import_libraries(only=None) -> Libs:
 
 # -- decode counter ------------------------------------------------------------------------------------
 class DecodeCounter:
-    """Counts cv2.imread/cv2.imdecode calls in this process and in forked DataLoader workers (the patched
-    functions and the shared counter are inherited at fork)."""
+    """Counts cv2.imread/cv2.imdecode calls, and simplejpeg.decode_jpeg calls where simplejpeg is installed
+    (yolo_data decodes JPEGs with it then), in this process and in forked DataLoader workers (the
+    patched functions and the shared counter are inherited at fork)."""
 
     def __init__(self):
         import cv2
-        self.cv2 = cv2
         self.value = multiprocessing.get_context("fork").Value("q", 0)
-        self.originals = {name: getattr(cv2, name) for name in ("imread", "imdecode")}
+        self.originals = [(cv2, name, getattr(cv2, name)) for name in ("imread", "imdecode")]
+        try:
+            import simplejpeg
+            self.originals.append((simplejpeg, "decode_jpeg", simplejpeg.decode_jpeg))
+        except ImportError:
+            pass
         counter = self.value
 
         def counting(fn):
@@ -161,8 +167,8 @@ class DecodeCounter:
                 return fn(*args, **kwargs)
             return wrapper
 
-        for name, fn in self.originals.items():
-            setattr(cv2, name, counting(fn))
+        for module, name, fn in self.originals:
+            setattr(module, name, counting(fn))
 
     def reset(self) -> None:
         with self.value.get_lock():
@@ -172,8 +178,8 @@ class DecodeCounter:
         return int(self.value.value)
 
     def uninstall(self) -> None:
-        for name, fn in self.originals.items():
-            setattr(self.cv2, name, fn)
+        for module, name, fn in self.originals:
+            setattr(module, name, fn)
 
 
 class NoCounter:
@@ -398,9 +404,9 @@ def report(results: Dict[Tuple[str, str], Dict[str, List[Measurement]]], errors:
         if "yolo_data" in libs_used:
             row += [ratio(ips["yolo_data"], ips[p]) for p in peers]
         print("| " + " | ".join(row) + " |")
-    print("\nDecodes per image (cv2.imread/imdecode calls in the timed window ÷ images; approximate) and "
-          "time to first batch (build dataset + loader from the label cache, start workers, first batch; "
-          "median s):\n")
+    print("\nDecodes per image (cv2.imread/imdecode and simplejpeg calls in the timed window ÷ images; "
+          "approximate) and time to first batch (build dataset + loader from the label cache, start workers, "
+          "first batch; median s):\n")
     head = ["dataset", "loader"] + [f"{l} decodes/img" for l in libs_used] + [f"{l} first batch s" for l in libs_used]
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|")
@@ -463,7 +469,7 @@ def parse_args(argv=None):
     p.add_argument("--libraries", nargs="+", default=list(LIBS), choices=LIBS)
     p.add_argument("--val-workers", type=int, default=2, help="workers of the validation-style loader (default 2)")
     p.add_argument("--no-val", action="store_true", help="skip the validation-style loader")
-    p.add_argument("--no-count-decodes", action="store_true", help="do not wrap cv2.imread/imdecode")
+    p.add_argument("--no-count-decodes", action="store_true", help="do not wrap the decoders")
     p.add_argument("--quick", action="store_true",
                    help="smoke test: coco128 only, 64 images, 1 round (overrides those options)")
     p.add_argument("--verbose", action="store_true", help="show what the libraries print")

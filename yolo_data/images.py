@@ -9,16 +9,13 @@ evaluation keeps YOLOv5's pixels unless asked.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
 import cv2
 import numpy as np
 
-
-class ImageReadError(OSError):
-    """An image that passed the scan could not be decoded now (deleted, replaced or damaged since)."""
+from .decode import JPEG_SUFFIXES, REDUCED_FLAGS, ImageReadError, imread_bgr  # noqa: F401 (imported from here)
 
 
 @dataclass
@@ -27,36 +24,6 @@ class LoadedImage:
     img: np.ndarray
     hw0: Tuple[int, int]
     hw: Tuple[int, int]
-
-
-# libjpeg's scaled decodes: 1/f of each side, rounded up, EXIF orientation applied as in a full decode
-REDUCED_FLAGS = {2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4, 8: cv2.IMREAD_REDUCED_COLOR_8}
-JPEG_SUFFIXES = ("jpg", "jpeg")
-
-
-def imread_bgr(path: str, flags: int = cv2.IMREAD_COLOR) -> np.ndarray:
-    """(h, w, 3) uint8 BGR with EXIF orientation applied (cv2.imread, as YOLOv5: gray, RGBA and 16-bit
-    images come out as 8-bit BGR).  ``flags``: IMREAD_COLOR, or one of REDUCED_FLAGS.  Raises
-    ImageReadError naming the file.
-
-    cv2.imread takes the path as UTF-8 (and crashes the process on a name with lone surrogates, i.e. one
-    whose bytes are not UTF-8): other names are read here and decoded with the same flags."""
-    path = os.fspath(path)
-    try:
-        utf8 = os.fsencode(path) == path.encode("utf-8")
-    except UnicodeEncodeError:
-        utf8 = False
-    if utf8:
-        im = cv2.imread(path, flags)
-    else:
-        try:
-            buf = np.fromfile(path, dtype=np.uint8)
-            im = cv2.imdecode(buf, flags) if buf.size else None
-        except (OSError, cv2.error):  # as cv2.imread: unreadable or undecodable is None
-            im = None
-    if im is None:
-        raise ImageReadError(f"{path}: image cannot be read (missing, or not decodable)")
-    return im
 
 
 def reduction(hw0: Tuple[int, int], img_size: int) -> int:
