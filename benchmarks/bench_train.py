@@ -6,7 +6,8 @@
     python benchmarks/bench_train.py --libraries yolo_data yolo_data_4dec   # any environment with yolo_data
     python benchmarks/bench_train.py --data OUT/highres.yaml                # any dataset yaml (its train split)
 
-The peers are imported only when named in ``--libraries`` (default: all four), and a missing one stops
+The peers are imported only when named in ``--libraries`` (default: all but yolo_data_cv2, which is yolo_data
+with simplejpeg switched off), and a missing one stops
 the run with one line before anything is measured.
 
 What is measured, per dataset x workers x library:
@@ -80,7 +81,8 @@ from common import (HYP_FILE, ensure_pkg_resources, isolate_environment, library
                     shutdown, wait_for_children, warm_page_cache)
 
 IMAGE_CACHE = {"mode": False}  # set from --cache: every library gets the same image-cache setting
-LIBS = ("yolo_data", "yolo_data_4dec", "yolov5", "ultralytics")  # 4dec: batch_partners=False
+# 4dec: batch_partners=False; cv2: every image decoded by OpenCV (decode.use_simplejpeg(False))
+LIBS = ("yolo_data", "yolo_data_4dec", "yolo_data_cv2", "yolov5", "ultralytics")
 STRIDE = 32
 IMGSZ = 640
 TRAIN_BATCH = 16
@@ -123,7 +125,7 @@ def import_libraries(only=None) -> Libs:
         from ultralytics.cfg import DEFAULT_CFG as ul_default_cfg, get_cfg as ul_get_cfg
         from ultralytics.data.build import build_dataloader as ul_build_loader, build_yolo_dataset as ul_build_dataset
         logging.getLogger("ultralytics").setLevel(logging.ERROR)
-    if want & {"yolo_data", "yolo_data_4dec"}:
+    if want & {"yolo_data", "yolo_data_4dec", "yolo_data_cv2"}:
         import yolo_data
         from yolo_data import create_dataloader as yd_create
         # yolo_data's warnings stay visible (on the real stderr), the others' notices go to LIBRARY_LOG
@@ -268,12 +270,12 @@ def build_loader(libs: Libs, lib: str, ds: DatasetCopy, mode: str, workers: int,
     """(loader, dataset) as the library's own training (mode 'train') or validation ('val') code makes it."""
     train = mode == "train"
     batch = TRAIN_BATCH if train else VAL_BATCH
-    if lib in ("yolo_data", "yolo_data_4dec", "yolov5"):
+    if lib in ("yolo_data", "yolo_data_4dec", "yolo_data_cv2", "yolov5"):
         ours = lib.startswith("yolo_data")
         kw = dict(single_cls=False, cache=IMAGE_CACHE["mode"], rank=-1, workers=workers, image_weights=False, quad=False,
                   seed=0)
         if ours:
-            kw.update(batch_partners=lib == "yolo_data")  # 4dec: partners from the whole dataset, as YOLOv5
+            kw.update(batch_partners=lib != "yolo_data_4dec")  # 4dec: partners from the whole dataset, as YOLOv5
         if train:
             kw.update(hyp=str(HYP_FILE) if ours else dict(hyp), augment=True, pad=0.0, rect=False,
                       shuffle=True, prefix="train: ")
@@ -324,6 +326,9 @@ class Measurement:
 def measure(libs: Libs, lib: str, ds: DatasetCopy, mode: str, workers: int, hyp: dict, images: int,
             warmup: int, counter, verbose: bool) -> Measurement:
     gc.collect()
+    if lib.startswith("yolo_data"):  # workers fork after this, and inherit it
+        from yolo_data import decode
+        decode.use_simplejpeg(lib != "yolo_data_cv2")
     t0 = time.perf_counter()
     with library_output(verbose):
         loader, dataset = build_loader(libs, lib, ds, mode, workers, hyp)
@@ -440,7 +445,9 @@ def report(results: Dict[Tuple[str, str], Dict[str, List[Measurement]]], errors:
               "(coco128: 128 images) the buffer ends up holding every image, and later epochs decode almost "
               "nothing. yolo_data (default) draws mosaic partners from the batch's own images, each decoded once "
               "per batch, reproducibly for any worker count; yolo_data_4dec is yolo_data with "
-              "batch_partners=False (partners from the whole dataset, 4 decodes per sample, as YOLOv5).")
+              "batch_partners=False (partners from the whole dataset, 4 decodes per sample, as YOLOv5)"
+              + ("; yolo_data_cv2 is yolo_data with every image decoded by OpenCV (no simplejpeg)"
+                 if "yolo_data_cv2" in libs_used else "") + ".")
     if errors:
         print("\n**Errors:**\n")
         for e in errors:
@@ -466,7 +473,7 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=2,
                    help="untimed batches before timing, at least the number of workers (default 2)")
     p.add_argument("--repeats", type=int, default=3, help="rounds; medians are over these (default 3)")
-    p.add_argument("--libraries", nargs="+", default=list(LIBS), choices=LIBS)
+    p.add_argument("--libraries", nargs="+", default=[lib for lib in LIBS if lib != "yolo_data_cv2"], choices=LIBS)
     p.add_argument("--val-workers", type=int, default=2, help="workers of the validation-style loader (default 2)")
     p.add_argument("--no-val", action="store_true", help="skip the validation-style loader")
     p.add_argument("--no-count-decodes", action="store_true", help="do not wrap the decoders")

@@ -380,14 +380,15 @@ def version_of(dist: str) -> Optional[str]:
 
 
 def machine() -> str:
-    """One line: cores, CPU, RAM, OS, Python and the versions of torch, numpy and OpenCV."""
+    """One line: cores, CPU, RAM, OS, Python and the versions of torch, numpy, OpenCV and simplejpeg
+    (which yolo_data decodes JPEGs with where it is installed)."""
     parts = [f"{os.cpu_count()} cores ({usable_cores()} usable), {cpu_model()}, {mem_total()} RAM",
              f"{platform.system()} {platform.machine()}", f"Python {platform.python_version()}"]
     for name, dists in (("torch", ("torch",)), ("numpy", ("numpy",)),
-                        ("OpenCV", ("opencv-python", "opencv-python-headless"))):
+                        ("OpenCV", ("opencv-python", "opencv-python-headless")), ("simplejpeg", ("simplejpeg",))):
         v = next((v for v in map(version_of, dists) if v), None)
-        if v:
-            parts.append(f"{name} {v}")
+        if v or name == "simplejpeg":
+            parts.append(f"{name} {v or 'not installed'}")
     return ", ".join(parts)
 
 

@@ -60,6 +60,8 @@ def kinds() -> dict:
     }
     for o in range(2, 9):
         out[f"orientation {o}"] = with_app1(plain, b"Exif\0\0" + exif_block(o, "<" if o % 2 else ">"))
+    for o in (0, 9):
+        out[f"invalid orientation {o}"] = with_app1(plain, b"Exif\0\0" + exif_block(o))
     return out
 
 
@@ -71,7 +73,7 @@ def _cmyk(rgb: np.ndarray) -> bytes:
 
 # decoded by simplejpeg when it is installed; every other kind goes to OpenCV
 SIMPLEJPEG_KINDS = {"plain 4:2:0", "4:4:4", "4:2:2", "progressive", "gray", "cmyk", "exif without orientation",
-                    "big-endian exif, orientation 1", "bytes after the end"}
+                    "big-endian exif, orientation 1", "bytes after the end"} | {f"orientation {o}" for o in range(2, 9)}
 
 
 @pytest.fixture
@@ -118,7 +120,7 @@ def test_every_kind_of_jpeg_gives_cv2_imreads_pixels(tmp_path, decoded_by):
 
 
 def test_without_simplejpeg_opencv_decodes_everything(tmp_path, monkeypatch, decoded_by):
-    monkeypatch.setattr(decode, "_simplejpeg", None)  # as where it is not installed
+    monkeypatch.setattr(decode, "_simplejpeg", None)  # as where it is not installed (the import gave None)
     for name, data in kinds().items():
         f = tmp_path / f"{name.replace(' ', '_').replace(',', '')}.jpg"
         f.write_bytes(data)
@@ -159,11 +161,14 @@ def test_training_batches_are_the_same_with_and_without_simplejpeg(monkeypatch, 
         ds = YoloDataset(str(REPO / "data" / "sample.yaml"), 160, 4, augment=True,
                          hyp=str(REPO / "data" / "hyps" / "hyp.scratch-low.yaml"))
         return [collate_fn(ds.__getitems__(list(range(k, k + 4)))) for k in (0, 4)]
-    monkeypatch.setattr(decode, "_simplejpeg", decode._MISSING)
+    monkeypatch.setattr(decode, "_simplejpeg", decode._simplejpeg)  # restored afterwards
+    decode.use_simplejpeg(True)
     fast = batches()
     assert decoded_by and set(decoded_by) == {"simplejpeg"}
-    monkeypatch.setattr(decode, "_simplejpeg", None)
+    decoded_by.clear()
+    decode.use_simplejpeg(False)
     slow = batches()
+    assert decoded_by == []  # simplejpeg off: every file straight to cv2.imread
     for (im_a, t_a, _, _), (im_b, t_b, _, _) in zip(fast, slow):
         assert torch_equal(im_a, im_b) and torch_equal(t_a, t_b)
 

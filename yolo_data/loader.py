@@ -14,6 +14,7 @@ from .room import fit_workers_to_shm, shm_bytes_for_batches
 from .collate import QuadCollate, collate_fn
 from .dataset import YoloDataset
 from .sampling import YoloSampler, digest
+from .workerheap import keep_freed_heap
 
 LOGGER = logging.getLogger("yolo_data")
 STATE_VERSION = 1  # of YoloDataLoader.state_dict()
@@ -142,9 +143,11 @@ class _Counted:
 
 def init_worker(worker_id: int) -> None:
     """In each DataLoader worker (never in the user's process): OpenCV single-threaded, as torch makes
-    itself in workers, so N workers do not each start a pool as large as the machine.  No random
-    seeding is needed: items draw from their own (seed, epoch, index) generators."""
+    itself in workers, so N workers do not each start a pool as large as the machine; freed heap memory
+    kept for the next batch (workerheap.py).  No random seeding is needed: items draw from their own
+    (seed, epoch, index) generators."""
     cv2.setNumThreads(0)
+    keep_freed_heap()
 
 
 def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=None, augment=False, cache=False,
