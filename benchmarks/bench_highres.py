@@ -3,7 +3,7 @@ drones write them; every 4th one stored on its side with EXIF orientation 6), YO
 
     python benchmarks/bench_highres.py make OUT [--unique 200] [--n 1000]
     python benchmarks/bench_highres.py decode OUT           # per-image decode + resize, full vs reduced
-    python benchmarks/bench_highres.py cache OUT            # disk image cache build, full vs reduced
+    python benchmarks/bench_highres.py cache OUT [--opencv] # disk image cache build, full vs reduced
 
 ``make`` writes ``OUT/images/train`` and ``OUT/labels/train`` (``--unique`` generated photos, then
 hard links up to ``--n`` images, each with its own label file) and ``OUT/highres.yaml``; an existing
@@ -98,37 +98,52 @@ def make(out: Path, unique: int, n: int) -> Path:
 
 
 def decode(out: Path, count: int, imgsz: int, repeats: int) -> None:
+    """Per image: yolo_data's ``load_image`` (decode + resize to ``imgsz``), full and reduced decode, by
+    OpenCV alone and with simplejpeg where installed (decode.py), all alternating; one line per decoder."""
+    from yolo_data import decode as decoding
     from yolo_data.images import load_image
     from yolo_data.labels import image_size
     cv2.setNumThreads(1)
     files = sorted((out / "images" / "train").glob("*.jpg"))[:count]
-    times = {False: [], True: []}
+    decoders = ["OpenCV"] + (["simplejpeg"] if decoding.simplejpeg_module() is not None else [])
+    times = {(dec, r): [] for dec in decoders for r in (False, True)}
     diffs, sizes = [], set()
-    for f in files:
-        (w0, h0), _ = image_size(str(f))
-        sizes.add(f"{max(w0, h0)}x{min(w0, h0)}")
-        for _ in range(repeats):
-            for reduced in (False, True):
-                t = time.perf_counter()
-                load_image(str(f), imgsz, True, (h0, w0), reduced)
-                times[reduced].append(time.perf_counter() - t)
-        full, fast = (load_image(str(f), imgsz, True, (h0, w0), r).img.astype(np.int16) for r in (False, True))
-        diffs.append(np.abs(full - fast).ravel())
+    try:
+        for f in files:
+            (w0, h0), _ = image_size(str(f))
+            sizes.add(f"{max(w0, h0)}x{min(w0, h0)}")
+            for _ in range(repeats):
+                for dec, reduced in times:
+                    decoding.use_simplejpeg(dec == "simplejpeg")
+                    t = time.perf_counter()
+                    load_image(str(f), imgsz, True, (h0, w0), reduced)
+                    times[dec, reduced].append(time.perf_counter() - t)
+            full, fast = (load_image(str(f), imgsz, True, (h0, w0), r).img.astype(np.int16) for r in (False, True))
+            diffs.append(np.abs(full - fast).ravel())
+    finally:
+        decoding.use_simplejpeg(True)
     d = np.concatenate(diffs)
-    full_ms, fast_ms = (1000 * statistics.median(times[r]) for r in (False, True))
-    print(f"decode + resize to {imgsz} ({len(files)} photos of {', '.join(sorted(sizes))}, {repeats} alternating rounds, median, "
-          f"OpenCV 1 thread): full {full_ms:.1f} ms, reduced {fast_ms:.1f} ms ({full_ms / fast_ms:.2f}x); "
-          f"pixel difference mean {d.mean():.2f}, 99th percentile {np.percentile(d, 99):.0f} levels of 255")
+    print(f"decode + resize to {imgsz} ({len(files)} photos of {', '.join(sorted(sizes))}, {repeats} alternating "
+          f"rounds, median, OpenCV 1 thread):")
+    ms = {k: 1000 * statistics.median(v) for k, v in times.items()}
+    for dec in decoders:
+        full_ms, fast_ms = ms[dec, False], ms[dec, True]
+        print(f"- {dec}: full {full_ms:.1f} ms, reduced {fast_ms:.1f} ms ({full_ms / fast_ms:.2f}x)")
+    print(f"pixel difference full vs reduced: mean {d.mean():.2f}, 99th percentile {np.percentile(d, 99):.0f} "
+          "levels of 255 (the decoders give the same pixels: tests/test_decode.py)")
 
 
-def cache_build(out: Path, imgsz: int, repeats: int, workers: int) -> None:
+def cache_build(out: Path, imgsz: int, repeats: int, workers: int, opencv: bool = False) -> None:
     """Seconds to build a disk image cache of the whole set (training resize), full and reduced decode
-    alternating, each into a fresh temporary folder (removed afterwards)."""
+    alternating, each into a fresh temporary folder (removed afterwards).  ``opencv``: every JPEG decoded
+    by OpenCV (no simplejpeg)."""
     import logging
     import shutil
     import tempfile
     from yolo_data import YoloDataset
     logging.getLogger("yolo_data").setLevel(logging.ERROR)
+    from yolo_data import decode as decoding
+    decoding.use_simplejpeg(not opencv)
     yaml = out / "highres.yaml"
     YoloDataset(str(yaml), imgsz, augment=True, split="train")  # the label cache, outside the timing
     times = {False: [], True: []}
@@ -145,7 +160,8 @@ def cache_build(out: Path, imgsz: int, repeats: int, workers: int) -> None:
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
     full, fast = (statistics.median(times[r]) for r in (False, True))
-    print(f"disk image cache build at {imgsz} ({n} images, {workers} decode threads, median of {repeats}, "
+    print(f"disk image cache build at {imgsz} ({n} images, {workers} decode threads, "
+          f"{'OpenCV' if opencv or decoding.simplejpeg_module() is None else 'simplejpeg'}, median of {repeats}, "
           f"alternating): full decode {full:.1f} s, reduced {fast:.1f} s ({full / fast:.2f}x)")
 
 
@@ -166,13 +182,14 @@ def main() -> int:
     c.add_argument("--imgsz", type=int, default=640)
     c.add_argument("--repeats", type=int, default=3)
     c.add_argument("--workers", type=int, default=2)
+    c.add_argument("--opencv", action="store_true", help="decode every JPEG by OpenCV (no simplejpeg)")
     a = ap.parse_args()
     if a.cmd == "make":
         print(make(a.out, a.unique, max(a.n, a.unique)))
     elif a.cmd == "decode":
         decode(a.out, a.count, a.imgsz, a.repeats)
     else:
-        cache_build(a.out, a.imgsz, a.repeats, a.workers)
+        cache_build(a.out, a.imgsz, a.repeats, a.workers, a.opencv)
     print(footer())
     return 0
 

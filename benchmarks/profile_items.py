@@ -11,7 +11,7 @@ validation loader (rect, pad 0.5, batch 32):
 
 1. In one process, ``__getitems__`` + ``collate_fn`` over fixed batches: ms per item (min and median of
    5 passes).
-2. The same under cProfile: per item, the time inside each OpenCV/torch call and in everything else
+2. The same under cProfile: per item, the time inside each OpenCV/torch call (and simplejpeg's decode) and in everything else
    (Python), largest first.
 3. Through ``create_dataloader`` with 1 and 2 workers (``--loader-images`` images, 400 by default, after a
    warm-up): CPU time (user and system) per image in the
@@ -79,6 +79,8 @@ def in_process(data, mode, cache, batches, cache_dir):
     for (file, _, name), v in stats.items():
         if file == "~":  # C functions: OpenCV, numpy/torch built-ins
             builtin[name] = builtin.get(name, 0.0) + v[2]
+        elif name == "decode_jpeg" and file.endswith("decode.py"):  # simplejpeg (Cython: no entry of its own)
+            builtin["simplejpeg decode"] = builtin.get("simplejpeg decode", 0.0) + v[2]
     top = sorted(builtin.items(), key=lambda kv: -kv[1])[:8]
     rest = total - sum(t for _, t in top)
     return min(passes), statistics.median(passes), [(k, t / n * 1e3) for k, t in top], rest / n * 1e3, total / n * 1e3

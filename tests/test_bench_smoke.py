@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from yolo_data import decode
+
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "benchmarks"
 N = 16  # images in the generated set
@@ -128,6 +130,8 @@ def test_profile_items(tiny, tmp_path):
     assert out.count("ms per item** (median") == 2 and "### train" in out and "### val" in out
     through = [line for line in out.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
     assert len(through) == 4, out  # 1 and 2 workers, train and val
+    # simplejpeg's decode is named (cProfile sees no entry of its own for it) where it is installed
+    assert ("| `simplejpeg decode` |" in out) == (decode.simplejpeg_module() is not None), out
 
 
 def test_bench_ram_pss(tiny, tmp_path):
@@ -230,7 +234,12 @@ def test_bench_highres(tiny, tmp_path, monkeypatch):
     rc, stdout, err = run(tiny, tmp_path, "bench_highres.py", "decode", out, "--count", 2, "--imgsz", 200,
                           "--repeats", 1)
     ok(rc, stdout, err, "bench_highres.py")
-    assert "decode + resize to 200 (2 photos" in stdout and "x); pixel difference mean" in stdout
+    assert "decode + resize to 200 (2 photos" in stdout and "pixel difference full vs reduced: mean" in stdout
+    assert "- OpenCV: full " in stdout
+    assert ("- simplejpeg: full " in stdout) == (decode.simplejpeg_module() is not None), stdout
     rc, stdout, err = run(tiny, tmp_path, "bench_highres.py", "cache", out, "--imgsz", 200, "--repeats", 1)
     ok(rc, stdout, err, "bench_highres.py")
     assert "disk image cache build at 200 (3 images" in stdout
+    rc, stdout, err = run(tiny, tmp_path, "bench_highres.py", "cache", out, "--imgsz", 200, "--repeats", 1, "--opencv")
+    ok(rc, stdout, err, "bench_highres.py")
+    assert "decode threads, OpenCV, median of 1" in stdout, stdout
