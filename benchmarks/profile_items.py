@@ -11,8 +11,8 @@ validation loader (rect, pad 0.5, batch 32):
 
 1. In one process, ``__getitems__`` + ``collate_fn`` over fixed batches: ms per item (min and median of
    5 passes).
-2. The same under cProfile: per item, the time inside each OpenCV/torch call (and simplejpeg's decode) and in everything else
-   (Python), largest first.
+2. The same under cProfile: per item, the time inside each OpenCV/torch call (and simplejpeg's decode)
+   and in everything else (Python), largest first.
 3. Through ``create_dataloader`` with 1 and 2 workers (``--loader-images`` images, 400 by default, after a
    warm-up): CPU time (user and system) per image in the
    workers and in the main process, read from /proc, and minor page faults per image.  The ceiling
