@@ -2,6 +2,7 @@
 simplejpeg is used only where that is certain (plain JPEGs, upright by EXIF, undamaged)."""
 import io
 import struct
+import sys
 from pathlib import Path
 
 import cv2
@@ -192,3 +193,55 @@ def test_a_scaled_decode_of_another_size_is_left_to_opencv(tmp_path, monkeypatch
     f.write_bytes(jpeg(noisy(83, 61)))
     want = cv2.imread(str(f), cv2.IMREAD_REDUCED_COLOR_2)
     assert want.shape[:2] == (31, 42) and np.array_equal(imread_bgr(str(f), cv2.IMREAD_REDUCED_COLOR_2), want)
+
+
+@pytest.mark.parametrize("body, warns", [
+    (None, False),  # not installed: nothing to say
+    ("raise ImportError('numpy.core.multiarray failed to import')", True),  # a wheel for another NumPy
+    ("raise RuntimeError('module compiled against ABI version 0x1000009')", True),
+])
+def test_a_simplejpeg_that_does_not_import_leaves_every_file_to_opencv(tmp_path, monkeypatch, caplog, body, warns):
+    """An optional speed-up that fails to load never stops a run: OpenCV decodes, one warning says why."""
+    monkeypatch.delitem(sys.modules, "simplejpeg", raising=False)
+    if body is None:
+        monkeypatch.setitem(sys.modules, "simplejpeg", None)  # import raises: not installed
+    else:
+        fake = tmp_path / "fake"
+        fake.mkdir()
+        (fake / "simplejpeg.py").write_text(body + "\n")
+        monkeypatch.syspath_prepend(str(fake))
+    monkeypatch.setattr(decode, "_simplejpeg", decode._MISSING)
+    f = tmp_path / "a.jpg"
+    f.write_bytes(jpeg(noisy(83, 61)))
+    with caplog.at_level("WARNING", logger="yolo_data"):
+        assert decode.simplejpeg_module() is None
+        assert np.array_equal(imread_bgr(str(f)), cv2.imread(str(f)))
+    said = [r.getMessage() for r in caplog.records if "simplejpeg" in r.getMessage()]
+    assert len(said) == (1 if warns else 0), said
+    if warns:
+        assert "does not import" in said[0] and "decoded by OpenCV" in said[0] and body.split("'")[1] in said[0]
+
+
+@pytest.mark.parametrize("error", [OSError("read error"), TypeError("unexpected keyword"), MemoryError()])
+def test_any_error_inside_simplejpeg_leaves_the_file_to_opencv(tmp_path, monkeypatch, error):
+    class Failing:  # stands in for a simplejpeg that fails in a way the plain decode never does
+        @staticmethod
+        def decode_jpeg_header(data):
+            return 61, 83, "YCbCr", "420"
+
+        @staticmethod
+        def decode_jpeg(data, colorspace, **kw):
+            raise error
+    monkeypatch.setattr(decode, "_simplejpeg", Failing)
+    f = tmp_path / "a.jpg"
+    f.write_bytes(jpeg(noisy(83, 61)))
+    for flags in ALL_FLAGS:
+        assert np.array_equal(imread_bgr(str(f), flags), cv2.imread(str(f), flags)), flags
+
+
+def test_the_dataset_settles_the_decoder_before_workers_fork(tmp_path, monkeypatch):
+    """The process that builds the dataset imports simplejpeg (or finds it missing or broken), so forked
+    DataLoader workers inherit the answer instead of each importing it, and warning, every epoch."""
+    monkeypatch.setattr(decode, "_simplejpeg", decode._MISSING)
+    YoloDataset(str(REPO / "data" / "sample.yaml"), 160, 4, cache_dir=str(tmp_path))
+    assert decode._simplejpeg is not decode._MISSING

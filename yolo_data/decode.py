@@ -17,6 +17,7 @@ an image file.
 """
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from typing import Optional
@@ -32,6 +33,7 @@ _FACTORS = {cv2.IMREAD_COLOR: 1, **{flag: f for f, flag in REDUCED_FLAGS.items()
 _ORIENTATION_TAG = 0x0112
 _UNKNOWN = -1  # an orientation this module could not read for certain
 _MISSING = object()
+LOGGER = logging.getLogger("yolo_data")
 _simplejpeg = _MISSING  # the module, None when it is not installed; imported on first use
 
 
@@ -40,12 +42,20 @@ class ImageReadError(OSError):
 
 
 def simplejpeg_module():
-    """The simplejpeg module, or None when it is not installed (imported once per process)."""
+    """The simplejpeg module, or None when it is not installed or will not import (imported once per
+    process).  A broken install (say, a wheel built for another NumPy) is an optional speed-up lost,
+    never a stopped run: one warning names the error, and OpenCV decodes everything."""
     global _simplejpeg
     if _simplejpeg is _MISSING:
         try:
             import simplejpeg
-        except ImportError:
+        except ImportError as e:
+            if getattr(e, "name", None) != "simplejpeg":  # installed, but its import failed
+                LOGGER.warning(f"simplejpeg is installed but does not import ({e}); JPEGs are decoded by OpenCV")
+            simplejpeg = None
+        except Exception as e:  # noqa: BLE001  (an extension module can fail to load in many ways)
+            LOGGER.warning(f"simplejpeg is installed but does not import ({type(e).__name__}: {e}); "
+                           "JPEGs are decoded by OpenCV")
             simplejpeg = None
         _simplejpeg = simplejpeg
     return _simplejpeg
@@ -124,7 +134,9 @@ def decode_jpeg(data: bytes, factor: int = 1) -> Optional[np.ndarray]:
         h, w = sj.decode_jpeg_header(data)[:2]
         size = (-(-h // factor), -(-w // factor))
         im = sj.decode_jpeg(data, "BGR", min_height=size[0], min_width=size[1])
-    except (ValueError, RuntimeError):  # libjpeg warned or failed (damaged, truncated, ...): OpenCV's turn
+    except Exception:  # noqa: BLE001
+        # libjpeg warned or failed (damaged, truncated, ...), or anything else went wrong in the
+        # optional decoder: OpenCV's turn, as without simplejpeg
         return None
     return upright(im) if im.shape[:2] == size else None
 

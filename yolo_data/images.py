@@ -16,6 +16,7 @@ import cv2
 import numpy as np
 
 from .decode import JPEG_SUFFIXES, REDUCED_FLAGS, ImageReadError, imread_bgr  # noqa: F401 (imported from here)
+from .decode import simplejpeg_module
 
 
 @dataclass
@@ -83,6 +84,9 @@ class ImageSource:
         self.store, self.img_size, self.linear, self.reduced = store, int(img_size), linear, reduced
         self.cache = cache
         self.on_failure = on_failure
+        # Import the optional decoder here, in the process that builds the dataset: forked DataLoader
+        # workers then inherit it (or its absence, and any warning about it, said once) every epoch.
+        simplejpeg_module()
 
     def __call__(self, i: int) -> LoadedImage:
         if self.cache is not None:
