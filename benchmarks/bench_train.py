@@ -228,7 +228,7 @@ def source_from_yaml(name: str, yaml_path: Path, link: bool) -> Source:
 
 def resolve_sources(datasets, root, synthetic_n: int, synthetic_root=None, yamls=()) -> List[Source]:
     """``root``: the datasets folder (None: $YOLO_DATA_BENCH_DATA or ../shared/datasets); ``yamls``: more
-    dataset yamls, each named by its file's stem."""
+    dataset yamls, each named by its file's stem (by its folder's name where two stems are the same)."""
     out = [source_from_yaml(Path(y).stem, Path(y).resolve(), link=True) for y in yamls]
     for ds in datasets:
         if ds == "synthetic":
@@ -243,7 +243,23 @@ def resolve_sources(datasets, root, synthetic_n: int, synthetic_root=None, yamls
     for s in out:
         if s.link and common.is_shared(s.images):
             s.link = False  # never hard-link into the shared datasets folder
+    unique_names(out)
     return out
+
+
+def unique_names(sources: List[Source]) -> None:
+    """Give sources that share a name (two yamls called highres.yaml) their folder's name instead, then
+    a number: each gets its own copy folder and its own rows in the report."""
+    shared = {s.name for s in sources if sum(t.name == s.name for t in sources) > 1}
+    taken = set()
+    for s in sources:
+        if s.name in shared and s.yaml.parent.name:
+            s.name = s.yaml.parent.name
+        name, k = s.name, 2
+        while name in taken:
+            name, k = f"{s.name}-{k}", k + 1
+        s.name = name
+        taken.add(name)
 
 
 def copy_for(src: Source, dst_root: Path) -> DatasetCopy:

@@ -157,6 +157,17 @@ def test_bench_train_yolo_data_only(tiny, tmp_path):
     assert "CPU ms/img" in out and f"Datasets: {name} ({N} images)." in out
 
 
+def test_two_dataset_yamls_of_one_name_get_names_of_their_own(monkeypatch):
+    """bench_train --data a/highres/highres.yaml b/highres200/highres.yaml: each its copy folder and rows."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import bench_train
+    paths = ["/a/highres/highres.yaml", "/b/highres200/highres.yaml", "/c/x/coco.yaml", "/d/x/coco.yaml",
+             "/e/y/solo.yaml"]
+    sources = [bench_train.Source(Path(p).stem, Path(p), Path("i"), Path("l"), {}, True) for p in paths]
+    bench_train.unique_names(sources)
+    assert [s.name for s in sources] == ["highres", "highres200", "x", "x-2", "solo"]
+
+
 def test_bench_memory_yolo_data_only(tiny, tmp_path):
     rc, out, err = run(tiny, tmp_path, "bench_memory.py", "--libraries", "yolo_data", "--datasets", "synthetic",
                        "--synthetic-n", N, "--workers", 1, "--batches", 3, "--window", 1, "--repeats", 1,
