@@ -58,6 +58,9 @@ def kinds() -> dict:
         "big-endian exif, orientation 1": with_app1(plain, b"Exif\0\0" + exif_block(1, ">")),
         "two exif blocks": with_app1(plain, b"Exif\0\0" + exif_block(1), b"Exif\0\0" + exif_block(6)),
         "truncated": plain[:len(plain) * 2 // 3], "bytes after the end": plain + b"\0" * 100,
+        # phones write XMP in an APP1 segment too: not an EXIF block, OpenCV still finds the orientation
+        "xmp before exif, orientation 6": with_app1(plain, b"http://ns.adobe.com/xap/1.0/\0<x:xmpmeta/>",
+                                                    b"Exif\0\0" + exif_block(6)),
     }
     for o in range(2, 9):
         out[f"orientation {o}"] = with_app1(plain, b"Exif\0\0" + exif_block(o, "<" if o % 2 else ">"))
@@ -74,7 +77,8 @@ def _cmyk(rgb: np.ndarray) -> bytes:
 
 # decoded by simplejpeg when it is installed; every other kind goes to OpenCV
 SIMPLEJPEG_KINDS = {"plain 4:2:0", "4:4:4", "4:2:2", "progressive", "gray", "cmyk", "exif without orientation",
-                    "big-endian exif, orientation 1", "bytes after the end"} | {f"orientation {o}" for o in range(2, 9)}
+                    "big-endian exif, orientation 1", "bytes after the end", "xmp before exif, orientation 6"}
+SIMPLEJPEG_KINDS |= {f"orientation {o}" for o in range(2, 9)}
 
 
 @pytest.fixture
