@@ -49,13 +49,10 @@ def simplejpeg_module():
     if _simplejpeg is _MISSING:
         try:
             import simplejpeg
-        except ImportError as e:
-            if getattr(e, "name", None) != "simplejpeg":  # installed, but its import failed
-                LOGGER.warning(f"simplejpeg is installed but does not import ({e}); JPEGs are decoded by OpenCV")
-            simplejpeg = None
         except Exception as e:  # noqa: BLE001  (an extension module can fail to load in many ways)
-            LOGGER.warning(f"simplejpeg is installed but does not import ({type(e).__name__}: {e}); "
-                           "JPEGs are decoded by OpenCV")
+            if not (isinstance(e, ImportError) and e.name == "simplejpeg"):  # installed, but will not load
+                LOGGER.warning(f"simplejpeg is installed but does not import ({type(e).__name__}: {e}); "
+                               "JPEGs are decoded by OpenCV")
             simplejpeg = None
         _simplejpeg = simplejpeg
     return _simplejpeg
