@@ -130,3 +130,70 @@ def test_state_dict_needs_the_loaders_own_sampler(data):
     plain = YoloDataLoader(ds, batch_size=4, sampler=SequentialSampler(ds), collate_fn=ds.collate_fn)
     with pytest.raises(TypeError, match="YoloSampler"):
         plain.state_dict()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_taken_after_set_epoch_and_before_the_first_batch_resumes_that_whole_epoch(data, workers):
+    ref_loader, _ = make(data)
+    ref = passes(ref_loader, 3)
+    loader, _ = make(data, workers=workers)
+    for epoch in range(2):
+        loader.sampler.set_epoch(epoch)
+        passes(loader, 1)
+    loader.sampler.set_epoch(2)  # a checkpoint at the start of epoch 2
+    state = loader.state_dict()
+    assert (state["epoch"], state["step"]) == (2, 0)
+    resumed, _ = make(data, workers=workers)
+    resumed.load_state_dict(state)
+    assert passes(resumed, 1)[0] == ref[2]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_after_an_early_break_and_set_epoch_starts_the_new_epoch_at_its_first_step(data, workers):
+    ref_loader, _ = make(data)
+    ref = passes(ref_loader, 2)
+    loader, _ = make(data, workers=workers)
+    loader.sampler.set_epoch(0)
+    for k, _batch in enumerate(loader):
+        if k == 1:
+            break  # two steps of epoch 0 used
+    loader.sampler.set_epoch(1)
+    state = loader.state_dict()
+    assert (state["epoch"], state["step"]) == (1, 0)
+    resumed, _ = make(data, workers=workers)
+    resumed.load_state_dict(state)
+    assert passes(resumed, 1)[0] == ref[1]
+
+
+def test_an_early_started_pass_kept_by_set_epoch_to_its_own_epoch_still_counts_its_steps(data):
+    loader, _ = make(data, workers=2)  # the workers began epoch 0 at construction
+    loader.sampler.set_epoch(0)
+    assert loader.state_dict()["step"] == 0
+    it = iter(loader)
+    next(it)
+    assert (loader.state_dict()["epoch"], loader.state_dict()["step"]) == (0, 1)
+
+
+@pytest.mark.parametrize("key,value", [("step", -1), ("step", 1.5), ("step", "2"), ("step", True), ("step", 5),
+                                       ("epoch", -3), ("epoch", 2**70), ("epoch", None)])
+def test_a_damaged_step_or_epoch_is_refused_with_its_name(data, key, value):
+    loader, _ = make(data)
+    state = dict(loader.state_dict(), **{key: value})
+    with pytest.raises(ValueError, match=f"'{key}' must be a whole number"):
+        make(data)[0].load_state_dict(state)
+
+
+def test_a_state_from_another_dataset_of_the_same_size_is_refused(data, tmp_path):
+    items = [(f"{i:02d}.jpg", (48, 40), f"{(i + 1) % 2} 0.5 0.5 0.2 0.2\n") for i in range(14)]  # other labels
+    other = str(make_dataset(tmp_path / "other", items, names=("a", "b")))
+    renamed = [(f"img{i:02d}.jpg", (48, 40), f"{i % 2} 0.5 0.5 0.2 0.2\n") for i in range(14)]
+    third = str(make_dataset(tmp_path / "third", renamed, names=("a", "b")))
+    state = make(data)[0].state_dict()
+    for path in (other, third):
+        with pytest.raises(ValueError, match="dataset '"):
+            make(path)[0].load_state_dict(state)
+    moved = str(make_dataset(tmp_path / "moved" / "elsewhere", [(f"{i:02d}.jpg", (48, 40), f"{i % 2} 0.5 0.5 0.2 0.2\n")
+                                                                for i in range(14)], names=("a", "b")))
+    make(moved)[0].load_state_dict(state)  # the same names and labels in another folder: accepted
+    legacy = {k: v for k, v in state.items() if k != "dataset"}
+    make(other)[0].load_state_dict(legacy)  # a state saved before states named their dataset

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Optional
 
 import cv2
 import numpy as np
@@ -18,6 +19,7 @@ from .workerheap import keep_freed_heap
 
 LOGGER = logging.getLogger("yolo_data")
 STATE_VERSION = 1  # of YoloDataLoader.state_dict()
+MAX_EPOCH = 2**62  # the epoch is kept in an int64 and mixed into seeds
 PARTNER_GROUP = 8  # default partner-group size (see create_dataloader)
 
 
@@ -43,6 +45,7 @@ class YoloDataLoader(DataLoader):
         self._early = None
         self._yielded = 0  # batches handed out by the current pass
         self._expect = None  # (what, digest) a resumed pass checks before it starts
+        self._digest = None  # of the dataset's names and labels, for state_dict
         if (early_start and self.num_workers > 0 and self.persistent_workers
                 and isinstance(self.sampler, YoloSampler)):
             self._iterator = self._get_iterator()  # forks the workers; the sampler starts its pass
@@ -73,8 +76,16 @@ class YoloDataLoader(DataLoader):
     def _fixed(self) -> dict:
         """What must be equal for a saved state to mean the same batches here."""
         s = self.sampler
-        return {"images": s.n, "global_batch": s.global_batch, "seed": s.seed, "shuffle": bool(s.shuffle),
-                "rect": bool(s.rect), "group": s.group, "drop_last": bool(s.drop_last)}
+        return {"images": s.n, "dataset": self._dataset_digest(), "global_batch": s.global_batch,
+                "seed": s.seed, "shuffle": bool(s.shuffle), "rect": bool(s.rect), "group": s.group,
+                "drop_last": bool(s.drop_last)}
+
+    def _dataset_digest(self) -> Optional[str]:
+        """The images' names and labels (store.names_digest), computed once; None for another dataset."""
+        if self._digest is None:
+            store = getattr(self.dataset, "store", None)
+            self._digest = store.names_digest() if hasattr(store, "names_digest") else ""
+        return self._digest or None
 
     def _varying(self) -> dict:
         """Digests of what a training script sets per epoch (checked when the resumed pass starts)."""
@@ -99,7 +110,15 @@ class YoloDataLoader(DataLoader):
         checks that they equal the saved run's when it starts."""
         if not isinstance(state, dict) or state.get("yolo_data_loader") != STATE_VERSION:
             raise ValueError(f"not a yolo_data loader state (version {STATE_VERSION}): {str(state)[:200]}")
+        steps = self.sampler.layout.steps
+        for key, top in (("epoch", MAX_EPOCH), ("step", steps)):
+            value = state.get(key)
+            if type(value) is not int or not 0 <= value <= top:  # bool, float, text: a damaged state
+                raise ValueError(f"loader state: '{key}' must be a whole number in 0..{top}"
+                                 f"{' (steps per epoch here)' if key == 'step' else ''}, got {value!r}")
         here = self._fixed()
+        if "dataset" not in state:  # made before states named their dataset: compared by size alone
+            here.pop("dataset")
         differ = [f"{k} {state.get(k)!r} -> {v!r}" for k, v in here.items() if state.get(k) != v and k != "group"]
         if state.get("group") != here["group"] and not differ:  # the same images, other mosaic partners
             LOGGER.warning(f"resuming with partner groups of {here['group']} where the saved run had "
@@ -108,7 +127,7 @@ class YoloDataLoader(DataLoader):
         if differ:
             raise ValueError("this loader would give other batches than the saved one: " + ", ".join(differ)
                              + " (resuming needs the same dataset, seed, settings and global batch = "
-                             "per-rank batch x world size)")
+                             "per-rank batch x world size; 'dataset' is a digest of the image names and labels)")
         self.sampler.resume_at(int(state["epoch"]), int(state["step"]))
         self._expect = {"weights": state.get("weights"), "indices": state.get("indices")}
         self._yielded = 0

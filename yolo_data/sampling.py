@@ -238,11 +238,12 @@ class YoloSampler(Sampler[int]):
             self.epoch, self.start_step, self._explicit = int(epoch), int(step), True
 
     def position(self, yielded: int) -> Tuple[int, int]:
-        """(epoch, global step) after ``yielded`` steps of the current pass; before any pass (or after
-        ``resume_at``), where the next pass begins."""
-        if self._started:
-            return self.epoch, self.pass_start + yielded
-        return self.epoch, self.start_step
+        """(epoch, global step) after ``yielded`` steps of the current pass; before any pass, after
+        ``resume_at``, or once ``set_epoch`` was called since the pass began (a checkpoint taken at the
+        start of an epoch, before its first batch), where the next pass begins."""
+        if not self._started or self._explicit:
+            return self.epoch, self.start_step
+        return self.epoch, self.pass_start + yielded
 
     def keep_started_pass(self, epoch: int) -> bool:
         """For a pass started at ``epoch`` but not yet handed out (the loader's early start): whether it
