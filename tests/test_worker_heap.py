@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from yolo_data import create_dataloader, loader, workerheap
+from yolo_data import create_dataloader, workerheap, workers
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -54,14 +54,15 @@ def test_freed_memory_is_kept_for_the_next_batch():
 
 def test_yolo_datas_workers_keep_their_heap_and_the_training_process_does_not(monkeypatch, tmp_path):
     calls = []
-    monkeypatch.setattr(loader, "keep_freed_heap", lambda: calls.append(os.getpid()))
-    monkeypatch.setattr(loader.cv2, "setNumThreads", lambda n: None)  # init_worker's other setting
-    loader.init_worker(0)
+    monkeypatch.setattr(workers, "keep_freed_heap", lambda: calls.append(os.getpid()))
+    monkeypatch.setattr(workers.cv2, "setNumThreads", lambda n: None)  # the worker's other setting
+    monkeypatch.setattr(workers, "_exit_when_orphaned", lambda parent: None)
+    workers.WorkerInit(parent=os.getppid())(0)  # as in a worker, whose parent is the training process
     assert calls == [os.getpid()]
     calls.clear()
     # a real worker: it runs init_worker (the spy's calls stay in the worker, so it reports through a file)
     seen = tmp_path / "pids"
-    monkeypatch.setattr(loader, "keep_freed_heap", lambda: seen.open("a").write(f"{os.getpid()}\n"))
+    monkeypatch.setattr(workers, "keep_freed_heap", lambda: seen.open("a").write(f"{os.getpid()}\n"))
     dl, _ = create_dataloader(str(REPO / "data" / "sample.yaml"), 64, 4, 32, workers=1, split="val")
     next(iter(dl))
     pids = seen.read_text().split()

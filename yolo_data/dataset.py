@@ -31,6 +31,7 @@ from .mapping import EvalMapper, ItemKey, TrainMapper, TrainSettings
 from .sampling import SharedEpoch, SharedFlag
 from .datayaml import is_dataset_yaml, load_dataset_yaml
 from .split import SplitLabels, load_split
+from .workers import guard_opencv_pool
 from .store import ImageFiles, LabelFiles, Labels, Segments
 from .tensors import BatchImages, Scratch
 
@@ -113,6 +114,7 @@ class YoloDataset(Dataset):
         self.path = path
         self.prefix = prefix
 
+        guard_opencv_pool()  # before any thread of ours uses OpenCV's pool: workers fork from here
         paths, names = resolve_split(path, split, augment)
         show = summary.printing_rank()
         self.split_labels: SplitLabels = load_split(paths, cache_dir=cache_dir, workers=workers,

@@ -5,7 +5,6 @@ import logging
 import os
 from typing import Optional
 
-import cv2
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
@@ -15,7 +14,7 @@ from .room import fit_workers_to_shm, shm_bytes_for_batches
 from .collate import QuadCollate, collate_fn
 from .dataset import YoloDataset
 from .sampling import YoloSampler, digest
-from .workerheap import keep_freed_heap
+from .workers import WorkerInit
 
 LOGGER = logging.getLogger("yolo_data")
 STATE_VERSION = 1  # of YoloDataLoader.state_dict()
@@ -160,15 +159,6 @@ class _Counted:
         return len(self._it)
 
 
-def init_worker(worker_id: int) -> None:
-    """In each DataLoader worker (never in the user's process): OpenCV single-threaded, as torch makes
-    itself in workers, so N workers do not each start a pool as large as the machine; freed heap memory
-    kept for the next batch (workerheap.py).  No random seeding is needed: items draw from their own
-    (seed, epoch, index) generators."""
-    cv2.setNumThreads(0)
-    keep_freed_heap()
-
-
 def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=None, augment=False, cache=False,
                       pad=0.0, rect=False, rank=-1, workers=8, image_weights=False, quad=False, prefix="",
                       shuffle=False, seed=0, *, split=None, cache_dir=None, min_items=0, batch_partners=True,
@@ -238,7 +228,7 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
     collate = QuadCollate(seed, dataset.shared_epoch) if quad else collate_fn
     loader = YoloDataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=nw,
                             pin_memory=torch.cuda.is_available(), collate_fn=collate, drop_last=quad,
-                            persistent_workers=nw > 0, worker_init_fn=init_worker, early_start=early_start)
+                            persistent_workers=nw > 0, worker_init_fn=WorkerInit(), early_start=early_start)
     if ddp:  # a rank with other data would hang the first collective instead of failing here
         distributed.check_ranks_agree({"images": len(dataset), "boxes": dataset.store.num_boxes(),
                                        "steps per epoch": len(loader)}, f"{prefix}{path}")

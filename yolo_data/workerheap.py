@@ -10,7 +10,7 @@ worker's next batch often finds its memory gone and page-faults it in again (the
 faults and 0.43-0.79 ms of system time per image, against about 1 fault and 0.25-0.35 ms with both
 thresholds fixed high, as set here.
 
-Set only in DataLoader workers (``loader.init_worker``), never in the training process; only on glibc
+Set only in DataLoader workers (``workers.WorkerInit``), never in the training process; only on glibc
 (elsewhere the allocator is left as it is).  A worker's resident memory then stays at the largest its
 batches needed, which it reaches anyway on every batch.
 """

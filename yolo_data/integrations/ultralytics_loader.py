@@ -22,7 +22,8 @@ from torch.utils.data import Sampler
 from .. import distributed
 from ..dataset import YoloDataset, resolve_split
 from ..formats import kind_of
-from ..loader import PARTNER_GROUP, YoloDataLoader, init_worker
+from ..loader import PARTNER_GROUP, YoloDataLoader
+from ..workers import WorkerInit
 from ..room import fit_workers_to_shm, shm_bytes_for_batches
 from ..sampling import YoloSampler
 from ..sources import list_image_files
@@ -142,7 +143,7 @@ def create_loader(path, settings: LoaderSettings, rank: int = -1, prefix: str = 
     loader = UltralyticsLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=nw,
                                pin_memory=torch.cuda.is_available(),
                                collate_fn=DictCollate(evaluation=not settings.augment),
-                               persistent_workers=nw > 0, worker_init_fn=init_worker)
+                               persistent_workers=nw > 0, worker_init_fn=WorkerInit())
     if ddp and settings.augment:  # a rank with other data would hang the first collective instead of failing
         distributed.check_ranks_agree({"images": len(dataset), "boxes": dataset.store.num_boxes(),
                                        "steps per epoch": len(loader)}, f"{prefix}{path}")
