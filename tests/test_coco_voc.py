@@ -398,3 +398,32 @@ def test_malformed_voc_files_are_named_not_fatal(tmp_path):
                      "nan": "object 1 (cat): bndbox/xmax is 'nan'",
                      "dir": "annotation is not a regular file (a folder)"}, probs
     assert len(s.store) == 1
+
+
+def test_a_nul_byte_in_a_voc_list_or_a_coco_file_name_is_one_named_problem(tmp_path):
+    root = voc_dir(tmp_path / "voc", {i: [("cat", 0, (1, 1, 32, 24))] for i in "abc"})
+    lst = root / "ImageSets" / "Main" / "train.txt"
+    lst.parent.mkdir(parents=True)
+    lst.write_bytes(b"a\nb\x00\nc  1\n")
+    before = tree_digest(root)
+    s = load_split(str(lst), names=["cat"])
+    assert [Path(s.store.im_file(i)).stem for i in range(len(s.store))] == ["a", "c"]
+    assert [(p.file, p.reason, p.dropped) for p in s.problems] == [(str(lst), "line 2 contains a NUL byte; left out", True)]
+    assert s.counts["found"] == 3 and s.counts["corrupt"] == 1
+    assert tree_digest(root) == {**before, "ImageSets/Main/train.yolo_data.cache":
+                                 tree_digest(root)["ImageSets/Main/train.yolo_data.cache"]}
+
+    write_image(tmp_path / "c" / "x.jpg", 64, 64)
+    write_image(tmp_path / "c" / "y.jpg", 64, 64, seed=1)
+    images = [{"id": 1, "file_name": "x.jpg", "width": 64, "height": 64},
+              {"id": 2, "file_name": "y\u0000.jpg", "width": 64, "height": 64},
+              {"id": 3, "file_name": "y.jpg", "width": 64, "height": 64}]
+    anns = [{"id": k, "image_id": k, "category_id": 1, "bbox": [0, 0, 8, 8]} for k in (1, 2, 3)]
+    js = coco_json(tmp_path / "c" / "a.json", images, anns, [{"id": 1, "name": "a"}])
+    for run in range(2):  # scanned, then from the cache
+        s = load_split(str(js))
+        assert s.built == (run == 0)
+        assert [Path(s.store.im_file(i)).name for i in range(len(s.store))] == ["x.jpg", "y.jpg"]
+        assert [(p.file, p.reason) for p in s.problems if p.dropped] == [
+            (str(js), "images[1] (image id 2): file_name 'y\\x00.jpg' contains a NUL byte; left out")]
+        assert s.counts["found"] == 3 and s.counts["corrupt"] == 1

@@ -69,7 +69,7 @@ def _stats(paths: Sequence[str]) -> array:
     for p in paths:
         try:
             st = stat(p)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a name with a NUL byte, which no file has
             vals.extend(_MISSING)
             continue
         vals.extend((st.st_size, st.st_mtime_ns, st.st_mode >> 12))

@@ -30,6 +30,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .labels import Problem, normalising_size, without_duplicates
+from .sources import nul_problem
 
 LOGGER = logging.getLogger("yolo_data")
 IMAGE_ROOT_PROBES = 32  # images whose files decide which folder file_name is relative to
@@ -167,6 +168,8 @@ def _group(json_file: Path, data: dict, names: Optional[Sequence[str]]) -> CocoS
                 or not im["file_name"]:
             problems.append(Problem(str(json_file), f"images[{k}] has no 'id' (a number or text) or 'file_name'; "
                                                     "left out", True))
+        elif "\0" in im["file_name"]:
+            problems.append(nul_problem(str(json_file), f"images[{k}] (image id {im['id']}): file_name {im['file_name']!r}"))
         elif im["id"] in images:
             problems.append(Problem(str(json_file), f"image id {im['id']} is listed twice ({images[im['id']]['file_name']} "
                                                     f"and {im['file_name']}); the second is left out", True))
