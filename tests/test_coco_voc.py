@@ -427,3 +427,25 @@ def test_a_nul_byte_in_a_voc_list_or_a_coco_file_name_is_one_named_problem(tmp_p
         assert [(p.file, p.reason) for p in s.problems if p.dropped] == [
             (str(js), "images[1] (image id 2): file_name 'y\\x00.jpg' contains a NUL byte; left out")]
         assert s.counts["found"] == 3 and s.counts["corrupt"] == 1
+
+
+def test_entity_declarations_are_refused_in_any_encoding(tmp_path):
+    import codecs
+    root = voc_dir(tmp_path / "voc", {"ok": [("cat", 0, (1, 1, 32, 24))]})
+    obj = "<object><name>{}</name><bndbox><xmin>1</xmin><ymin>1</ymin><xmax>9</xmax><ymax>9</ymax></bndbox></object>"
+    bomb = ('<?xml version="1.0" encoding="UTF-16"?><!DOCTYPE annotation [<!ENTITY z "zebra">]>'
+            f'<annotation>{obj.format("&z;")}</annotation>')
+    plain = f'<?xml version="1.0" encoding="UTF-16"?><annotation>{obj.format("cat")}</annotation>'
+    files = {"le_bom": codecs.BOM_UTF16_LE + bomb.encode("utf-16-le"), "be_bom": codecs.BOM_UTF16_BE + bomb.encode("utf-16-be"),
+             "le": bomb.encode("utf-16-le"), "be": bomb.encode("utf-16-be"),
+             "utf16_plain": codecs.BOM_UTF16_BE + plain.encode("utf-16-be")}  # no declarations: read as usual
+    for stem, raw in files.items():
+        write_image(root / "JPEGImages" / f"{stem}.jpg", 64, 48)
+        (root / "Annotations" / f"{stem}.xml").write_bytes(raw)
+    s = load_split(str(root))  # no names given: they are read from the XML files
+    assert s.names == ["cat"]  # 'zebra' was never expanded, not even when looking for names
+    probs = {Path(p.file).stem: p.reason for p in s.problems if p.dropped}
+    assert probs == {stem: "XML with a DOCTYPE or entity declarations is not a VOC annotation"
+                     for stem in ("le_bom", "be_bom", "le", "be")}, probs
+    kept = {Path(s.store.im_file(i)).stem: s.store.labels_of(i) for i in range(len(s.store))}
+    assert sorted(kept) == ["ok", "utf16_plain"] and len(kept["utf16_plain"]) == 1

@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
+from xml.parsers import expat
 
 import numpy as np
 
@@ -82,6 +83,30 @@ def list_voc(entry: Path) -> VocListing:
     return VocListing(root, [p[0] for p in pairs], [p[1] for p in pairs], problems)
 
 
+def _refuse_declarations(*_) -> None:
+    # A VOC file never declares a DOCTYPE or entities; entity bombs ("billion laughs") do.  Refused by
+    # the parser, which has decoded the text, so no encoding (UTF-16 with or without a BOM) hides one.
+    raise _Corrupt("XML with a DOCTYPE or entity declarations is not a VOC annotation")
+
+
+def _tree(raw: bytes) -> ET.Element:
+    """Parse XML bytes into elements with expat (which detects the encoding from the BOM or the
+    declaration), refusing any DOCTYPE or entity declaration.  Raises _Corrupt."""
+    builder = ET.TreeBuilder()
+    parser = expat.ParserCreate()
+    parser.StartDoctypeDeclHandler = _refuse_declarations
+    parser.EntityDeclHandler = _refuse_declarations
+    parser.StartElementHandler = builder.start
+    parser.EndElementHandler = builder.end
+    parser.CharacterDataHandler = builder.data
+    parser.buffer_text = True  # one data call per text run, not one per line
+    try:
+        parser.Parse(raw, True)
+        return builder.close()
+    except (expat.ExpatError, LookupError, ValueError) as e:  # an encoding without a codec, or multi-byte
+        raise _Corrupt(f"not valid XML ({e})") from None
+
+
 def _parse(xml_file: str) -> ET.Element:
     """The XML's root element, read with the label files' limits.  Raises FileNotFoundError or _Corrupt."""
     try:
@@ -92,12 +117,7 @@ def _parse(xml_file: str) -> ET.Element:
         raw = f.read(MAX_LABEL_BYTES + 1)
     if len(raw) > MAX_LABEL_BYTES:
         raise _Corrupt(f"annotation is over {MAX_LABEL_BYTES:,} bytes")
-    if b"<!DOCTYPE" in raw or b"<!ENTITY" in raw:  # a VOC file never declares entities (entity bombs do)
-        raise _Corrupt("XML with a DOCTYPE or entity declarations is not a VOC annotation")
-    try:
-        return ET.fromstring(raw)
-    except ET.ParseError as e:
-        raise _Corrupt(f"not valid XML ({e})") from None
+    return _tree(raw)
 
 
 def names_in(xml_files: Sequence[str]) -> List[str]:
