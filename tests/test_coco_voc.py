@@ -449,3 +449,16 @@ def test_entity_declarations_are_refused_in_any_encoding(tmp_path):
                      for stem in ("le_bom", "be_bom", "le", "be")}, probs
     kept = {Path(s.store.im_file(i)).stem: s.store.labels_of(i) for i in range(len(s.store))}
     assert sorted(kept) == ["ok", "utf16_plain"] and len(kept["utf16_plain"]) == 1
+
+
+@pytest.mark.parametrize("text", ["[" * 100000 + "]" * 100000, '{"a": ' * 100000 + "1" + "}" * 100000,
+                                  '{"images": [], "categories": [{"id": 1, "x": ' + "[" * 100000 + "]" * 100000 + "}]}"])
+def test_a_json_nested_100000_deep_is_named_not_a_recursion_error(tmp_path, text, capsys):
+    js = tmp_path / "c" / "deep.json"
+    js.parent.mkdir()
+    js.write_text(text)
+    with pytest.raises(ValueError, match=r"deep\.json: not a COCO annotation file \(JSON nested too deeply to read"):
+        load_split(str(js))
+    assert build_cache_main([str(js)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {js}: not a COCO annotation file") and "Recursion" not in err

@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import os
+import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,6 +88,9 @@ def _load(json_file: Path) -> dict:
         raise ValueError(f"{json_file}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     except UnicodeDecodeError:
         raise ValueError(f"{json_file}: not UTF-8 text") from None
+    except RecursionError:  # the decoder recurses once per level; a COCO file nests about 5 deep
+        raise ValueError(f"{json_file}: not a COCO annotation file (JSON nested too deeply to read: past "
+                         f"Python's recursion limit of {sys.getrecursionlimit()} levels)") from None
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):
         raise ValueError(f"{json_file}: not a COCO annotation file (expected an object with an 'images' list)")
     for key in ("annotations", "categories"):
