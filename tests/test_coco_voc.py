@@ -462,3 +462,24 @@ def test_a_json_nested_100000_deep_is_named_not_a_recursion_error(tmp_path, text
     assert build_cache_main([str(js)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {js}: not a COCO annotation file") and "Recursion" not in err
+
+
+def test_a_file_name_outside_the_image_folder_is_refused_and_named(tmp_path):
+    root = tmp_path / "ds" / "train"
+    write_image(root / "x.jpg", 64, 64)
+    write_image(root / "sub" / "y.jpg", 64, 64, seed=1)
+    secret = write_image(tmp_path / "elsewhere" / "secret.jpg", 64, 64, seed=2)  # outside the dataset
+    names = {1: "x.jpg", 2: "sub/../sub/y.jpg", 3: "../../elsewhere/secret.jpg", 4: str(secret),
+             5: "sub/../../../elsewhere/secret.jpg", 6: "..", 7: "..x.jpg"}
+    write_image(root / "..x.jpg", 64, 64, seed=3)  # a name starting with two dots stays inside
+    images = [{"id": k, "file_name": f, "width": 64, "height": 64} for k, f in names.items()]
+    anns = [{"id": k, "image_id": k, "category_id": 1, "bbox": [0, 0, 8, 8]} for k in names]
+    js = coco_json(root / "a.json", images, anns, [{"id": 1, "name": "a"}])
+    s = load_split(str(js))
+    assert [s.store.im_file(i) for i in range(len(s.store))] == [
+        str(root / "..x.jpg"), str(root / "sub/../sub/y.jpg"), str(root / "x.jpg")]
+    refused = {(p.file, p.reason) for p in s.problems if p.dropped}
+    assert refused == {(str(js), f"image id {k}: file_name {names[k]!r} is outside the image folder {root}; left out")
+                       for k in (3, 4, 5, 6)}, refused
+    assert s.counts["found"] == 7 and s.counts["corrupt"] == 4
+    assert all("secret" not in s.store.im_file(i) for i in range(len(s.store)))

@@ -11,8 +11,9 @@ normalised by the image's ``width`` and ``height`` as converters do (Ultralytics
 row's segment (an object drawn as several polygons gets their points joined in order); RLE masks stay
 boxes, with one message.  Images without annotations are backgrounds.  Problems are named (the JSON, the
 image id and file, the annotation id): annotations of images not in ``images``, boxes of no size,
-boxes reaching outside the image (clipped), unknown categories.  Missing image files are reported by the
-scan.  Nothing is written.
+boxes reaching outside the image (clipped), unknown categories, and a ``file_name`` that is absolute or
+climbs out of the image folder with ``..`` (left out: nothing outside the dataset's image folder is
+read).  Missing image files are reported by the scan.  Nothing is written.
 """
 from __future__ import annotations
 
@@ -134,6 +135,18 @@ def _image_root(json_file: Path, file_names: List[str]) -> Path:
     return roots[found.index(max(found))]
 
 
+def _outside(file_name: str) -> bool:
+    """Whether ``file_name`` leaves the image folder it is relative to: absolute (or with a drive),
+    or climbing out with ``..``.  Judged on the text alone, so it holds for whichever folder is chosen;
+    a symlink inside the folder is the dataset's own and is followed as YOLO image folders' are."""
+    if os.path.isabs(file_name) or os.path.splitdrive(file_name)[0]:
+        return True
+    if ".." not in file_name:  # nearly every name: no normpath (pure Python) per image
+        return False
+    norm = os.path.normpath(file_name)
+    return norm == os.pardir or norm.startswith(os.pardir + os.sep)
+
+
 def _polygon(seg, where: str, warnings: List[str]) -> Optional[np.ndarray]:
     """A polygon segmentation -> one (k, 2) float64 pixel polygon (several joined in order), or None
     (no polygon, an RLE mask, or numbers that are not numbers: then a warning and the box alone)."""
@@ -194,10 +207,14 @@ def _group(json_file: Path, data: dict, names: Optional[Sequence[str]]) -> CocoS
         problems.append(Problem(str(json_file), f"{count} annotation{'s' if count > 1 else ''} of image id {image_id}, "
                                                 "which is not in 'images'; left out", False))
     cls_of, class_names = _classes(data, json_file, names, used)
-    root = _image_root(json_file, [im["file_name"] for im in images.values()])
+    root = _image_root(json_file, [im["file_name"] for im in images.values() if not _outside(im["file_name"])])
     notes: Counter = Counter()
     out = []
     for image_id, im in images.items():
+        if _outside(im["file_name"]):
+            problems.append(Problem(str(json_file), f"image id {image_id}: file_name {im['file_name']!r} is outside "
+                                                    f"the image folder {root}; left out", True))
+            continue
         out.append((os.path.join(root, im["file_name"]),
                     _image(json_file, image_id, im, anns.get(image_id, []), cls_of, notes)))
     if notes["rle"]:
