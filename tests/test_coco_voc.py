@@ -400,7 +400,7 @@ def test_malformed_voc_files_are_named_not_fatal(tmp_path):
     assert len(s.store) == 1
 
 
-def test_a_nul_byte_in_a_voc_list_or_a_coco_file_name_is_one_named_problem(tmp_path):
+def test_a_voc_list_line_or_coco_file_name_no_file_can_have_is_one_named_problem(tmp_path):
     root = voc_dir(tmp_path / "voc", {i: [("cat", 0, (1, 1, 32, 24))] for i in "abc"})
     lst = root / "ImageSets" / "Main" / "train.txt"
     lst.parent.mkdir(parents=True)
@@ -417,16 +417,19 @@ def test_a_nul_byte_in_a_voc_list_or_a_coco_file_name_is_one_named_problem(tmp_p
     write_image(tmp_path / "c" / "y.jpg", 64, 64, seed=1)
     images = [{"id": 1, "file_name": "x.jpg", "width": 64, "height": 64},
               {"id": 2, "file_name": "y\u0000.jpg", "width": 64, "height": 64},
-              {"id": 3, "file_name": "y.jpg", "width": 64, "height": 64}]
-    anns = [{"id": k, "image_id": k, "category_id": 1, "bbox": [0, 0, 8, 8]} for k in (1, 2, 3)]
+              {"id": 3, "file_name": "y.jpg", "width": 64, "height": 64},
+              {"id": 4, "file_name": "z\ud800.jpg", "width": 64, "height": 64}]  # (json.dumps keeps it an escape)
+    anns = [{"id": k, "image_id": k, "category_id": 1, "bbox": [0, 0, 8, 8]} for k in (1, 2, 3, 4)]
     js = coco_json(tmp_path / "c" / "a.json", images, anns, [{"id": 1, "name": "a"}])
     for run in range(2):  # scanned, then from the cache
         s = load_split(str(js))
         assert s.built == (run == 0)
         assert [Path(s.store.im_file(i)).name for i in range(len(s.store))] == ["x.jpg", "y.jpg"]
         assert [(p.file, p.reason) for p in s.problems if p.dropped] == [
-            (str(js), "images[1] (image id 2): file_name 'y\\x00.jpg' contains a NUL byte; left out")]
-        assert s.counts["found"] == 3 and s.counts["corrupt"] == 1
+            (str(js), "images[1] (image id 2): file_name 'y\\x00.jpg' contains a NUL byte; left out"),
+            (str(js), "images[3] (image id 4): file_name 'z\\ud800.jpg' holds a lone surrogate, which no file name "
+                      "can; left out")]
+        assert s.counts["found"] == 4 and s.counts["corrupt"] == 2
 
 
 def test_entity_declarations_are_refused_in_any_encoding(tmp_path):

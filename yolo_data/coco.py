@@ -172,6 +172,16 @@ def read_coco(json_file, names: Optional[Sequence[str]] = None) -> CocoSplit:
         return _group(json_file, data, names)
 
 
+def _encodable(file_name: str) -> bool:
+    """Whether ``file_name`` has bytes on disk: a JSON escape can make a lone surrogate that no
+    encoding turns into bytes (unlike the ones os.fsdecode makes of a name that is not UTF-8)."""
+    try:
+        os.fsencode(file_name)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _is_id(value) -> bool:
     """COCO ids are numbers (or, in some exports, texts); anything else cannot name an image."""
     return isinstance(value, (int, str)) and not isinstance(value, bool)
@@ -187,6 +197,9 @@ def _group(json_file: Path, data: dict, names: Optional[Sequence[str]]) -> CocoS
                                                     "left out", True))
         elif "\0" in im["file_name"]:
             problems.append(nul_problem(str(json_file), f"images[{k}] (image id {im['id']}): file_name {im['file_name']!r}"))
+        elif not _encodable(im["file_name"]):
+            problems.append(Problem(str(json_file), f"images[{k}] (image id {im['id']}): file_name {im['file_name']!r} "
+                                                    "holds a lone surrogate, which no file name can; left out", True))
         elif im["id"] in images:
             problems.append(Problem(str(json_file), f"image id {im['id']} is listed twice ({images[im['id']]['file_name']} "
                                                     f"and {im['file_name']}); the second is left out", True))
