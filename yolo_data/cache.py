@@ -34,7 +34,9 @@ from .store import LabelStore
 LOGGER = logging.getLogger("yolo_data")
 
 KIND = "labels"
-FORMAT_VERSION = 6  # of the contents (4: class names; 5: a COCO split's settings and listed images; 6: which listed images were kept); the container's own format is container.FORMAT
+# Of the contents (4: class names; 5: a COCO split's settings and listed images; 6: which listed images
+# the store kept); the container's own format is container.FORMAT.
+FORMAT_VERSION = 6
 CACHE_DIR_ENV = "YOLO_DATA_CACHE_DIR"
 __all__ = ["CacheError", "CacheContents", "fingerprint", "check_listing", "load", "save", "user_cache_dir",
            "folder_cache_file"]

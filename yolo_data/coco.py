@@ -196,7 +196,8 @@ def _group(json_file: Path, data: dict, names: Optional[Sequence[str]]) -> CocoS
             problems.append(Problem(str(json_file), f"images[{k}] has no 'id' (a number or text) or 'file_name'; "
                                                     "left out", True))
         elif "\0" in im["file_name"]:
-            problems.append(nul_problem(str(json_file), f"images[{k}] (image id {im['id']}): file_name {im['file_name']!r}"))
+            problems.append(nul_problem(str(json_file),
+                                        f"images[{k}] (image id {im['id']}): file_name {im['file_name']!r}"))
         elif not _encodable(im["file_name"]):
             problems.append(Problem(str(json_file), f"images[{k}] (image id {im['id']}): file_name {im['file_name']!r} "
                                                     "holds a lone surrogate, which no file name can; left out", True))
