@@ -167,6 +167,7 @@ CRAFTED = {  # each with a valid checksum: only the checks of offsets and values
     "class negative": dict(arrays=lambda a: a["labels"].__setitem__((0, 0), -1)),
     "class infinite": dict(arrays=lambda a: a["labels"].__setitem__((0, 0), np.inf)),
     "image size zero": dict(arrays=lambda a: a["shapes"].__setitem__((0, 0), 0)),
+    "kept flags not one row": dict(header=lambda h: h["arrays"]["kept"].update(shape=[2, 3])),
 }
 
 
@@ -176,6 +177,68 @@ def test_crafted_cache_with_a_valid_checksum_is_rejected_and_rebuilt(small_datas
     f = cache_file(small_dataset)
     crafting.rewrite(f, **CRAFTED[case])
     assert_rejected_then_rebuilt(small_dataset, good, caplog)
+
+
+def _rename_stored(old: bytes, new: bytes):
+    """An edit of the stored image paths: the first ``old`` in them becomes ``new`` (as long)."""
+    def edit(a):
+        i = a["path_bytes"].tobytes().index(old)
+        a["path_bytes"][i:i + len(new)] = np.frombuffer(new, np.uint8)
+    return edit
+
+
+@pytest.mark.parametrize("case,old,new", [("a file that does not exist", b"/b.jpg", b"/x.jpg"),
+                                          ("another image", b"/a.jpg", b"/d.jpg")])
+def test_a_cache_whose_stored_paths_are_not_the_listed_files_is_rebuilt(small_dataset, case, old, new, caplog):
+    good = load_split(images(small_dataset), nc=3)
+    f = cache_file(small_dataset)
+    crafting.rewrite(f, arrays=_rename_stored(old, new))  # with a valid checksum, the same fingerprint
+    assert cache.load(f).fingerprint == good.fingerprint
+    with caplog.at_level(logging.WARNING, logger="yolo_data"):
+        rebuilt = load_split(images(small_dataset), nc=3)
+    assert rebuilt.built and same_labels(good, rebuilt)
+    warned = [r.message for r in caplog.records if str(f) in r.message]
+    assert len(warned) == 1 and "rebuilding it" in warned[0], warned
+    assert f"but the listed file there is '{images(small_dataset)}{old.decode()}'" in warned[0]
+    again = load_split(images(small_dataset), nc=3)
+    assert not again.built and same_labels(good, again)
+
+
+def test_left_out_images_are_recorded_and_their_flags_checked(small_dataset, caplog):
+    lb = Path(small_dataset).parent / "labels" / "train"
+    (lb / "b.txt").write_text("7 0.5 0.5 0.1 0.1\n")  # class 7 of 3: b.jpg is left out
+    good = load_split(images(small_dataset), nc=3)
+    assert good.counts["corrupt"] == 1 and len(good.store) == 5
+    assert not load_split(images(small_dataset), nc=3).built  # a cache with a left-out image is reused
+    assert cache.load(cache_file(small_dataset)).kept.tolist() == [True, False, True, True, True, True]
+
+    def shift(a):  # b.jpg marked kept, c.png left out: the stored paths no longer line up with the flags
+        a["kept"][1:3] = [1, 0]
+    crafting.rewrite(cache_file(small_dataset), arrays=shift)
+    with caplog.at_level(logging.WARNING, logger="yolo_data"):
+        rebuilt = load_split(images(small_dataset), nc=3)
+    assert rebuilt.built and same_labels(good, rebuilt)
+    assert any("its image 1 is" in r.message and str(cache_file(small_dataset)) in r.message for r in caplog.records)
+
+
+def test_a_coco_cache_whose_stored_paths_were_edited_is_rebuilt_on_the_warm_start(tmp_path, caplog):
+    import json
+    from conftest import write_image
+    root = tmp_path / "c"
+    for k, name in enumerate("ab"):
+        write_image(root / f"{name}.jpg", 64, 64, seed=k)
+    js = root / "a.json"
+    js.write_text(json.dumps({"images": [{"id": k, "file_name": f"{n}.jpg", "width": 64, "height": 64}
+                                         for k, n in enumerate("ab")],
+                              "annotations": [{"id": 1, "image_id": 0, "category_id": 1, "bbox": [0, 0, 8, 8]}],
+                              "categories": [{"id": 1, "name": "x"}]}))
+    good = load_split(str(js))
+    f = good.cache_file
+    crafting.rewrite(f, arrays=_rename_stored(b"/a.jpg", b"/b.jpg"))  # a.jpg's labels on b.jpg's pixels
+    with caplog.at_level(logging.WARNING, logger="yolo_data"):
+        rebuilt = load_split(str(js))
+    assert rebuilt.built and same_labels(good, rebuilt)
+    assert any(str(f) in r.message and "rebuilding it" in r.message for r in caplog.records)
 
 
 @pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])

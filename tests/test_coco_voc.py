@@ -398,3 +398,91 @@ def test_malformed_voc_files_are_named_not_fatal(tmp_path):
                      "nan": "object 1 (cat): bndbox/xmax is 'nan'",
                      "dir": "annotation is not a regular file (a folder)"}, probs
     assert len(s.store) == 1
+
+
+def test_a_voc_list_line_or_coco_file_name_no_file_can_have_is_one_named_problem(tmp_path):
+    root = voc_dir(tmp_path / "voc", {i: [("cat", 0, (1, 1, 32, 24))] for i in "abc"})
+    lst = root / "ImageSets" / "Main" / "train.txt"
+    lst.parent.mkdir(parents=True)
+    lst.write_bytes(b"a\nb\x00\nc  1\n")
+    before = tree_digest(root)
+    s = load_split(str(lst), names=["cat"])
+    assert [Path(s.store.im_file(i)).stem for i in range(len(s.store))] == ["a", "c"]
+    assert [(p.file, p.reason, p.dropped) for p in s.problems] == [(str(lst), "line 2 contains a NUL byte; left out", True)]
+    assert s.counts["found"] == 3 and s.counts["corrupt"] == 1
+    assert tree_digest(root) == {**before, "ImageSets/Main/train.yolo_data.cache":
+                                 tree_digest(root)["ImageSets/Main/train.yolo_data.cache"]}
+
+    write_image(tmp_path / "c" / "x.jpg", 64, 64)
+    write_image(tmp_path / "c" / "y.jpg", 64, 64, seed=1)
+    images = [{"id": 1, "file_name": "x.jpg", "width": 64, "height": 64},
+              {"id": 2, "file_name": "y\u0000.jpg", "width": 64, "height": 64},
+              {"id": 3, "file_name": "y.jpg", "width": 64, "height": 64},
+              {"id": 4, "file_name": "z\ud800.jpg", "width": 64, "height": 64}]  # (json.dumps keeps it an escape)
+    anns = [{"id": k, "image_id": k, "category_id": 1, "bbox": [0, 0, 8, 8]} for k in (1, 2, 3, 4)]
+    js = coco_json(tmp_path / "c" / "a.json", images, anns, [{"id": 1, "name": "a"}])
+    for run in range(2):  # scanned, then from the cache
+        s = load_split(str(js))
+        assert s.built == (run == 0)
+        assert [Path(s.store.im_file(i)).name for i in range(len(s.store))] == ["x.jpg", "y.jpg"]
+        assert [(p.file, p.reason) for p in s.problems if p.dropped] == [
+            (str(js), "images[1] (image id 2): file_name 'y\\x00.jpg' contains a NUL byte; left out"),
+            (str(js), "images[3] (image id 4): file_name 'z\\ud800.jpg' holds a lone surrogate, which no file name "
+                      "can; left out")]
+        assert s.counts["found"] == 4 and s.counts["corrupt"] == 2
+
+
+def test_entity_declarations_are_refused_in_any_encoding(tmp_path):
+    import codecs
+    root = voc_dir(tmp_path / "voc", {"ok": [("cat", 0, (1, 1, 32, 24))]})
+    obj = "<object><name>{}</name><bndbox><xmin>1</xmin><ymin>1</ymin><xmax>9</xmax><ymax>9</ymax></bndbox></object>"
+    bomb = ('<?xml version="1.0" encoding="UTF-16"?><!DOCTYPE annotation [<!ENTITY z "zebra">]>'
+            f'<annotation>{obj.format("&z;")}</annotation>')
+    plain = f'<?xml version="1.0" encoding="UTF-16"?><annotation>{obj.format("cat")}</annotation>'
+    files = {"le_bom": codecs.BOM_UTF16_LE + bomb.encode("utf-16-le"), "be_bom": codecs.BOM_UTF16_BE + bomb.encode("utf-16-be"),
+             "le": bomb.encode("utf-16-le"), "be": bomb.encode("utf-16-be"),
+             "utf16_plain": codecs.BOM_UTF16_BE + plain.encode("utf-16-be")}  # no declarations: read as usual
+    for stem, raw in files.items():
+        write_image(root / "JPEGImages" / f"{stem}.jpg", 64, 48)
+        (root / "Annotations" / f"{stem}.xml").write_bytes(raw)
+    s = load_split(str(root))  # no names given: they are read from the XML files
+    assert s.names == ["cat"]  # 'zebra' was never expanded, not even when looking for names
+    probs = {Path(p.file).stem: p.reason for p in s.problems if p.dropped}
+    assert probs == {stem: "XML with a DOCTYPE or entity declarations is not a VOC annotation"
+                     for stem in ("le_bom", "be_bom", "le", "be")}, probs
+    kept = {Path(s.store.im_file(i)).stem: s.store.labels_of(i) for i in range(len(s.store))}
+    assert sorted(kept) == ["ok", "utf16_plain"] and len(kept["utf16_plain"]) == 1
+
+
+@pytest.mark.parametrize("text", ["[" * 100000 + "]" * 100000, '{"a": ' * 100000 + "1" + "}" * 100000,
+                                  '{"images": [], "categories": [{"id": 1, "x": ' + "[" * 100000 + "]" * 100000 + "}]}"])
+def test_a_json_nested_100000_deep_is_named_not_a_recursion_error(tmp_path, text, capsys):
+    js = tmp_path / "c" / "deep.json"
+    js.parent.mkdir()
+    js.write_text(text)
+    with pytest.raises(ValueError, match=r"deep\.json: not a COCO annotation file \(JSON nested too deeply to read"):
+        load_split(str(js))
+    assert build_cache_main([str(js)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {js}: not a COCO annotation file") and "Recursion" not in err
+
+
+def test_a_file_name_outside_the_image_folder_is_refused_and_named(tmp_path):
+    root = tmp_path / "ds" / "train"
+    write_image(root / "x.jpg", 64, 64)
+    write_image(root / "sub" / "y.jpg", 64, 64, seed=1)
+    secret = write_image(tmp_path / "elsewhere" / "secret.jpg", 64, 64, seed=2)  # outside the dataset
+    names = {1: "x.jpg", 2: "sub/../sub/y.jpg", 3: "../../elsewhere/secret.jpg", 4: str(secret),
+             5: "sub/../../../elsewhere/secret.jpg", 6: "..", 7: "..x.jpg"}
+    write_image(root / "..x.jpg", 64, 64, seed=3)  # a name starting with two dots stays inside
+    images = [{"id": k, "file_name": f, "width": 64, "height": 64} for k, f in names.items()]
+    anns = [{"id": k, "image_id": k, "category_id": 1, "bbox": [0, 0, 8, 8]} for k in names]
+    js = coco_json(root / "a.json", images, anns, [{"id": 1, "name": "a"}])
+    s = load_split(str(js))
+    assert [s.store.im_file(i) for i in range(len(s.store))] == [
+        str(root / "..x.jpg"), str(root / "sub/../sub/y.jpg"), str(root / "x.jpg")]
+    refused = {(p.file, p.reason) for p in s.problems if p.dropped}
+    assert refused == {(str(js), f"image id {k}: file_name {names[k]!r} is outside the image folder {root}; left out")
+                       for k in (3, 4, 5, 6)}, refused
+    assert s.counts["found"] == 7 and s.counts["corrupt"] == 4
+    assert all("secret" not in s.store.im_file(i) for i in range(len(s.store)))

@@ -150,6 +150,37 @@ def test_non_utf8_name_missing_file_is_an_image_read_error_naming_it(tmp_path):
         imread_bgr(gone)
 
 
+def test_a_nul_byte_in_a_txt_list_line_is_one_named_problem(tmp_path):
+    root = tmp_path / "ds"
+    make_dataset(root, [(f"{n}.jpg", (32, 32), "0 0.5 0.5 0.2 0.2\n") for n in "abc"])
+    lst = root / "train.txt"
+    lst.write_bytes(b"./images/train/a.jpg\n./images/train/b\x00.jpg\n\n./images/train/c.jpg\n\x00\n")
+    before = tree_digest(root)
+    s = load_split(str(lst), nc=3)
+    assert [Path(s.store.im_file(i)).name for i in range(len(s.store))] == ["a.jpg", "c.jpg"]
+    assert [(p.file, p.reason, p.dropped) for p in s.problems] == [
+        (str(lst), "line 2 contains a NUL byte; left out", True), (str(lst), "line 5 contains a NUL byte; left out", True)]
+    assert s.counts["found"] == 4 and s.counts["corrupt"] == 2 and s.counts["ok"] == 2
+    again = load_split(str(lst), nc=3)
+    assert not again.built and [str(p) for p in again.problems] == [str(p) for p in s.problems]
+    after = tree_digest(root)
+    assert after.pop("train.yolo_data.cache") and after == before
+
+
+def test_a_name_with_a_nul_byte_is_a_named_problem_in_the_scan_and_the_fingerprint(tmp_path):
+    from yolo_data import cache
+    from yolo_data.labels import verify_pair
+    from yolo_data.voc import names_in
+    bad = str(tmp_path / "b\x00.jpg")
+    rec = verify_pair(bad, str(tmp_path / "b\x00.txt"))
+    assert rec.status == "corrupt" and rec.problems[0].file == bad
+    assert "the name contains a NUL byte" in rec.problems[0].reason
+    assert names_in([str(tmp_path / "x\x00.xml")]) == []
+    # no file has such a name: the fingerprint counts it as missing, as a path that cannot be stat'ed
+    assert list(cache._stats([bad, str(tmp_path / "gone.jpg")])) == list(cache._MISSING) * 2
+    assert len(cache.fingerprint([bad], [bad], None)) == 64
+
+
 # -- 2. symlink loops -------------------------------------------------------------------------------
 def folder_with_loops(tmp_path: Path) -> Path:
     top = tmp_path / "images" / "train"

@@ -11,8 +11,9 @@ normalised by the image's ``width`` and ``height`` as converters do (Ultralytics
 row's segment (an object drawn as several polygons gets their points joined in order); RLE masks stay
 boxes, with one message.  Images without annotations are backgrounds.  Problems are named (the JSON, the
 image id and file, the annotation id): annotations of images not in ``images``, boxes of no size,
-boxes reaching outside the image (clipped), unknown categories.  Missing image files are reported by the
-scan.  Nothing is written.
+boxes reaching outside the image (clipped), unknown categories, and a ``file_name`` that is absolute or
+climbs out of the image folder with ``..`` (left out: nothing outside the dataset's image folder is
+read).  Missing image files are reported by the scan.  Nothing is written.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import json
 import logging
 import math
 import os
+import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +32,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .labels import Problem, normalising_size, without_duplicates
+from .sources import nul_problem
 
 LOGGER = logging.getLogger("yolo_data")
 IMAGE_ROOT_PROBES = 32  # images whose files decide which folder file_name is relative to
@@ -86,6 +89,9 @@ def _load(json_file: Path) -> dict:
         raise ValueError(f"{json_file}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     except UnicodeDecodeError:
         raise ValueError(f"{json_file}: not UTF-8 text") from None
+    except RecursionError:  # the decoder recurses once per level; a COCO file nests about 5 deep
+        raise ValueError(f"{json_file}: not a COCO annotation file (JSON nested too deeply to read: past "
+                         f"Python's recursion limit of {sys.getrecursionlimit()} levels)") from None
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):
         raise ValueError(f"{json_file}: not a COCO annotation file (expected an object with an 'images' list)")
     for key in ("annotations", "categories"):
@@ -129,6 +135,18 @@ def _image_root(json_file: Path, file_names: List[str]) -> Path:
     return roots[found.index(max(found))]
 
 
+def _outside(file_name: str) -> bool:
+    """Whether ``file_name`` leaves the image folder it is relative to: absolute (or with a drive),
+    or climbing out with ``..``.  Judged on the text alone, so it holds for whichever folder is chosen;
+    a symlink inside the folder is the dataset's own and is followed as YOLO image folders' are."""
+    if os.path.isabs(file_name) or os.path.splitdrive(file_name)[0]:
+        return True
+    if ".." not in file_name:  # nearly every name: no normpath (pure Python) per image
+        return False
+    norm = os.path.normpath(file_name)
+    return norm == os.pardir or norm.startswith(os.pardir + os.sep)
+
+
 def _polygon(seg, where: str, warnings: List[str]) -> Optional[np.ndarray]:
     """A polygon segmentation -> one (k, 2) float64 pixel polygon (several joined in order), or None
     (no polygon, an RLE mask, or numbers that are not numbers: then a warning and the box alone)."""
@@ -154,6 +172,16 @@ def read_coco(json_file, names: Optional[Sequence[str]] = None) -> CocoSplit:
         return _group(json_file, data, names)
 
 
+def _encodable(file_name: str) -> bool:
+    """Whether ``file_name`` has bytes on disk: a JSON escape can make a lone surrogate that no
+    encoding turns into bytes (unlike the ones os.fsdecode makes of a name that is not UTF-8)."""
+    try:
+        os.fsencode(file_name)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _is_id(value) -> bool:
     """COCO ids are numbers (or, in some exports, texts); anything else cannot name an image."""
     return isinstance(value, (int, str)) and not isinstance(value, bool)
@@ -167,6 +195,12 @@ def _group(json_file: Path, data: dict, names: Optional[Sequence[str]]) -> CocoS
                 or not im["file_name"]:
             problems.append(Problem(str(json_file), f"images[{k}] has no 'id' (a number or text) or 'file_name'; "
                                                     "left out", True))
+        elif "\0" in im["file_name"]:
+            problems.append(nul_problem(str(json_file),
+                                        f"images[{k}] (image id {im['id']}): file_name {im['file_name']!r}"))
+        elif not _encodable(im["file_name"]):
+            problems.append(Problem(str(json_file), f"images[{k}] (image id {im['id']}): file_name {im['file_name']!r} "
+                                                    "holds a lone surrogate, which no file name can; left out", True))
         elif im["id"] in images:
             problems.append(Problem(str(json_file), f"image id {im['id']} is listed twice ({images[im['id']]['file_name']} "
                                                     f"and {im['file_name']}); the second is left out", True))
@@ -187,10 +221,14 @@ def _group(json_file: Path, data: dict, names: Optional[Sequence[str]]) -> CocoS
         problems.append(Problem(str(json_file), f"{count} annotation{'s' if count > 1 else ''} of image id {image_id}, "
                                                 "which is not in 'images'; left out", False))
     cls_of, class_names = _classes(data, json_file, names, used)
-    root = _image_root(json_file, [im["file_name"] for im in images.values()])
+    root = _image_root(json_file, [im["file_name"] for im in images.values() if not _outside(im["file_name"])])
     notes: Counter = Counter()
     out = []
     for image_id, im in images.items():
+        if _outside(im["file_name"]):
+            problems.append(Problem(str(json_file), f"image id {image_id}: file_name {im['file_name']!r} is outside "
+                                                    f"the image folder {root}; left out", True))
+            continue
         out.append((os.path.join(root, im["file_name"]),
                     _image(json_file, image_id, im, anns.get(image_id, []), cls_of, notes)))
     if notes["rle"]:

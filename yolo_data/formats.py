@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import coco, voc
 from .labels import LabelReader, Problem, YoloReader
-from .sources import default_cache_file, img2label_path, list_image_files
+from .sources import default_cache_file, img2label_path, list_images
 
 
 @dataclass(frozen=True)
@@ -129,25 +129,27 @@ def open_source(path, options: SourceOptions = SourceOptions()) -> SplitSource:
     kind = kinds.pop()
     names = list(options.names) if options.names else None
     if kind == "yolo":
-        im_files = list_image_files(path)
+        listing = list_images(path)
+        im_files = listing.files
         if not im_files:
             raise FileNotFoundError(f"no images found in {path}")
         lb_files = [img2label_path(f) for f in im_files]
         nc = len(names) if names else options.nc
         return SplitSource("yolo", im_files, lb_files, lb_files, YoloReader(nc), names or [], {},
-                           default_cache_file(path, lb_files[0]), nc=nc)
+                           default_cache_file(path, lb_files[0]), listing.problems, nc=nc)
     if kind == "voc":
-        im_files, xml_files = [], []
+        im_files, xml_files, problems = [], [], []
         for e in entries:
             listing = voc.list_voc(Path(e))
             im_files += listing.im_files
             xml_files += listing.xml_files
+            problems += listing.problems
         if not im_files:
             raise FileNotFoundError(f"no images listed in {path}")
         reader = voc.VocReader(tuple(names), options.keep_difficult) if names else None
         settings = {"format": "voc", "names": names, "keep_difficult": options.keep_difficult, "voc": 1}
         return SplitSource("voc", im_files, xml_files, xml_files, reader, names, settings,
-                           default_cache_file(path, xml_files[0]), keep_difficult=options.keep_difficult)
+                           default_cache_file(path, xml_files[0]), problems, keep_difficult=options.keep_difficult)
     for e in entries:
         if not Path(e).is_file():
             raise FileNotFoundError(f"COCO annotation file {e} does not exist")

@@ -10,6 +10,7 @@ used for training, so the scan keeps only what training can read.
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -22,6 +23,7 @@ from PIL import Image, UnidentifiedImageError
 
 from .boxes import polygon_to_xyxy, xyxy_to_xywh
 from .images import ImageReadError, imread_bgr
+from .problems import Problem
 from .sources import IMG_FORMATS
 
 MIN_IMAGE_SIDE = 10  # YOLOv5 leaves out images below 10 px a side
@@ -44,17 +46,6 @@ _PLAIN_CHARS = re.compile(r"[^0-9.eE+\-\s]")
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _NON_FINITE = re.compile(r"[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
 _CLASS_ID = re.compile(r"[0-9]+(?:\.0*)?")  # '3' or '3.0' (some exporters write floats)
-
-
-@dataclass
-class Problem:
-    """Something wrong with one file.  ``dropped``: the pair was left out of the dataset."""
-    file: str
-    reason: str
-    dropped: bool
-
-    def __str__(self) -> str:
-        return f"{'left out' if self.dropped else 'warning'}: {self.file}: {self.reason}"
 
 
 @dataclass
@@ -91,7 +82,11 @@ def _open_regular(path: str) -> Tuple[BinaryIO, os.stat_result]:
 
     Anything else is refused before it is opened: opening a FIFO blocks until a writer comes, a device
     may act on open, /dev/zero never ends.  O_NONBLOCK and the fstat cover a file swapped in between.
+    A name holding a NUL byte (Python's ValueError) is an OSError here too, so every reader reports it
+    as the file it cannot read.
     """
+    if "\0" in path:
+        raise OSError(errno.EINVAL, "the name contains a NUL byte", path)
     st = os.stat(path)  # follows symlinks: a link to /dev/zero is a character device
     if stat.S_ISREG(st.st_mode):
         fd = os.open(path, _OPEN_FLAGS)

@@ -13,9 +13,11 @@ import hashlib
 import logging
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
+from .problems import Problem
 
 LOGGER = logging.getLogger("yolo_data")
 
@@ -63,8 +65,8 @@ def _walk(top: str) -> List[str]:
     return files
 
 
-def _read_list(txt: Path) -> List[str]:
-    """Lines of a .txt image list, stripped.  UTF-8 (a BOM is dropped); a line that is not UTF-8 (a
+def _read_lines(txt: Path) -> List[str]:
+    """Lines of a .txt list, stripped.  UTF-8 (a BOM is dropped); a line that is not UTF-8 (a
     list saved in cp1252 or Latin-1) is decoded as the filesystem decodes names, so its bytes name the
     same file on disk."""
     with open(txt, "rb") as f:
@@ -87,28 +89,63 @@ def _read_list(txt: Path) -> List[str]:
     return out
 
 
-def list_image_files(path: Union[PathLike, Sequence[PathLike]]) -> List[str]:
+def nul_problem(file: str, where: str) -> Problem:
+    """The problem of a listed name holding a NUL byte: no file can have such a name (the operating
+    system refuses it in every call, and Python raises ValueError), so the entry is left out."""
+    return Problem(file, f"{where} contains a NUL byte; left out", dropped=True)
+
+
+def read_list(txt: Path) -> Tuple[List[str], List[Problem]]:
+    """The entries of a .txt list (lines stripped, empty lines skipped; see ``_read_lines``) and a
+    problem naming the list and the line for each line holding a NUL byte, which is left out."""
+    entries, problems = [], []
+    for lineno, line in enumerate(_read_lines(txt), 1):
+        if "\0" in line:
+            problems.append(nul_problem(str(txt), f"line {lineno}"))
+        elif line:
+            entries.append(line)
+    return entries, problems
+
+
+@dataclass
+class ImageListing:
+    """What a path names: ``files``, the image files sorted as strings, and ``problems`` with the
+    entries of .txt lists that were left out."""
+    files: List[str]
+    problems: List[Problem] = field(default_factory=list)
+
+
+def list_images(path: Union[PathLike, Sequence[PathLike]]) -> ImageListing:
     """Image files named by ``path``, as YOLOv5 finds them, sorted as strings.
 
     ``path`` is a folder (searched recursively, each real folder once), a .txt file with one image path
     a line (``./x`` is relative to the .txt's folder, other relative entries to the working directory,
     as in YOLOv5), a single image file, or a list of these.  Files whose suffix is not an image format
-    are skipped.  Names are as the filesystem gives them (``os.fsdecode``), UTF-8 or not.
+    are skipped; a list's line holding a NUL byte is a problem (see ``read_list``).  Names are as the
+    filesystem gives them (``os.fsdecode``), UTF-8 or not.
     """
     files: List[str] = []
+    problems: List[Problem] = []
     for p in path if isinstance(path, (list, tuple)) else [path]:
         p = Path(p)
         if p.is_dir():
             files.extend(_walk(str(p)))
         elif p.is_file() and p.suffix.lower() == ".txt":
             parent = str(p.parent) + os.sep
-            files.extend(x.replace("./", parent, 1) if x.startswith("./") else x for x in _read_list(p) if x)
+            entries, bad = read_list(p)
+            files.extend(x.replace("./", parent, 1) if x.startswith("./") else x for x in entries)
+            problems.extend(bad)
         elif p.is_file():
             files.append(str(p))
         else:
             raise FileNotFoundError(f"{p} does not exist (expected an image folder, a .txt list or a dataset yaml)")
     formats = frozenset(IMG_FORMATS)
-    return sorted(f for f in files if f.rpartition(".")[2].lower() in formats)
+    return ImageListing(sorted(f for f in files if f.rpartition(".")[2].lower() in formats), problems)
+
+
+def list_image_files(path: Union[PathLike, Sequence[PathLike]]) -> List[str]:
+    """The image files of ``list_images(path)``, without its problems."""
+    return list_images(path).files
 
 
 def img2label_path(im_file: str) -> str:

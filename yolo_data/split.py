@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Union
 
+import numpy as np
+
 from . import cache, distributed, failures
 from .labels import Problem
 from .scan import Progress, scan_pairs
@@ -141,6 +143,10 @@ def _cached_coco(path, options: SourceOptions, cache_dir, t0: float) -> Optional
             continue  # settings too; comparing them first spares the images' stats when the JSON changed)
         fp = cache.fingerprint(contents.listed, None, None, settings=settings)
         if fp == contents.fingerprint:
+            try:
+                cache.check_listing(contents, contents.listed)
+            except cache.CacheError:
+                continue  # the usual path below reports it
             cache.remove_stale_temps(cfile)
             return SplitLabels(contents.store, cfile, False, time.perf_counter() - t0, contents.counts,
                                contents.problems, fp, default, contents.names, "coco",
@@ -175,6 +181,11 @@ def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progr
             if contents.fingerprint != fp:
                 LOGGER.info(f"label cache {cfile} is stale (files or settings changed); rescanning")
                 continue
+            try:
+                cache.check_listing(contents, im_files)
+            except cache.CacheError as e:
+                LOGGER.warning(f"label cache {cfile}: {e}; rebuilding it")
+                continue
             cache.remove_stale_temps(cfile)  # leftovers of killed writers go even when nobody rewrites
             return split(contents.store, cfile, False, contents.counts, contents.problems, contents.names)
 
@@ -192,8 +203,9 @@ def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progr
         LOGGER.debug(str(p))
     written = None
     if save:
+        kept = np.fromiter((r.status != "corrupt" for r in records), bool, len(records))
         contents = cache.CacheContents(store, fp, counts, problems, names, source.settings or None,
-                                       im_files if source.kind == "coco" else None)
+                                       im_files if source.kind == "coco" else None, kept)
         for i, cfile in enumerate(candidates):
             try:
                 if cfile != default:  # never create folders inside the user's dataset

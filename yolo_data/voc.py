@@ -14,14 +14,16 @@ import math
 import os
 import xml.etree.ElementTree as ET
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
+from xml.parsers import expat
 
 import numpy as np
 
 from .labels import MAX_LABEL_BYTES, _Corrupt, _NotRegular, _open_regular, normalising_size, without_duplicates
-from .sources import IMG_FORMATS, _read_list
+from .problems import Problem
+from .sources import IMG_FORMATS, read_list
 
 ANNOTATIONS, IMAGES, IMAGE_SETS = "Annotations", "JPEGImages", "ImageSets"
 
@@ -46,15 +48,18 @@ def voc_root_of(entry: Path) -> Optional[Path]:
 
 @dataclass
 class VocListing:
-    """One VOC entry's pairs: ``im_files[i]`` and its ``xml_files[i]``, sorted by image path."""
+    """One VOC entry's pairs: ``im_files[i]`` and its ``xml_files[i]``, sorted by image path;
+    ``problems``: the list's lines that were left out."""
     root: Path
     im_files: List[str]
     xml_files: List[str]
+    problems: List[Problem] = field(default_factory=list)
 
 
 def list_voc(entry: Path) -> VocListing:
     """The images and XML files of a VOC folder (every XML in ``Annotations/``) or of one of its
-    ``ImageSets`` lists (one image id a line; a class list's second column, ``id  1``, is ignored).
+    ``ImageSets`` lists (one image id a line; a class list's second column, ``id  1``, is ignored; a
+    line holding a NUL byte is a problem, see ``sources.read_list``).
 
     An id's image is ``JPEGImages/<id>.<suffix>`` for any image suffix (``.jpg`` first when several);
     an id without an image keeps ``<id>.jpg``, which the scan then reports missing.
@@ -63,17 +68,43 @@ def list_voc(entry: Path) -> VocListing:
     if root is None:
         raise ValueError(f"{entry} is not a VOC folder (Annotations/ and JPEGImages/) or a list in its ImageSets/")
     ann, img = root / ANNOTATIONS, root / IMAGES
+    problems: List[Problem] = []
     if entry.is_dir():
         ids = sorted(f[:-4] for f in os.listdir(ann) if f.lower().endswith(".xml") and not f.startswith("."))
     else:
-        ids = [line.split()[0] for line in _read_list(entry) if line.split()]
+        lines, problems = read_list(entry)
+        ids = [line.split()[0] for line in lines]
     by_stem: Dict[str, str] = {}
     for name in sorted(os.listdir(img), key=lambda f: (not f.lower().endswith(".jpg"), f)):
         stem, _, suffix = name.rpartition(".")
         if suffix.lower() in IMG_FORMATS and stem not in by_stem:
             by_stem[stem] = name
     pairs = sorted({(os.path.join(img, by_stem.get(i, i + ".jpg")), os.path.join(ann, i + ".xml")) for i in ids})
-    return VocListing(root, [p[0] for p in pairs], [p[1] for p in pairs])
+    return VocListing(root, [p[0] for p in pairs], [p[1] for p in pairs], problems)
+
+
+def _refuse_declarations(*_) -> None:
+    # A VOC file never declares a DOCTYPE or entities; entity bombs ("billion laughs") do.  Refused by
+    # the parser, which has decoded the text, so no encoding (UTF-16 with or without a BOM) hides one.
+    raise _Corrupt("XML with a DOCTYPE or entity declarations is not a VOC annotation")
+
+
+def _tree(raw: bytes) -> ET.Element:
+    """Parse XML bytes into elements with expat (which detects the encoding from the BOM or the
+    declaration), refusing any DOCTYPE or entity declaration.  Raises _Corrupt."""
+    builder = ET.TreeBuilder()
+    parser = expat.ParserCreate()
+    parser.StartDoctypeDeclHandler = _refuse_declarations
+    parser.EntityDeclHandler = _refuse_declarations
+    parser.StartElementHandler = builder.start
+    parser.EndElementHandler = builder.end
+    parser.CharacterDataHandler = builder.data
+    parser.buffer_text = True  # one data call per text run, not one per line
+    try:
+        parser.Parse(raw, True)
+        return builder.close()
+    except (expat.ExpatError, LookupError, ValueError) as e:  # an encoding without a codec, or multi-byte
+        raise _Corrupt(f"not valid XML ({e})") from None
 
 
 def _parse(xml_file: str) -> ET.Element:
@@ -86,12 +117,7 @@ def _parse(xml_file: str) -> ET.Element:
         raw = f.read(MAX_LABEL_BYTES + 1)
     if len(raw) > MAX_LABEL_BYTES:
         raise _Corrupt(f"annotation is over {MAX_LABEL_BYTES:,} bytes")
-    if b"<!DOCTYPE" in raw or b"<!ENTITY" in raw:  # a VOC file never declares entities (entity bombs do)
-        raise _Corrupt("XML with a DOCTYPE or entity declarations is not a VOC annotation")
-    try:
-        return ET.fromstring(raw)
-    except ET.ParseError as e:
-        raise _Corrupt(f"not valid XML ({e})") from None
+    return _tree(raw)
 
 
 def names_in(xml_files: Sequence[str]) -> List[str]:
