@@ -1,7 +1,12 @@
 """An image that passes the scan but cannot be decoded when loaded is remembered beside the label
 cache, and the next run leaves it out with the reason, until the file changes."""
+import contextlib
+import json
 import logging
+import multiprocessing as mp
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import cv2
@@ -11,6 +16,7 @@ from conftest import make_dataset, write_image
 from yolo_data import failures
 from yolo_data.dataset import YoloDataset
 from yolo_data.images import ImageReadError
+from yolo_data.split import load_split
 
 
 def damage_png_pixels(path: Path) -> None:
@@ -77,3 +83,91 @@ def test_damaged_lines_of_the_record_are_skipped(ds_with_bad_png):
     record = failures.record_file(ds.split_labels.cache_file)
     record.write_bytes(b"{not json\n\x00\xff\n" + record.read_bytes() + b'{"file": "half a li')
     assert list(failures.read(ds.split_labels.cache_file)[0]) == [str(bad)]
+
+
+# -- whose record is trusted --------------------------------------------------------------------------
+@contextlib.contextmanager
+def shared_folder():
+    """(base, shared): a temp folder user nobody can enter, and in it a folder every user may write
+    with the sticky bit (as /tmp), where a cache_dir may point."""
+    base = Path(tempfile.mkdtemp(prefix="yolo_data_failed_"))
+    os.chmod(base, 0o755)
+    shared = base / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    try:
+        yield base, shared
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def as_nobody(fn, *args):
+    """fn(*args) run in a forked child as user nobody; what it returns, or its error's repr."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to another user")
+    ctx = mp.get_context("fork")
+    q = ctx.SimpleQueue()
+
+    def child():
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            q.put(fn(*args))
+        except BaseException as e:  # report, do not hang the parent
+            q.put(f"error: {e!r}")
+
+    p = ctx.Process(target=child)
+    p.start()
+    out = q.get()
+    p.join(60)
+    return out
+
+
+def _plant(path: str, text: str) -> str:
+    with open(path, "x") as f:
+        f.write(text)
+    return "planted"
+
+
+def entry(im_file: str, reason: str) -> str:
+    st = os.stat(im_file)
+    return json.dumps({"file": im_file, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "reason": reason}) + "\n"
+
+
+def test_a_record_planted_by_another_user_is_ignored_and_never_added_to(tmp_path, caplog):
+    items = [(f"{c}.jpg", (64, 48), "0 0.5 0.5 0.2 0.2\n") for c in "abcde"]
+    with shared_folder() as (base, shared):
+        images = str(base / "ds" / "images" / "train")
+        make_dataset(base / "ds", items)
+        first = load_split(images, cache_dir=shared)
+        assert len(first.store) == 5 and first.cache_file.parent == shared
+        victim = first.store.im_file(0)
+        record = failures.record_file(first.cache_file)
+        planted = entry(victim, "planted by another user")
+        assert as_nobody(_plant, str(record), planted) == "planted"
+        assert record.stat().st_uid != os.geteuid()
+        with caplog.at_level(logging.WARNING, logger="yolo_data"):
+            again = load_split(images, cache_dir=shared)
+            load_split(images, cache_dir=shared)
+        assert len(again.store) == 5 and victim in [again.store.im_file(i) for i in range(5)]  # the good image is kept
+        warned = [r.message for r in caplog.records if str(record) in r.message]
+        assert len(warned) == 1 and "owned by another user" in warned[0], warned
+        failures.remember(first.cache_file, str(base / "ds" / "images" / "train" / "b.jpg"), "cannot be decoded")
+        assert record.read_text() == planted  # nothing of ours goes into a file we do not trust
+
+
+def test_our_own_record_in_a_shared_folder_is_trusted_and_never_writable_by_others(tmp_path):
+    items = [(f"{c}.jpg", (64, 48), "0 0.5 0.5 0.2 0.2\n") for c in "abcde"]
+    with shared_folder() as (base, shared):
+        images = str(base / "ds" / "images" / "train")
+        make_dataset(base / "ds", items)
+        s = load_split(images, cache_dir=shared)
+        old = os.umask(0)  # even a user whose umask lets everyone write
+        try:
+            failures.remember(s.cache_file, s.store.im_file(1), "cannot be decoded")
+        finally:
+            os.umask(old)
+        record = failures.record_file(s.cache_file)
+        assert not record.stat().st_mode & 0o002
+        again = load_split(images, cache_dir=shared)
+        assert len(again.store) == 4 and s.store.im_file(1) not in [again.store.im_file(i) for i in range(4)]

@@ -10,25 +10,34 @@ File: beside the label cache, ``<label cache>.failed``, one JSON line per failur
 ``O_APPEND`` descriptor (under 4 KiB), so DataLoader workers and ranks writing at once never interleave.
 An entry counts only while the image's size and modification time are what they were: a repaired or
 replaced file is scanned again as any changed file is.
+
+The record decides which images a run leaves out, so it is trusted only as the label cache beside it
+is (``container.check_trust``): in a folder every user can write, a record another user planted is
+ignored with one warning, and nothing is added to it.
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
-import stat
 from dataclasses import replace
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 import numpy as np
 
+from .container import CacheError, check_trust
 from .labels import Problem
 
 LOGGER = logging.getLogger("yolo_data")
 SUFFIX = ".failed"
 MAX_BYTES = 4 * 2**20  # read no more of it than this (a few thousand failures)
 _LINE_MAX = 4000  # one write() below PIPE_BUF, so appends stay whole
+# never writable by every user, or check_trust would refuse our own record; the umask narrows it further
+_CREATE_MODE = 0o664
+_OPEN_FLAGS = os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_warned = set()  # records already warned about in this process (forked DataLoader workers inherit it)
 
 
 def record_file(cache_file: Path) -> Path:
@@ -51,18 +60,39 @@ def remember(cache_file: Optional[Path], im_file: str, reason: str) -> None:
     line = json.dumps({"file": im_file, "size": size, "mtime_ns": mtime, "reason": reason[:1000]})
     if len(line) >= _LINE_MAX:
         return
-    try:
-        fd = os.open(record_file(cache_file), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
-                     | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o666)
-    except OSError:
+    fd = _open_trusted(record_file(cache_file), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    if fd is None:
         return
     try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
-            os.write(fd, (line + "\n").encode("utf-8", "surrogateescape"))
+        os.write(fd, (line + "\n").encode("utf-8", "surrogateescape"))
     except OSError:
         pass
     finally:
         os.close(fd)
+
+
+def _open_trusted(path: Path, flags: int) -> Optional[int]:
+    """A descriptor of the record ``path``, or None: absent, unreadable, or not trusted (a FIFO, a
+    link, writable by every user, or another user's in a shared folder: one warning per process)."""
+    try:
+        fd = os.open(path, flags | _OPEN_FLAGS, _CREATE_MODE)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            _warn_untrusted(path, "a symbolic link, not followed")
+        return None
+    try:
+        check_trust(path, os.fstat(fd))
+    except (OSError, CacheError) as e:
+        os.close(fd)
+        _warn_untrusted(path, str(e))
+        return None
+    return fd
+
+
+def _warn_untrusted(path: Path, why: str) -> None:
+    if str(path) not in _warned:
+        _warned.add(str(path))
+        LOGGER.warning(f"{path}: {why}; the failures it lists are not left out, and none are added to it")
 
 
 def read(cache_file: Optional[Path], upto: Optional[int] = None) -> Tuple[Dict[str, str], int]:
@@ -70,13 +100,10 @@ def read(cache_file: Optional[Path], upto: Optional[int] = None) -> Tuple[Dict[s
     that many bytes (what local rank 0 read, so every rank leaves out the same images)."""
     if cache_file is None:
         return {}, 0
-    try:
-        fd = os.open(record_file(cache_file), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
+    fd = _open_trusted(record_file(cache_file), os.O_RDONLY)
+    if fd is None:
         return {}, 0
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return {}, 0
         raw = os.read(fd, min(MAX_BYTES, MAX_BYTES if upto is None else upto))
     finally:
         os.close(fd)
