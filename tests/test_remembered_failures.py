@@ -171,3 +171,67 @@ def test_our_own_record_in_a_shared_folder_is_trusted_and_never_writable_by_othe
         assert not record.stat().st_mode & 0o002
         again = load_split(images, cache_dir=shared)
         assert len(again.store) == 4 and s.store.im_file(1) not in [again.store.im_file(i) for i in range(4)]
+
+
+# -- one line per broken file, the whole record read ----------------------------------------------------
+def _every_item(ds) -> int:
+    for k in range(len(ds)):
+        ds[k]
+    return len(ds)
+
+
+def test_a_broken_image_is_recorded_once_whatever_the_workers_and_epochs(ds_with_bad_png):
+    yaml, bad = ds_with_bad_png
+    ds = YoloDataset(str(yaml), 64, 5, split="train", augment=True)
+    ctx = mp.get_context("fork")
+    for _ in range(2):  # workers of two epochs, each a fresh fork that remembers nothing of the others
+        p = ctx.Process(target=_every_item, args=(ds,))
+        p.start()
+        p.join(60)
+        assert p.exitcode == 0
+    for _ in range(2):  # and two epochs in this process
+        _every_item(ds)
+    lines = failures.record_file(ds.split_labels.cache_file).read_text().splitlines()
+    assert len(lines) == 1 and "e.png" in lines[0], lines
+
+
+def test_the_whole_record_is_read(ds_with_bad_png):
+    yaml, bad = ds_with_bad_png
+    ds = YoloDataset(str(yaml), 64, split="train")
+    record = failures.record_file(ds.split_labels.cache_file)
+    gone = str(bad.parent / "gone.png")
+    with open(record, "w") as f:  # 6 MiB of failures of files since deleted, then one that counts
+        for k in range(60_000):
+            f.write(json.dumps({"file": f"{gone}.{k}", "size": 1000, "mtime_ns": k, "reason": "x" * 40}) + "\n")
+    assert record.stat().st_size > 6 * 2**20
+    failures.remember(ds.split_labels.cache_file, str(bad), "cannot be decoded")
+    again = YoloDataset(str(yaml), 64, split="train")
+    assert len(again) == 4 and str(bad) not in again.im_files
+
+
+def test_an_absurdly_large_record_is_read_up_to_a_bound_with_a_warning(ds_with_bad_png, monkeypatch, caplog):
+    yaml, bad = ds_with_bad_png
+    ds = YoloDataset(str(yaml), 64, split="train")
+    failures.remember(ds.split_labels.cache_file, str(bad), "cannot be decoded")
+    record = failures.record_file(ds.split_labels.cache_file)
+    with open(record, "a") as f:
+        f.write("\n" * 10_000)
+    monkeypatch.setattr(failures, "MAX_BYTES", 4096)
+    with caplog.at_level(logging.WARNING, logger="yolo_data"):
+        assert list(failures.read(ds.split_labels.cache_file)[0]) == [str(bad)]
+    warned = [r.message for r in caplog.records if str(record) in r.message]
+    assert len(warned) == 1 and "far more than a record of failures needs" in warned[0], warned
+
+
+def test_other_ranks_read_only_what_local_rank_0_read(ds_with_bad_png, tmp_path):
+    yaml, bad = ds_with_bad_png
+    ds = YoloDataset(str(yaml), 64, split="train")
+    cache_file = ds.split_labels.cache_file
+    failures.remember(cache_file, str(bad), "cannot be decoded")
+    on_rank_0, nbytes = failures.read(cache_file)
+    assert list(on_rank_0) == [str(bad)] and nbytes == failures.record_file(cache_file).stat().st_size
+    other = bad.parent / "a.jpg"
+    failures.remember(cache_file, str(other), "cannot be decoded")  # a worker of rank 0, meanwhile
+    assert failures.read(cache_file, upto=nbytes)[0] == on_rank_0
+    assert failures.read(cache_file, upto=0) == ({}, 0)
+    assert set(failures.read(cache_file)[0]) == {str(bad), str(other)}
