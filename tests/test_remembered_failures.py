@@ -13,9 +13,9 @@ import cv2
 import pytest
 
 from conftest import make_dataset, write_image
-from yolo_data import failures
+from yolo_data import decode, failures
 from yolo_data.dataset import YoloDataset
-from yolo_data.images import ImageReadError
+from yolo_data.images import ImageDecodeError, ImageReadError, imread_bgr
 from yolo_data.split import load_split
 
 
@@ -235,3 +235,86 @@ def test_other_ranks_read_only_what_local_rank_0_read(ds_with_bad_png, tmp_path)
     assert failures.read(cache_file, upto=nbytes)[0] == on_rank_0
     assert failures.read(cache_file, upto=0) == ({}, 0)
     assert set(failures.read(cache_file)[0]) == {str(bad), str(other)}
+
+
+# -- what is remembered: bytes read whole that do not decode, not a read that failed ----------------------
+def damage_jpeg_huffman_table(path: Path) -> None:
+    """Make the first Huffman table impossible: Pillow still reads the header and the end marker is
+    there (the scan keeps the file), libjpeg refuses the data (cv2.imread says None)."""
+    data = bytearray(path.read_bytes())
+    dht = data.index(b"\xff\xc4")
+    data[dht + 5:dht + 21] = b"\xff" * 16  # 16 counts of codes per length, far more than any table holds
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("with_simplejpeg", [True, False])
+def test_a_damaged_jpeg_that_passes_the_scan_is_remembered(tmp_path, monkeypatch, with_simplejpeg):
+    if with_simplejpeg:
+        pytest.importorskip("simplejpeg", reason="the [dev] extra installs simplejpeg")
+    else:
+        monkeypatch.setattr(decode, "_simplejpeg", None)
+    yaml = make_dataset(tmp_path / "ds", [(f"{c}.jpg", (64, 48), "0 0.5 0.5 0.2 0.2\n") for c in "abcde"])
+    bad = tmp_path / "ds" / "images" / "train" / "c.jpg"
+    damage_jpeg_huffman_table(bad)
+    assert cv2.imread(str(bad)) is None
+    ds = YoloDataset(str(yaml), 64, split="train")
+    assert len(ds) == 5  # the scan reads headers: it cannot know
+    with pytest.raises(ImageDecodeError, match="c.jpg"):
+        ds[[Path(f).name for f in ds.im_files].index("c.jpg")]
+    again = YoloDataset(str(yaml), 64, split="train")
+    assert len(again) == 4 and str(bad) not in again.im_files
+
+
+def _unreadable_for_a_moment(yaml: str, image: str) -> dict:
+    """As the dataset's owner: take the read permission of one image away, load every item for
+    evaluation and for training, give the permission back, and start again."""
+    out = {}
+    ds = YoloDataset(yaml, 64, split="train")
+    train = YoloDataset(yaml, 64, 5, split="train", augment=True)
+    os.chmod(image, 0)
+    try:
+        ds[list(ds.im_files).index(image)]
+    except ImageReadError as e:
+        out["eval"] = (type(e).__name__, str(e))
+    out["train"] = [tuple(train[k][0].shape) for k in range(len(train))]  # goes on around it
+    record = failures.record_file(ds.split_labels.cache_file)
+    out["record"] = record.read_text() if record.exists() else ""
+    os.chmod(image, 0o644)
+    out["again"] = len(YoloDataset(yaml, 64, split="train"))
+    return out
+
+
+def test_an_image_that_cannot_be_read_for_a_moment_is_not_remembered():
+    """EACCES (a chmod), like EIO on a file server or EMFILE, says nothing about the image: that run
+    goes on as it always did, and the next one uses the image again."""
+    items = [(f"{c}.jpg", (64, 48), "0 0.5 0.5 0.2 0.2\n") for c in "abcde"]
+    with shared_folder() as (base, _):
+        yaml = make_dataset(base / "ds", items)
+        for p in [base / "ds", *(base / "ds").rglob("*")]:
+            os.chown(p, 65534, 65534)  # nobody's dataset: root would read the file whatever its mode
+        image = str(base / "ds" / "images" / "train" / "b.jpg")
+        out = as_nobody(_unreadable_for_a_moment, str(yaml), image)
+    assert isinstance(out, dict), out
+    kind, message = out["eval"]
+    assert kind == "ImageReadError" and image in message and "Permission denied" in message
+    assert len(out["train"]) == 5
+    assert "b.jpg" not in out["record"] and out["again"] == 5
+
+
+def test_a_folder_where_an_image_was_is_a_read_error_not_a_decode_error(tmp_path):
+    folder = tmp_path / "a.jpg"
+    folder.mkdir()
+    with pytest.raises(ImageReadError, match="a.jpg.*cannot be read") as e:
+        imread_bgr(str(folder))
+    assert not isinstance(e.value, ImageDecodeError)
+
+
+def test_the_version_that_failed_is_remembered_not_the_file_as_it_is_now(ds_with_bad_png):
+    """A file rewritten between the failed decode and the note is not left out for its old bytes."""
+    yaml, bad = ds_with_bad_png
+    ds = YoloDataset(str(yaml), 64, split="train")
+    st = bad.stat()
+    failures.remember(ds.split_labels.cache_file, str(bad), "cannot be decoded", (st.st_size, st.st_mtime_ns - 1))
+    assert failures.read(ds.split_labels.cache_file)[0] == {}
+    failures.remember(ds.split_labels.cache_file, str(bad), "cannot be decoded", (st.st_size, st.st_mtime_ns))
+    assert list(failures.read(ds.split_labels.cache_file)[0]) == [str(bad)]

@@ -2,8 +2,10 @@
 the next run leaves them out with the reason, until the file changes.
 
 The scan checks headers (and fully decodes only rare formats), so a file whose pixel data is damaged
-past its header can pass it and then fail in ``cv2.imread``: training then uses another image, and
-evaluation stops.  Without a memory of that, every later run would keep the file and fail again.
+past its header can pass it and then fail to decode: training then uses another image, and evaluation
+stops.  Without a memory of that, every later run would keep the file and fail again.  Only a file
+read whole that no decoder takes is remembered (decode.ImageDecodeError); one that could not be read
+(not permitted for a moment, an I/O error on a file server) is still a good image for the next run.
 
 File: beside the label cache, ``<label cache>.failed``, one JSON line per failure
 ``{"file", "size", "mtime_ns", "reason"}``.  Lines are appended with one ``write`` each on an
@@ -57,13 +59,16 @@ def _stat(path: str) -> Tuple[int, int]:
         return -1, -1
 
 
-def remember(cache_file: Optional[Path], im_file: str, reason: str) -> None:
+def remember(cache_file: Optional[Path], im_file: str, reason: str,
+             version: Optional[Tuple[int, int]] = None) -> None:
     """Add one failure unless the record already holds this version of the file (quietly does nothing
-    when the cache folder cannot be written).  Every DataLoader worker of every epoch meets the same
-    broken image; this process's memory and a look into the file, under a lock, keep it one line."""
+    when the cache folder cannot be written).  ``version``: (size, mtime_ns) of the bytes that failed
+    to decode (default: the file's now), so a file rewritten since is not left out for its old bytes.
+    Every DataLoader worker of every epoch meets the same broken image; this process's memory and a
+    look into the file, under a lock, keep it one line."""
     if cache_file is None:
         return
-    size, mtime = _stat(im_file)
+    size, mtime = _stat(im_file) if version is None else version
     key = (im_file, size, mtime)
     if size < 0 or key in _recorded:
         return
