@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from yolo_data import cache
+from yolo_data import cache, container
 from yolo_data.split import load_split
 from conftest import tree_digest
 import crafting
@@ -262,12 +262,37 @@ def test_label_cache_writable_by_every_user_is_not_trusted(small_dataset, caplog
 def test_stale_temp_files_of_dead_writers_are_removed(small_dataset):
     load_split(images(small_dataset), nc=3)
     f = cache_file(small_dataset)
-    dead = f.parent / f".{f.name}.{__import__('socket').gethostname()}.999999999.abc123.tmp"
-    alive = f.parent / f".{f.name}.{__import__('socket').gethostname()}.{os.getpid()}.def456.tmp"
+    host = __import__('socket').gethostname()
+    dead = f.parent / f".{f.name}.{host}.999999999.abc123.yolo_data.tmp"
+    alive = f.parent / f".{f.name}.{host}.{os.getpid()}.def456.yolo_data.tmp"
     dead.write_bytes(b"partial")
     alive.write_bytes(b"partial")
     load_split(images(small_dataset), nc=3, force=True)
     assert not dead.exists() and alive.exists()
+
+
+def test_a_writers_temporary_is_named_as_ours_and_left_while_it_writes(tmp_path):
+    layout = container.plan("test", {}, {"a": ("<i4", (3,))})
+    with container.NewFile(layout, path=tmp_path / "x.cache") as f:
+        assert f.tmp.name.startswith(f".x.cache.{__import__('socket').gethostname()}.{os.getpid()}.")
+        assert f.tmp.name.endswith(".yolo_data.tmp")
+        assert list(container.stale_temps(tmp_path)) == []  # its writer is alive
+        os.close(f.commit({"a": np.arange(3)}))
+    assert [p.name for p in tmp_path.iterdir()] == ["x.cache"]
+
+
+def test_a_temporary_of_the_older_name_goes_only_when_it_holds_our_magic(small_dataset):
+    """'.<name>.<host>.<pid>.<random>.tmp' is a shape anyone's file may have: without our container's
+    magic bytes at its start a dead writer's file of that name is not taken for ours."""
+    load_split(images(small_dataset), nc=3)
+    f = cache_file(small_dataset)
+    host = __import__('socket').gethostname()
+    ours = f.parent / f".{f.name}.{host}.999999999.abc123.tmp"
+    theirs = f.parent / f".{f.name}.{host}.999999998.abc123.tmp"
+    ours.write_bytes(b"YOLODATA" + b"\0" * 100)
+    theirs.write_bytes(b"a user's own notes")
+    load_split(images(small_dataset), nc=3, force=True)
+    assert not ours.exists() and theirs.read_bytes() == b"a user's own notes"
 
 
 def test_explicit_cache_dir_holds_the_cache(small_dataset, tmp_path):

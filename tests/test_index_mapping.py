@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from yolo_data.hyp import load_hyp
-from yolo_data.images import ImageReadError, ImageSource, LoadedImage
+from yolo_data.images import ImageDecodeError, ImageReadError, ImageSource, LoadedImage
 from yolo_data.index import IndexSettings, build_index
 from yolo_data.labels import PairRecord
 from yolo_data.mapping import EvalMapper, ItemKey, TrainMapper, TrainSettings
@@ -88,13 +88,18 @@ def test_train_mapper_batch_decodes_each_image_once_and_draws_partners_in_the_gr
     assert set(src.calls) - {0, 1}
 
 
-def test_image_source_reports_an_image_that_fails_now(tmp_path):
-    st = LabelStore.from_records([PairRecord(str(tmp_path / "gone.jpg"), (10, 10))])
+def test_image_source_reports_an_image_that_cannot_be_decoded_not_one_that_cannot_be_read(tmp_path):
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(b"not an image at all")
+    st = LabelStore.from_records([PairRecord(str(tmp_path / "gone.jpg"), (10, 10)), PairRecord(str(broken), (10, 10))])
     told = []
-    src = ImageSource(st, 32, linear=True, on_failure=lambda path, reason: told.append((path, reason)))
-    with pytest.raises(ImageReadError, match="gone.jpg"):
+    src = ImageSource(st, 32, linear=True, on_failure=told.append)
+    with pytest.raises(ImageReadError, match="gone.jpg.*cannot be read"):
         src(0)
-    assert told and told[0][0].endswith("gone.jpg") and "cannot be read" in told[0][1]
+    assert told == []  # a missing file is no fact about its bytes
+    with pytest.raises(ImageDecodeError, match="broken.jpg.*cannot be decoded"):
+        src(1)
+    assert len(told) == 1 and told[0].path == str(broken) and told[0].size == 19
 
 
 def test_rect_boxes_are_scaled_in_float64_as_yolov5_scales_them():

@@ -323,8 +323,8 @@ def test_stale_temps_of_a_split_with_glob_characters_are_removed(tmp_path):
     f = first.cache_file
     assert f == root / "labels" / "tr[a]in.yolo_data.cache"
     host = socket.gethostname()
-    dead = f.parent / f".{f.name}.{host}.999999999.abc123.tmp"
-    alive = f.parent / f".{f.name}.{host}.{os.getpid()}.def456.tmp"
+    dead = f.parent / f".{f.name}.{host}.999999999.abc123.yolo_data.tmp"
+    alive = f.parent / f".{f.name}.{host}.{os.getpid()}.def456.yolo_data.tmp"
     dead.write_bytes(b"partial")
     alive.write_bytes(b"partial")
     assert not load_split(str(root / "images" / "tr[a]in")).built  # a reader removes them too

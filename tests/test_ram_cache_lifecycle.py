@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -366,15 +367,25 @@ def test_leftovers_are_listed_and_removed_by_the_cli(tmp_path):
     user.mkdir()
     old = ram / ("yolo_data-" + "a" * 32 + ".imgcache")  # a named RAM cache of an older yolo_data
     old.write_bytes(b"x" * 100)
-    dead = user / f".train-0123.yolo_data.cache.{socket.gethostname()}.999999999.abcd.tmp"  # a killed writer's
+    host = socket.gethostname()
+    dead = user / f".train-0123.yolo_data.cache.{host}.999999999.abcd.yolo_data.tmp"  # a killed writer's
     dead.write_bytes(b"x")
-    alive = user / f".train-0123.yolo_data.cache.{socket.gethostname()}.{os.getpid()}.abcd.tmp"  # a running writer's
+    alive = user / f".train-0123.yolo_data.cache.{host}.{os.getpid()}.abcd.yolo_data.tmp"  # a running writer's
     alive.write_bytes(b"x")
+    older = ram / ".train.yolo_data.cache.otherhost.4242.abcd.tmp"  # an older yolo_data's, from another host
+    older.write_bytes(b"YOLODATA" + b"\0" * 100)
+    notes = ram / ".notes.123.x.tmp"  # the user's own, of the same shape
+    notes.write_bytes(b"my notes")
+    day_ago = time.time() - 2 * 24 * 3600
+    for p in (older, notes):
+        os.utime(p, (day_ago, day_ago))
     env = dict(os.environ, YOLO_DATA_SHM_DIR=str(ram), YOLO_DATA_CACHE_DIR=str(user))
     tool = [sys.executable, str(ROOT / "tools" / "build_cache.py")]
     r = subprocess.run(tool + ["--leftovers"], capture_output=True, text=True, env=env, timeout=60)
-    assert r.returncode == 0 and str(old) in r.stdout and str(dead) in r.stdout and str(alive) not in r.stdout
-    assert old.exists() and dead.exists()  # listing removes nothing
+    assert r.returncode == 0 and all(str(p) in r.stdout for p in (old, dead, older)), r.stdout
+    assert str(alive) not in r.stdout and str(notes) not in r.stdout
+    assert old.exists() and dead.exists() and older.exists()  # listing removes nothing
     r = subprocess.run(tool + ["--remove-leftovers"], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0 and "removed" in r.stdout
-    assert not old.exists() and not dead.exists() and alive.exists()
+    assert not old.exists() and not dead.exists() and not older.exists() and alive.exists()
+    assert notes.read_bytes() == b"my notes"

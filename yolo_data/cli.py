@@ -94,19 +94,20 @@ def leftover_folders(data: Optional[str], cache_dir=None) -> List[Path]:
 
 def leftovers(folders) -> List[Path]:
     """Files of the current user that yolo_data no longer needs: named RAM caches of yolo_data before
-    0.2 in the shared-memory folder (today's have no name) and temporaries of dead writers."""
+    0.2 in the shared-memory folder (today's have no name) and our temporaries of dead writers (only
+    those certainly ours, see ``container.stale_temps``: a user's own ``.x.1.y.tmp`` is left alone)."""
     found = []
     for folder in folders:
         folder = Path(folder)
         if not folder.is_dir():
             continue
-        for p in list(folder.glob("yolo_data-*.imgcache")) + list(folder.glob(".yolo_data-*.tmp")):
+        for p in folder.glob("yolo_data-*.imgcache"):
             try:
                 if p.lstat().st_uid == os.geteuid():
                     found.append(p)
             except OSError:
                 pass
-        found += [p for p in container.stale_temps(folder) if p not in found]
+        found += container.stale_temps(folder)
     return sorted(set(found))
 
 

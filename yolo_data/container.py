@@ -20,9 +20,10 @@ signature: the file's owner and mode decide whether it is trusted at all (:func:
 
 Writing (:class:`NewFile`): the whole size is reserved first (``posix_fallocate``), so a full disk or
 /dev/shm is an ``OSError`` before any byte is written, never a SIGBUS while filling a mapping.  A named
-file is written under a unique temporary name (host and pid in it) and renamed into place, so readers
-see it whole or not at all; temporaries of writers that died are removed by the next writer or reader
-(:func:`remove_stale_temps`).  An anonymous file (the RAM cache) never has a name at all.
+file is written under a unique temporary name (host and pid in it, ending ``.yolo_data.tmp``) and
+renamed into place, so readers see it whole or not at all; temporaries of writers that died are
+removed by the next writer or reader (:func:`remove_stale_temps`), and only those certainly ours.
+An anonymous file (the RAM cache) never has a name at all.
 """
 from __future__ import annotations
 
@@ -53,6 +54,8 @@ PAGE = 4096
 _CRC = 4
 _SAFE_DTYPES = {"<f4", "<i4", "<i8", "|u1"}
 STALE_TMP_SECONDS = 24 * 3600  # temporaries of writers on other hosts are removed after this
+# Ends the name of every temporary we write: a user's own '.notes.123.x.tmp' is never taken for ours.
+TEMP_SUFFIX = ".yolo_data.tmp"
 
 
 class CacheError(ValueError):
@@ -246,7 +249,7 @@ def reserve(fd: int, size: int, folder: Path) -> None:
 
 
 def temp_prefix(path: Path) -> str:
-    """Temporaries of ``path``: ``.<name>.<host>.<pid>.<random>.tmp`` in the same folder."""
+    """Temporaries of ``path``: ``.<name>.<host>.<pid>.<random>.yolo_data.tmp`` in the same folder."""
     return f".{path.name}.{socket.gethostname()}.{os.getpid()}."
 
 
@@ -269,7 +272,7 @@ class NewFile:
             self.mode = 0o600
         else:
             self.folder = Path(path).parent
-            self.tmp = self.folder / f"{temp_prefix(Path(path))}{secrets.token_hex(4)}.tmp"
+            self.tmp = self.folder / f"{temp_prefix(Path(path))}{secrets.token_hex(4)}{TEMP_SUFFIX}"
             self.fd = os.open(self.tmp, flags | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
             self.mode = umask_mode() if mode is None else mode
         self._mm = None
@@ -351,7 +354,7 @@ def _open_anonymous(folder: Path, flags: int) -> int:
         except OSError as e:
             if e.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
                 raise
-    path = Path(folder) / f".yolo_data-{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(8)}.tmp"
+    path = Path(folder) / f".anonymous.{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(8)}{TEMP_SUFFIX}"
     fd = os.open(path, flags | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     os.unlink(path)
     return fd
@@ -386,23 +389,52 @@ def pid_alive(pid: int) -> bool:
 
 
 def stale_temps(folder: Path, name: Optional[str] = None) -> Iterator[Path]:
-    """Temporaries (of ``name``, or of any file) in ``folder`` whose writer is gone: on this host when
-    its process no longer exists, from other hosts (a shared filesystem) once a day old.  Only files of
-    the current user are considered."""
+    """Our temporaries (of ``name``, or of any file) in ``folder`` whose writer is gone: on this host
+    when its process no longer exists, from other hosts (a shared filesystem) once a day old.  Only
+    files of the current user that are certainly ours: named ``*.yolo_data.tmp`` (or
+    ``.yolo_data-*.tmp``, an older yolo_data's anonymous file), or of the shape older versions gave
+    their temporaries (``.<name>.<host>.<pid>.<random>.tmp``, which anyone's file may have) and
+    beginning with the container's magic bytes."""
     host, now = socket.gethostname(), time.time()
     pattern = f".{glob.escape(name)}.*.tmp" if name else ".*.tmp"  # a name like tr[a]in is not a pattern
     for tmp in Path(folder).glob(pattern):
         try:
             st = tmp.lstat()
-            if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode):
-                continue
-            rest, t_pid, _ = tmp.name[:-len(".tmp")].rsplit(".", 2)  # .<name>.<host>.<pid>.<random>
-            t_pid = int(t_pid)
-        except (OSError, ValueError):
+        except OSError:
             continue
-        here = rest.endswith("." + host)  # host names may hold dots themselves
-        if (here and not pid_alive(t_pid)) or now - st.st_mtime > STALE_TMP_SECONDS:
+        writer = _temp_writer(tmp.name)
+        if writer is None or st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode):
+            continue
+        rest, t_pid = writer
+        here = rest.endswith(("." + host, "-" + host))  # host names may hold dots themselves
+        gone = (here and not pid_alive(t_pid)) or now - st.st_mtime > STALE_TMP_SECONDS
+        if gone and (tmp.name.endswith(TEMP_SUFFIX) or tmp.name.startswith(".yolo_data-") or _has_magic(tmp)):
             yield tmp
+
+
+def _temp_writer(file_name: str) -> Optional[Tuple[str, int]]:
+    """(the name up to the host, the writer's pid) of ``.<name>.<host>.<pid>.<random>[.yolo_data].tmp``,
+    or None for a name not of that shape."""
+    stem = file_name[:-len(TEMP_SUFFIX if file_name.endswith(TEMP_SUFFIX) else ".tmp")]
+    try:
+        rest, t_pid, _ = stem.rsplit(".", 2)
+        return rest, int(t_pid)
+    except ValueError:
+        return None
+
+
+def _has_magic(path: Path) -> bool:
+    """Whether ``path`` is a regular file that begins with our container's magic bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, len(MAGIC), 0) == MAGIC
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def remove_stale_temps(path: Path) -> None:

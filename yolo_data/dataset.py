@@ -25,7 +25,7 @@ from .collate import collate_fn
 from .hyp import AugmentConfig, load_hyp
 from .cache import user_cache_dir
 from .imagecache import ImageCache, ImageCacheSpec, disk_candidates, normalise_mode, open_or_build
-from .images import ImageSource
+from .images import ImageDecodeError, ImageSource
 from .index import IndexSettings, SplitIndex, build_index
 from .mapping import EvalMapper, ItemKey, TrainMapper, TrainSettings
 from .sampling import SharedEpoch, SharedFlag
@@ -156,9 +156,9 @@ class YoloDataset(Dataset):
         else:
             self.mapper = EvalMapper(self.index, self.images)
 
-    def _remember_failure(self, path: str, reason: str) -> None:
-        """An image passed the scan and fails now: the next run leaves it out (failures.py)."""
-        failures.remember(self.split_labels.cache_file, path, reason)
+    def _remember_failure(self, error: ImageDecodeError) -> None:
+        """An image passed the scan and cannot be decoded now: the next run leaves it out (failures.py)."""
+        failures.remember(self.split_labels.cache_file, error.path, str(error), (error.size, error.mtime_ns))
 
     # -- YOLOv5's attributes, as views over the index -----------------------------------------------
     @property

@@ -14,13 +14,20 @@ It is used only where that sameness is certain:
 
 Everything else is decoded by cv2.imread, as before.  ``imread_bgr`` is the one way the package reads
 an image file.
+
+cv2.imread says None alike for a file it could not read (missing, not permitted, an I/O error) and
+for one it read and could not decode.  Only the second is a fact about the file that stays true while
+the file is unchanged (failures.py remembers it), so after a None this module reads the bytes itself
+and tells the two apart: ImageReadError for a read that failed, ImageDecodeError for bytes read whole
+that no decoder takes.
 """
 from __future__ import annotations
 
 import logging
 import os
+import stat
 import struct
-from typing import Optional
+from typing import Optional, Tuple
 
 import cv2
 import numpy as np
@@ -38,7 +45,18 @@ _simplejpeg = _MISSING  # the module, None when it is not installed; imported on
 
 
 class ImageReadError(OSError):
-    """An image that passed the scan could not be decoded now (deleted, replaced or damaged since)."""
+    """An image that passed the scan cannot be loaded now: its file could not be read (deleted, not
+    permitted, an I/O error, changed while read), or it could not be decoded (ImageDecodeError)."""
+
+
+class ImageDecodeError(ImageReadError):
+    """The whole file was read and no decoder makes an image of it: damaged past its header.  ``size``
+    and ``mtime_ns``: the version of the file that was read."""
+
+    def __init__(self, path: str, size: int, mtime_ns: int):
+        super().__init__(f"{path}: image cannot be decoded (all {size} bytes read: damaged, or not an image "
+                         "OpenCV decodes)")
+        self.path, self.size, self.mtime_ns = path, size, mtime_ns
 
 
 def simplejpeg_module():
@@ -155,7 +173,8 @@ _UPRIGHT = {
 def imread_bgr(path: str, flags: int = cv2.IMREAD_COLOR) -> np.ndarray:
     """(h, w, 3) uint8 BGR with EXIF orientation applied, as cv2.imread(path, ``flags``) decodes it (as
     YOLOv5: gray, RGBA and 16-bit images come out as 8-bit BGR).  ``flags``: IMREAD_COLOR, or one of
-    REDUCED_FLAGS.  Raises ImageReadError naming the file.
+    REDUCED_FLAGS.  Raises ImageReadError naming the file when it cannot be read, ImageDecodeError when
+    it was read whole and cannot be decoded.
 
     A .jpg/.jpeg file goes to simplejpeg first when it is installed (see ``decode_jpeg``); whatever it
     leaves is cv2.imread's, which also decodes what it can of a truncated JPEG (imdecode of the same
@@ -166,27 +185,52 @@ def imread_bgr(path: str, flags: int = cv2.IMREAD_COLOR) -> np.ndarray:
         utf8 = os.fsencode(path) == path.encode("utf-8")
     except UnicodeEncodeError:
         utf8 = False
-    im = data = None
+    im = read = None
     if flags in _FACTORS and path.rpartition(".")[2].lower() in JPEG_SUFFIXES and simplejpeg_module():
-        data = _read(path)
-        im = decode_jpeg(data, _FACTORS[flags]) if data else None
+        read = read_whole(path)
+        im = decode_jpeg(read[0], _FACTORS[flags]) if read[0] else None
     if im is None and utf8:
         im = cv2.imread(path, flags)
-    elif im is None:
-        data = _read(path) if data is None else data
-        try:
-            im = cv2.imdecode(np.frombuffer(data, np.uint8), flags) if data else None
-        except cv2.error:  # as cv2.imread: undecodable is None
-            im = None
     if im is None:
-        raise ImageReadError(f"{path}: image cannot be read (missing, or not decodable)")
+        data, st = read or read_whole(path)  # a file that cannot be read raises ImageReadError here
+        im = _imdecode(data, flags)
+        if im is None and utf8:
+            # imread's None may have been a read that failed for a moment, of a file that imdecode
+            # refuses and imread takes (a truncated JPEG): its word decides once the bytes are there
+            im = cv2.imread(path, flags)
+        if im is None:
+            raise ImageDecodeError(path, st.st_size, st.st_mtime_ns)
     return im
 
 
-def _read(path: str) -> bytes:
-    """The file's bytes; empty when it cannot be read (cv2.imread then says None, as for a missing file)."""
+def _imdecode(data: bytes, flags: int) -> Optional[np.ndarray]:
     try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
+        return cv2.imdecode(np.frombuffer(data, np.uint8), flags) if data else None
+    except cv2.error:  # as cv2.imread: undecodable is None
+        return None
+
+
+def read_whole(path: str) -> Tuple[bytes, os.stat_result]:
+    """(all bytes of the file, its stat).  Raises ImageReadError naming the file and the reason when it
+    cannot be read whole: missing, not permitted, not a regular file, an I/O error, or changed (size or
+    modification time) while it was read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise ImageReadError(f"{path}: image cannot be read ({e.strerror or e})") from None
+    try:
+        before = os.fstat(fd)
+        if not stat.S_ISREG(before.st_mode):
+            raise ImageReadError(f"{path}: image cannot be read (not a regular file)")
+        with os.fdopen(fd, "rb", buffering=0, closefd=False) as f:
+            data = f.readall()
+        after = os.fstat(fd)
+    except ImageReadError:
+        raise
+    except OSError as e:
+        raise ImageReadError(f"{path}: image cannot be read ({e.strerror or e})") from None
+    finally:
+        os.close(fd)
+    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or len(data) != after.st_size:
+        raise ImageReadError(f"{path}: image cannot be read (it changed while it was read)")
+    return data, after

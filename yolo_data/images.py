@@ -15,7 +15,7 @@ from typing import Callable, Optional, Tuple
 import cv2
 import numpy as np
 
-from .decode import JPEG_SUFFIXES, REDUCED_FLAGS, ImageReadError, imread_bgr  # noqa: F401 (imported from here)
+from .decode import JPEG_SUFFIXES, REDUCED_FLAGS, ImageDecodeError, ImageReadError, imread_bgr  # noqa: F401
 from .decode import simplejpeg_module
 
 
@@ -76,11 +76,13 @@ class ImageSource:
     """Image ``i`` of a label store, resized to long side ``img_size``: from the image cache when it
     holds it, else decoded from its file.  ``linear``: linear interpolation when shrinking too (YOLOv5
     does for training; area for evaluation).  ``reduced``: JPEGs shrunk 2x or more are decoded at a
-    reduced scale (see load_image).  ``on_failure(path, reason)``: told of an image that passed the
-    scan but cannot be read now (the split remembers it, and the next run leaves it out)."""
+    reduced scale (see load_image).  ``on_failure(error)``: told of an image that passed the scan and
+    was now read whole but could not be decoded (an ImageDecodeError: the split remembers it, and the
+    next run leaves it out).  A file that could not be read is not told: that may pass (a permission
+    being changed, a busy file server), and the image is still good."""
 
     def __init__(self, store, img_size: int, linear: bool, cache=None,
-                 on_failure: Optional[Callable[[str, str], None]] = None, reduced: bool = False):
+                 on_failure: Optional[Callable[[ImageDecodeError], None]] = None, reduced: bool = False):
         self.store, self.img_size, self.linear, self.reduced = store, int(img_size), linear, reduced
         self.cache = cache
         self.on_failure = on_failure
@@ -97,7 +99,7 @@ class ImageSource:
         w0, h0 = self.store.shapes[i]
         try:
             return load_image(path, self.img_size, self.linear, (int(h0), int(w0)), self.reduced)
-        except ImageReadError as e:
+        except ImageDecodeError as e:
             if self.on_failure is not None:
-                self.on_failure(path, str(e))
+                self.on_failure(e)
             raise
