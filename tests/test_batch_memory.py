@@ -4,12 +4,16 @@ without the pool."""
 import gc
 import os
 import pickle
+import subprocess
+import sys
 import time
+from pathlib import Path
 from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
 import pytest
 import torch
+from torch.multiprocessing.reductions import shared_cache
 
 import yolo_data.batchmemory as bm
 from yolo_data import create_dataloader
@@ -19,8 +23,14 @@ from conftest import make_dataset
 
 
 def _sent(images):
-    """``images`` as the training process receives it: pickled by the worker's pickler, unpickled."""
-    return pickle.loads(ForkingPickler.dumps(images))
+    """``images`` as the training process receives it: pickled by the worker's pickler, unpickled into a
+    storage of its own (torch's record of shared storages is per process: forgetting the worker's entry
+    maps the buffer anew, as another process does)."""
+    before = dict(shared_cache)
+    data = ForkingPickler.dumps(images)
+    for key in [k for k, v in shared_cache.items() if before.get(k) is not v]:  # what the worker's side added
+        del shared_cache[key]
+    return pickle.loads(data)
 
 
 def _state(pool):
@@ -103,20 +113,22 @@ def test_trim_gives_back_only_free_buffers_idle_long_enough():
     assert pool.trim(10.0, now=taken[2] + 60.0) == 2 and pool.buffers == []
 
 
-def test_a_forked_copy_of_the_training_process_never_frees_a_buffer():
+def test_a_buffer_held_when_the_training_process_forks_is_never_written_again():
     pool = bm.BatchPool(1)
     images = pool.take(1, 4, 4)
     received = _sent(pool.transport(images))
     pid = os.fork()
-    if pid == 0:  # the child drops its copy of the batch
+    if pid == 0:  # the child drops its copy of the batch: that frees nothing
         del received
         gc.collect()
         os._exit(0)
     os.waitpid(pid, 0)
-    assert _state(pool) == [bm.IN_USE]
+    assert _state(pool) == [bm.RETIRED]  # the child could have kept it
     del received
     gc.collect()
-    assert _state(pool) == [bm.FREE]
+    assert _state(pool) == [bm.RETIRED]
+    again = pool.take(1, 4, 4)
+    assert again.untyped_storage().data_ptr() != images.untyped_storage().data_ptr() and len(pool.buffers) == 1
 
 
 def _loader(data, tmp_path, workers, evaluation=False, **kw):
@@ -213,3 +225,111 @@ def test_collate_outside_a_worker_is_unchanged():
     images = collate_fn(items)[0]
     assert type(images) is torch.Tensor and images[:, 0, 0, 0].tolist() == [0, 1]
     assert bm.transport(images) is images
+
+
+def _checksum(images) -> int:
+    return int(images.to(torch.int64).sum()) * 1_000_003 + int(images[..., ::7, ::5].to(torch.int64).sum())
+
+
+def _compare_later(conn, images, want):
+    """In another process: look at the batch after the training loop has gone on, and say whether it
+    is still what it was."""
+    time.sleep(0.6)
+    conn.send(_checksum(images) == want)
+
+
+def _compare_from_queue(queue, conn, n):
+    for _ in range(n):
+        images, want = queue.get()
+        time.sleep(0.3)
+        conn.send(_checksum(images) == want)
+
+
+def test_a_batch_is_shared_and_views_taken_before_share_memory_stay_valid(small_dataset, tmp_path):
+    loader = _loader(small_dataset, tmp_path, 2)
+    for _ in range(2):
+        for images, *_ in loader:
+            assert images.is_shared()  # as torch's own batches: no copy by share_memory_ or a Queue
+            before = images.numpy()
+            ptr = images.data_ptr()
+            want = _checksum(images)
+            images.share_memory_()
+            assert images.data_ptr() == ptr and _checksum(torch.from_numpy(before)) == want
+
+
+@pytest.mark.parametrize("how", ["fork", "queue"])
+def test_a_batch_another_process_can_see_never_changes(small_dataset, tmp_path, how):
+    """A process forked while the loop holds a batch (a logger started with the batch as argument), or a
+    batch put on a torch.multiprocessing.Queue: the loop drops its reference and goes on for two more
+    epochs with the same workers, whose buffers would be rewritten; the other process still reads the
+    batch as it was."""
+    import torch.multiprocessing as tmp
+    loader = _loader(small_dataset, tmp_path, 2)
+    ctx = tmp.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+    consumer = queue = None
+    if how == "queue":
+        queue = ctx.Queue()
+        consumer = ctx.Process(target=_compare_from_queue, args=(queue, send, 2), daemon=True)
+        consumer.start()
+    children = []
+    for epoch in range(3):
+        for k, (images, *_) in enumerate(loader):
+            if epoch == 0 and k < 2:
+                if how == "fork":
+                    children.append(ctx.Process(target=_compare_later, args=(send, images, _checksum(images)),
+                                                daemon=True))
+                    children[-1].start()
+                else:
+                    queue.put((images, _checksum(images)))
+            del images
+    answers = [receive.recv() for _ in range(2)]
+    for p in children + ([consumer] if consumer else []):
+        p.join(30)
+    assert answers == [True, True]
+
+
+FILE_SYSTEM_SHARING = r"""
+import glob, os, sys, time, gc
+import torch, torch.multiprocessing
+torch.multiprocessing.set_sharing_strategy("file_system")
+from torch.utils.data import DataLoader
+from yolo_data import YoloDataset, create_dataloader
+pids = sys.argv[2]
+def record(worker_id):
+    with open(pids, "a") as f:
+        f.write(f"{os.getpid()}\n")
+dataset = YoloDataset(sys.argv[1], 64, 4, augment=True)
+plain = DataLoader(dataset, batch_size=4, num_workers=2, collate_fn=dataset.collate_fn, worker_init_fn=record)
+for epoch in range(3):  # workers that end with every pass
+    for images, targets, paths, shapes in plain:
+        pass
+for _ in range(2):  # loaders built and deleted
+    loader, ds = create_dataloader(sys.argv[1], 64, 4, 32, augment=True, workers=2, split="train")
+    for images, targets, paths, shapes in loader:
+        pass
+    for w in loader._iterator._workers:
+        record_pid = w.pid
+        with open(pids, "a") as f:
+            f.write(f"{record_pid}\n")
+    del loader, ds
+del images, targets
+gc.collect()
+time.sleep(1.0)
+workers = set(open(pids).read().split())
+left = [f for f in glob.glob("/dev/shm/torch_*") if f.split("_")[1] in workers]
+print(len(workers), len(left))
+"""
+
+
+def test_under_file_system_sharing_nothing_of_a_worker_outlives_it(tmp_path):
+    """torch's 'file_system' strategy names each shared buffer /dev/shm/torch_<pid of its maker>_...; once
+    the workers have ended and the loop dropped its batches, none of theirs is left (reads /dev/shm only)."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm")
+    repo = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-c", FILE_SYSTEM_SHARING, str(repo / "data" / "sample.yaml"),
+                        str(tmp_path / "pids")], capture_output=True, text=True, timeout=300, cwd=repo)
+    assert r.returncode == 0, r.stderr[-3000:]
+    workers, left = map(int, r.stdout.split()[-2:])
+    assert workers == 10 and left == 0

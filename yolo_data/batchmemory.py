@@ -13,26 +13,38 @@ Here each worker keeps up to POOL_SIZE buffers.  The protocol, owned by this mod
   last byte, which lives in the shared memory itself;
 * worker, ``BatchPool.transport`` (called by collate.stack on the whole batch tensor): the tensor as a
   ``_PooledImages``, whose pickling sends the buffer (torch's own file-descriptor sharing) and its shape;
-* training process, ``_rebuild`` (unpickling): a plain uint8 tensor over the buffer, made with
-  ``torch.frombuffer`` so that the buffer's release is tied to the tensor's storage: only when every
-  view of the batch is gone is the buffer marked FREE, and the worker may write it again;
+* training process, ``_rebuild`` (unpickling): the batch as a tensor over the received shared storage
+  itself (``is_shared()`` is True, as for torch's batches, so ``share_memory_()`` copies nothing), and a
+  finalizer on that storage: only when every view of the batch (tensors, NumPy arrays) is gone is the
+  buffer marked FREE, and the worker may write it again;
+* a batch that another process can still see is never written again: the training process marks its
+  buffer RETIRED instead of FREE when it forked while holding the batch (a logger started with the batch
+  as an argument; ``os.register_at_fork``), or when the batch was pickled for another process
+  (``torch.multiprocessing.Queue``: torch's sharing then records the storage anew, which ``_Held``
+  notices); the worker drops a RETIRED buffer from its pool, and its memory lives on as long as anyone
+  maps it, as torch's batches do;
 * worker: a buffer taken for a batch that never went out through ``transport`` (the batch failed, or a
   custom collate copied it or sent it its own way) stays IN_USE, since only the training process's
   release makes a buffer FREE, and leaves the pool at the next ``take`` (else the pool would fill with
   buffers it can never write again).
 
-A process forked from the training process (another DataLoader's worker) never marks a buffer FREE:
-the release is checked against the process that unpickled the batch.  A FREE buffer not taken for
+The state byte is written by the training process through a mapping of its own page (not through the
+batch's storage, which is being freed when the finalizer runs).  A FREE buffer not taken for
 IDLE_SECONDS is given back to the system by the worker's idle thread, so a persistent worker between
-passes holds no shared memory.
+passes holds no shared memory; when the worker ends normally (the loader shuts it down, or a pass of
+non-persistent workers ends), its pool is given back too: under torch's ``file_system`` sharing a
+buffer is a named file in /dev/shm that lives until its last holder lets go, and a process that exits
+without freeing its storages never lets go.
 """
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 import time
 import weakref
 from dataclasses import dataclass
+from multiprocessing.util import Finalize
 from typing import List, Optional, Tuple
 
 import numpy as np
@@ -47,7 +59,7 @@ POOL_SIZE = PREFETCH + 1
 #: A FREE buffer not taken for this long goes back to the system (between passes, a persistent worker
 #: would otherwise hold POOL_SIZE batches of /dev/shm, which the other loader of a job may need).
 IDLE_SECONDS = 2.0
-FREE, IN_USE = 0, 1
+FREE, IN_USE, RETIRED = 0, 1, 2
 
 
 @dataclass
@@ -94,10 +106,17 @@ class BatchPool:
                 self.buffers.remove(b)
             return len(idle)
 
+    def close(self) -> None:
+        """Give every buffer back (the worker is ending): a buffer the training process still holds
+        lives on with it."""
+        with self.lock:
+            self.buffers, self.building = [], None
+
     def _take(self, n: int, h: int, w: int) -> Optional[torch.Tensor]:
         if self.building is not None:  # the last batch did not go out through transport: never reuse it
             self.buffers.remove(self.building)
             self.building = None
+        self.buffers = [b for b in self.buffers if b.state[0] != RETIRED]  # another process may see them
         need = n * 3 * h * w
         free = [b for b in self.buffers if b.state[0] == FREE]
         fitting = [b for b in free if b.capacity >= need]
@@ -144,20 +163,90 @@ class _PooledImages(torch.Tensor):
         return _rebuild, (self._pool_storage, self._pool_capacity, tuple(self.shape))
 
 
-def _release(state: np.ndarray, pid: int) -> None:
-    if os.getpid() == pid:  # not in a forked copy of the training process
-        state[0] = FREE
+class _Held:
+    """A pooled batch alive in the training process, and what its buffer's state byte becomes when the
+    batch dies: FREE, or RETIRED when another process may still see it (see the module docstring)."""
+
+    def __init__(self, page: mmap.mmap, at: int, key, record):
+        self.page, self.at = page, at  # our own mapping of the state byte's page
+        self.key, self.record = key, record  # torch's record of the storage when it arrived
+        self.retired = False
+        self.pid = os.getpid()
+
+    @classmethod
+    def of(cls, storage: torch.UntypedStorage, capacity: int) -> Optional["_Held"]:
+        """None where the buffer cannot be followed (it then stays IN_USE: never written again)."""
+        try:
+            from torch.multiprocessing.reductions import fd_id, shared_cache
+            if torch.multiprocessing.get_sharing_strategy() == "file_system":
+                key = storage._share_filename_cpu_()[1]  # the /dev/shm name; nothing new is made
+                fd = os.open("/dev/shm/" + os.fsdecode(key).lstrip("/"), os.O_RDWR | os.O_CLOEXEC)
+            else:
+                own = storage._share_fd_cpu_()[0]  # the descriptor the storage keeps; nothing new is made
+                key, fd = fd_id(own), os.dup(own)
+            try:
+                start = capacity - capacity % mmap.ALLOCATIONGRANULARITY
+                page = mmap.mmap(fd, capacity + 1 - start, offset=start)
+            finally:
+                os.close(fd)
+            return cls(page, capacity - start, key, shared_cache.get(key))
+        except Exception:  # torch's sharing internals changed, or no /dev/shm name: reuse nothing
+            return None
+
+    def retire(self) -> None:
+        self.retired = True
+        self.page[self.at] = RETIRED
+
+    def release(self) -> None:
+        """The batch's storage died (every view of it is gone)."""
+        _HELD.pop(id(self), None)
+        if os.getpid() != self.pid:  # a forked copy of the training process: the buffer is not its own
+            return
+        from torch.multiprocessing.reductions import shared_cache
+        if shared_cache.get(self.key) is not self.record:  # pickled for another process since it arrived
+            self.retired = True
+        self.page[self.at] = RETIRED if self.retired else FREE
+        self.page.close()
+
+
+_HELD = {}  # id -> _Held: the pooled batches alive in this process
+
+
+def _retire_held() -> None:
+    """Before this process forks: a child gets a copy of every batch it holds, so their buffers are
+    never written again."""
+    for held in list(_HELD.values()):
+        held.retire()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_retire_held)
 
 
 def _rebuild(storage: torch.UntypedStorage, capacity: int, shape: Tuple[int, ...]) -> torch.Tensor:
-    """In the training process: the batch as a plain uint8 tensor of ``shape`` over the received buffer.
-    ``torch.frombuffer`` holds the numpy view until the tensor's storage dies (every view of the batch
-    dropped); the view's finalizer then marks the buffer FREE for its worker."""
-    whole = torch.empty(0, dtype=torch.uint8).set_(storage).numpy()
-    images, state = whole[:int(np.prod(shape))], whole[capacity:capacity + 1]
-    done = weakref.finalize(images, _release, state, os.getpid())
-    done.atexit = False  # at exit nothing will read the buffer again
-    return torch.frombuffer(images, dtype=torch.uint8).view(shape)
+    """In the training process: the batch as a uint8 tensor of ``shape`` over the received shared
+    storage.  Its finalizer runs when the storage dies, i.e. when every view of the batch is gone (torch
+    keeps a storage's Python object for as long as any tensor uses the storage)."""
+    images = torch.empty(0, dtype=torch.uint8).set_(storage, 0, shape)
+    held = _Held.of(storage, capacity)
+    if held is not None:
+        _HELD[id(held)] = held
+        weakref.finalize(storage, held.release).atexit = False  # at exit nothing reads the buffer again
+    return images
+
+
+def _storage_outlives_its_python_object() -> bool:
+    """Whether a storage's finalizer waits for the last tensor over it (torch keeps the Python object
+    of a storage alive while tensors use it, since 2.1); without that the release above would come too
+    early, so the workers then make every batch in fresh memory, as torch does."""
+    died = []
+    storage = torch.UntypedStorage(8)
+    view = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (8,))
+    weakref.finalize(storage, died.append, True)
+    del storage
+    early = bool(died)
+    del view
+    return not early and bool(died)
 
 
 _POOLS = {}  # pid -> this process's BatchPool (a forked child never uses its parent's)
@@ -172,15 +261,18 @@ def _trim_when_idle(pool: BatchPool) -> None:
 
 def worker_pool() -> Optional[BatchPool]:
     """The calling DataLoader worker's pool (and its idle thread, a daemon that ends with the worker);
-    None outside a worker (batches stay in private memory)."""
+    None outside a worker (batches stay in private memory) or where the pool cannot be used safely."""
     if get_worker_info() is None:
         return None
     pid = os.getpid()
     if pid not in _POOLS:
         _POOLS.clear()
-        _POOLS[pid] = BatchPool(POOL_SIZE)
-        threading.Thread(target=_trim_when_idle, args=(_POOLS[pid],), name="yolo_data batch memory",
-                         daemon=True).start()
+        if not _storage_outlives_its_python_object():
+            _POOLS[pid] = None
+            return None
+        pool = _POOLS[pid] = BatchPool(POOL_SIZE)
+        threading.Thread(target=_trim_when_idle, args=(pool,), name="yolo_data batch memory", daemon=True).start()
+        Finalize(pool, pool.close, exitpriority=10)  # run when the worker's process ends normally
     return _POOLS[pid]
 
 
