@@ -12,6 +12,7 @@ mapper as inputs.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
@@ -146,8 +147,12 @@ class YoloDataset(Dataset):
                                   reserve_bytes=int(shm_reserve_bytes) if mode == "ram" else 0,
                                   workers=workers or 8, prefix=prefix, reduced=self.reduced_decode)
             self.image_cache = open_or_build(spec, self.store, self.split_labels.fingerprint)
+        # a function of the cache file, not a bound method of the dataset: the image source must hold
+        # no reference back to the dataset, so that `del loader, dataset` frees it (and its RAM cache)
+        # at once, without waiting for the cyclic garbage collector
         self.images = ImageSource(self.store, self.img_size, linear=linear, cache=self.image_cache,
-                                  on_failure=self._remember_failure, reduced=self.reduced_decode)
+                                  on_failure=partial(_remember_failure, self.split_labels.cache_file),
+                                  reduced=self.reduced_decode)
         self._scratch = Scratch()
         if augment:
             extra = AlbumentationsStep() if self.cfg.albumentations else None
@@ -155,10 +160,6 @@ class YoloDataset(Dataset):
                                       extra, self._scratch, prefix, closed=self._closed)
         else:
             self.mapper = EvalMapper(self.index, self.images)
-
-    def _remember_failure(self, error: ImageDecodeError) -> None:
-        """An image passed the scan and cannot be decoded now: the next run leaves it out (failures.py)."""
-        failures.remember(self.split_labels.cache_file, error.path, str(error), (error.size, error.mtime_ns))
 
     # -- YOLOv5's attributes, as views over the index -----------------------------------------------
     @property
@@ -282,6 +283,11 @@ class YoloDataset(Dataset):
         return self.mapper.batch(ids, keys, groups, out)
 
     collate_fn = staticmethod(collate_fn)  # YOLOv5 scripts use LoadImagesAndLabels.collate_fn
+
+
+def _remember_failure(cache_file, error: ImageDecodeError) -> None:
+    """An image passed the scan and cannot be decoded now: the next run leaves it out (failures.py)."""
+    failures.remember(cache_file, error.path, str(error), (error.size, error.mtime_ns))
 
 
 LoadImagesAndLabels = YoloDataset  # YOLOv5's name
