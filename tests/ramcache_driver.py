@@ -7,6 +7,7 @@ where a small tmpfs stands in for /dev/shm, so the machine's own /dev/shm is nev
     ramcache_driver.py kill  DATA RAM_DIR SIGNAL WHEN   # WHEN: build | after
     ramcache_driver.py two   DATA RAM_DIR               # two builders at once, racing for the room
     ramcache_driver.py shm   DATA                        # training loader with a /dev/shm too small
+    ramcache_driver.py generations DATA RAM_DIR WORKERS  # a loop building a new loader 3 times, gc off
     ramcache_driver.py child-build DATA RAM_DIR SLOW BARRIER   # (internal) one builder
 """
 import json
@@ -123,11 +124,33 @@ def shm(data, cache):
             "messages": records, "shm_free": os.statvfs("/dev/shm").f_bavail * os.statvfs("/dev/shm").f_frsize}
 
 
+def generations(data, ram_dir, workers):
+    """A YOLOv5 --evolve loop: each generation builds a loader with a RAM cache, runs a pass and drops it
+    with ``del loader, dataset``.  The cyclic garbage collector is off: only reference counting frees
+    the previous generation's cache before the next one plans its room."""
+    import gc
+    import weakref
+    from yolo_data import create_dataloader
+    gc.collect()
+    gc.disable()
+    before, out = used_bytes(ram_dir), []
+    for _ in range(3):
+        loader, dataset = create_dataloader(data, IMGSZ, 2, 32, augment=True, shuffle=True, workers=int(workers),
+                                            cache="ram", ram_cache_dir=ram_dir)
+        cached = 0 if dataset.image_cache is None else int(dataset.image_cache.ok.sum())
+        images = sum(len(imgs) for imgs, *_ in loader)
+        nw, alive = loader.num_workers, weakref.ref(dataset)
+        del loader, dataset
+        out.append({"cached": cached, "images": images, "workers": nw, "freed": alive() is None,
+                    "used_after": used_bytes(ram_dir)})
+    return {"before": before, "generations": out}
+
+
 def main():
     mode, *args = sys.argv[1:]
     if mode == "child-build":
         return child_build(*args)
-    result = {"kill": kill, "two": two, "shm": shm}[mode](*args)
+    result = {"kill": kill, "two": two, "shm": shm, "generations": generations}[mode](*args)
     print(json.dumps(result))
 
 

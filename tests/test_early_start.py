@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import make_dataset
 from yolo_data import create_dataloader
@@ -21,12 +22,25 @@ def data(tmp_path_factory):
 
 
 def passes(loader, n=2):
-    return [[(paths, imgs.sum().item()) for imgs, _, paths, _ in loader] for _ in range(n)]
+    return [[(paths, imgs.sum().item(), mosaics(shapes)) for imgs, _, paths, shapes in loader] for _ in range(n)]
 
 
-def make(data, workers, **kwargs):
-    return create_dataloader(data, 64, 4, 32, augment=True, hyp=str(HIGH), shuffle=True, workers=workers,
+def mosaics(shapes):
+    """How many items of a batch are mosaics (YOLOv5's shapes are None for them)."""
+    return sum(s is None for s in shapes)
+
+
+def make(data, workers, hyp=str(HIGH), **kwargs):
+    return create_dataloader(data, 64, 4, 32, augment=True, hyp=hyp, shuffle=True, workers=workers,
                              split="train", **kwargs)
+
+
+NO_MOSAIC = {"mosaic": 0.0, "mixup": 0.0, "copy_paste": 0.0, "scale": 0.2}  # also another scale than HIGH's
+
+
+def in_place(ds):
+    """As a script may do with the dict it passed: change it, without assigning dataset.hyp."""
+    ds.hyp.update(NO_MOSAIC)
 
 
 # what a training script may do between building the loader and its first pass
@@ -37,18 +51,29 @@ CHANGES = {
     "set_weights": lambda loader, ds: loader.sampler.set_weights(labels_to_image_weights(ds.labels, 2)),
     "dataset.indices (YOLOv5's --image-weights)": lambda loader, ds: setattr(
         ds, "indices", random.Random(0).choices(range(ds.n), k=ds.n)),
+    "close_mosaic (closed at epoch 0, or resumed in the closed phase)": lambda loader, ds: ds.close_mosaic(),
+    "dataset.mosaic = False (YOLOv5-style and Ultralytics' closing step)": lambda loader, ds: setattr(
+        ds, "mosaic", False),
+    "dataset.hyp = a new dict": lambda loader, ds: setattr(ds, "hyp", {**ds.hyp, **NO_MOSAIC}),
+    "dataset.hyp dict changed in place": lambda loader, ds: in_place(ds),
 }
+# changes after which no item of the first passes is a mosaic
+UNMOSAIC = {k for k in CHANGES if "mosaic" in k or "hyp" in k}
 
 
 @pytest.mark.parametrize("change", sorted(CHANGES))
 def test_first_passes_equal_those_of_a_loader_without_workers(data, change):
     """Workers=0 never starts early: the reference for every change a script makes before its first pass."""
-    early, ds_e = make(data, 2)
+    hyp = yaml.safe_load(HIGH.read_text())  # a dict: the in-place change needs one
+    early, ds_e = make(data, 2, hyp=dict(hyp))
     time.sleep(0.5)  # the workers are at work on the first pass already
-    plain, ds_p = make(data, 0)
+    plain, ds_p = make(data, 0, hyp=dict(hyp))
     CHANGES[change](early, ds_e)
     CHANGES[change](plain, ds_p)
-    assert passes(early) == passes(plain)
+    got = passes(early)
+    assert got == passes(plain)
+    made = sum(m for p in got for _, _, m in p)
+    assert (made == 0) if change in UNMOSAIC else (made > 0), made  # HIGH: every item a mosaic
 
 
 def test_workers_run_before_the_first_iter(data):

@@ -122,6 +122,48 @@ def test_ram_cache_leaves_room_for_the_batches(private_mounts, tmp_path):
     assert any(f"cached {r['cached']} of 40 images" in m and "shared-memory batches" in m for m in r["messages"])
 
 
+# -- freed at `del` -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("workers", [0, 2])
+def test_del_loader_and_dataset_frees_them_and_the_ram_cache_without_the_garbage_collector(tmp_path, workers):
+    """Before: the image source held a bound method of the dataset, a cycle that kept the dataset and
+    its RAM cache until the cyclic collector ran.  With that collector off, both go at `del`, and the
+    persistent workers (which hold the cache's descriptor) end with the loader."""
+    import gc
+    import multiprocessing
+    import weakref
+    from yolo_data import create_dataloader
+    data = photo_dataset(tmp_path / "ds", 8)
+    gc.collect()
+    gc.disable()
+    try:
+        children = {p.pid for p in multiprocessing.active_children()}
+        loader, dataset = create_dataloader(data, 64, 4, 32, augment=True, shuffle=True, workers=workers,
+                                            quad=True, cache="ram", ram_cache_dir=tmp_path)
+        assert loader.num_workers == workers and dataset.image_cache is not None
+        next(iter(loader))
+        refs = [weakref.ref(o) for o in (loader, dataset, dataset.image_cache, dataset.images, loader.sampler)]
+        del loader, dataset
+        assert [r() is None for r in refs] == [True] * len(refs)
+        assert {p.pid for p in multiprocessing.active_children()} <= children
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_evolve_loop_caches_every_image_each_generation(private_mounts, tmp_path, workers):
+    """16 MB tmpfs: one generation's cache (9.2 MB) and its workers' room fit, two caches do not.
+    Before: the previous generation's cache was still held (no garbage collection between
+    generations), and the next one cached only part of the images, then none."""
+    data = photo_dataset(tmp_path / "ds")
+    ram = tmp_path / "shm"
+    ram.mkdir()
+    r = driver("generations", data, ram, workers, tmpfs={ram: "16m"})
+    gens = r["generations"]
+    assert [g["workers"] for g in gens] == [workers] * 3
+    assert [(g["cached"], g["images"], g["freed"]) for g in gens] == [(40, 40, True)] * 3, gens
+    assert [g["used_after"] for g in gens] == [r["before"]] * 3
+
+
 # -- one copy per node, shared by the ranks -----------------------------------------------------------
 def _rank(rank, world, port, data, ram, out_dir):
     from datetime import timedelta

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch.utils.data import get_worker_info
 
 from .batchmemory import batch_bytes, transport
+from .sampling import seed_entropy
 
 
 def one_batch(tensors) -> Optional[torch.Tensor]:
@@ -76,7 +77,7 @@ class QuadCollate:
         for g in range(n):
             i = 4 * g
             key = zlib.crc32("\0".join(paths[i:i + 4]).encode("utf-8", "surrogateescape"))
-            if np.random.default_rng([self.seed, self.epoch.get(), key]).random() < 0.5:
+            if np.random.default_rng([seed_entropy(self.seed), self.epoch.get(), key]).random() < 0.5:
                 im = F.interpolate(ims[i][None].float(), scale_factor=2.0, mode="bilinear", align_corners=False)
                 out_ims.append(im[0].round().clamp(0, 255).to(ims[i].dtype))
                 out_targets.append(targets[i])

@@ -12,6 +12,8 @@ mapper as inputs.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
@@ -27,8 +29,8 @@ from .cache import user_cache_dir
 from .imagecache import ImageCache, ImageCacheSpec, disk_candidates, normalise_mode, open_or_build
 from .images import ImageDecodeError, ImageSource
 from .index import IndexSettings, SplitIndex, build_index
-from .mapping import EvalMapper, ItemKey, TrainMapper, TrainSettings
-from .sampling import SharedEpoch, SharedFlag
+from .mapping import EvalMapper, ItemKey, SharedSettings, TrainMapper, TrainSettings
+from .sampling import SharedEpoch, check_seed
 from .datayaml import is_dataset_yaml, load_dataset_yaml
 from .split import SplitLabels, load_split
 from .workers import guard_opencv_pool
@@ -87,7 +89,14 @@ class YoloDataset(Dataset):
     ``reduced_decode``: JPEGs that shrink 2x or more are decoded by libjpeg at 1/2, 1/4 or 1/8 scale,
     then resized to the same size (images.py); default: when augmenting (evaluation keeps YOLOv5's
     pixels unless True).
-    ``close_mosaic()`` ends mosaic, mixup and copy-paste, also in persistent workers.
+    ``close_mosaic()`` or ``dataset.mosaic = False`` ends mosaic, mixup and copy-paste; ``dataset.mosaic
+    = True`` brings them back (only where the dataset was built with mosaic: augment and not rect).
+    Assigning ``dataset.hyp`` (a dict, yaml path or AugmentConfig) re-derives the augmentation from the
+    next item on; a dict changed in place is taken in when a YoloDataLoader pass starts (or at
+    ``refresh_settings()``).  All of these reach persistent DataLoader workers through shared memory
+    (mapping.SharedSettings), and a YoloDataLoader drops its early-started pass when they changed
+    before the first ``iter`` (see ``item_settings``).  ``seed``: any integer, negative too (see
+    sampling.seed_entropy).
     """
 
     def __init__(self, path, img_size: int = 640, batch_size: int = 16, augment: bool = False, hyp=None,
@@ -98,18 +107,19 @@ class YoloDataset(Dataset):
                  keep_difficult: bool = False, linear_eval: bool = False, reduced_decode: Optional[bool] = None):
         self.img_size = int(img_size)
         self.augment = augment
-        self.hyp = hyp
-        self.cfg: AugmentConfig = load_hyp(hyp)
-        self.seed = int(seed)
+        self.seed = check_seed(seed)
         self.batch_partners = batch_partners
         # mosaic/mixup partners come from the item's group of places in the epoch (sampling.py); 0: its batch
         self.partner_group = int(partner_group)
         # Set by the sampler in the main process, read by persistent workers: new augmentation each epoch.
         self.shared_epoch = SharedEpoch()
-        self._closed = SharedFlag()  # set by close_mosaic() in the main process, read by workers
         self.image_weights = image_weights
         self.rect = False if image_weights else rect
-        self.mosaic = self.augment and not self.rect
+        self._mosaic_possible = bool(self.augment and not self.rect)
+        # what items follow, read by persistent workers too: hyp, mosaic (see mosaic, hyp, close_mosaic)
+        self._settings = SharedSettings(TrainSettings(load_hyp(hyp), self.img_size, self._mosaic_possible, self.seed))
+        self._albumentations: Optional[AlbumentationsStep] = None  # made by the hyp setter when asked for
+        self.hyp = hyp
         self.stride = int(stride)
         self.path = path
         self.prefix = prefix
@@ -146,19 +156,18 @@ class YoloDataset(Dataset):
                                   reserve_bytes=int(shm_reserve_bytes) if mode == "ram" else 0,
                                   workers=workers or 8, prefix=prefix, reduced=self.reduced_decode)
             self.image_cache = open_or_build(spec, self.store, self.split_labels.fingerprint)
+        # a function of the cache file, not a bound method of the dataset: the image source must hold
+        # no reference back to the dataset, so that `del loader, dataset` frees it (and its RAM cache)
+        # at once, without waiting for the cyclic garbage collector
         self.images = ImageSource(self.store, self.img_size, linear=linear, cache=self.image_cache,
-                                  on_failure=self._remember_failure, reduced=self.reduced_decode)
+                                  on_failure=partial(_remember_failure, self.split_labels.cache_file),
+                                  reduced=self.reduced_decode)
         self._scratch = Scratch()
         if augment:
-            extra = AlbumentationsStep() if self.cfg.albumentations else None
-            self.mapper = TrainMapper(self.index, self.images, TrainSettings(self.cfg, self.img_size, self.mosaic, self.seed),
-                                      extra, self._scratch, prefix, closed=self._closed)
+            self.mapper = TrainMapper(self.index, self.images, self._settings, self._albumentations, self._scratch,
+                                      prefix)
         else:
             self.mapper = EvalMapper(self.index, self.images)
-
-    def _remember_failure(self, error: ImageDecodeError) -> None:
-        """An image passed the scan and cannot be decoded now: the next run leaves it out (failures.py)."""
-        failures.remember(self.split_labels.cache_file, error.path, str(error), (error.size, error.mtime_ns))
 
     # -- YOLOv5's attributes, as views over the index -----------------------------------------------
     @property
@@ -240,14 +249,66 @@ class YoloDataset(Dataset):
 
     def close_mosaic(self, hyp=None) -> None:
         """No more mosaic, mixup or copy-paste from the next item on, in this process and in persistent
-        workers (a switch in shared memory), as Ultralytics does for its last ``close_mosaic`` epochs.
-        Items keep perspective, HSV and flips.  ``hyp``: ignored (Ultralytics passes its arguments)."""
+        workers (shared memory), as Ultralytics does for its last ``close_mosaic`` epochs.  Items keep
+        perspective, HSV and flips.  ``hyp``: ignored (Ultralytics passes its arguments)."""
         self.mosaic = False
-        self._closed.set()
 
     @property
     def mosaic_closed(self) -> bool:
-        return self._closed.get()
+        return self._settings.closed
+
+    @property
+    def mosaic(self) -> bool:
+        """Whether items may be mosaics now (YOLOv5's and Ultralytics' attribute).  False: as
+        close_mosaic().  True: mosaic, mixup and copy-paste back, as the hyp has them; a ValueError on a
+        dataset built without mosaic (augment=False or rect=True: its rect shapes and the sampler's
+        partner groups were made for single images)."""
+        return self._mosaic_possible and not self._settings.closed
+
+    @mosaic.setter
+    def mosaic(self, on) -> None:
+        if on and not self._mosaic_possible:
+            raise ValueError("dataset.mosaic = True: this dataset was built without mosaic (augment=False or "
+                             "rect=True); build it with augment=True, rect=False for mosaic training")
+        if self._settings.closed == bool(on):
+            self._settings.set(self.cfg, self._mosaic_possible, closed=not on)
+
+    @property
+    def hyp(self):
+        """The hyperparameters as given (dict, yaml path, AugmentConfig or None).  Assigning one re-derives
+        the augmentation (hyp.load_hyp) for the next items, in persistent workers too; a missing
+        albumentations package is an ImportError here, not in a worker."""
+        return self._hyp
+
+    @hyp.setter
+    def hyp(self, hyp) -> None:
+        cfg = load_hyp(hyp)
+        if self.augment and cfg.albumentations and self._albumentations is None:
+            self._albumentations = AlbumentationsStep()
+            if hasattr(self, "mapper"):
+                self.mapper.extra = self._albumentations  # workers forked before make their own
+        self._hyp, self._hyp_seen = hyp, _snapshot(hyp)
+        if cfg != self._settings.given().cfg:
+            self._settings.set(cfg, self._mosaic_possible, self._settings.closed)
+
+    @property
+    def cfg(self) -> AugmentConfig:
+        """The augmentation numbers of the current hyp (a closed mosaic is not applied to them)."""
+        return self._settings.given().cfg
+
+    def refresh_settings(self) -> None:
+        """Take in a hyp dict changed in place (``dataset.hyp['mosaic'] = 0``) since it was given: its
+        numbers are compared with the ones in use, and the augmentation re-derived when they differ.
+        A YoloDataLoader calls this when each pass starts; assigning ``dataset.hyp`` needs no call."""
+        if self._hyp_seen is not None and _snapshot(self._hyp) != self._hyp_seen:
+            self.hyp = self._hyp
+
+    def item_settings(self) -> TrainSettings:
+        """Everything besides the epoch, ``indices`` and each item's key that decides the items: the
+        augmentation numbers, whether mosaic is possible and closed (after ``refresh_settings``).
+        Comparable: a YoloDataLoader compares it to drop a pass its workers began with other settings."""
+        self.refresh_settings()
+        return self._settings.get()
 
     def load_image(self, i: int) -> Tuple[np.ndarray, Tuple[int, int], Tuple[int, int]]:
         """YOLOv5's form: (img (h, w, 3) uint8 BGR resized, (h0, w0), (h, w))."""
@@ -282,6 +343,16 @@ class YoloDataset(Dataset):
         return self.mapper.batch(ids, keys, groups, out)
 
     collate_fn = staticmethod(collate_fn)  # YOLOv5 scripts use LoadImagesAndLabels.collate_fn
+
+
+def _snapshot(hyp):
+    """What an in-place change of a hyp dict is detected by (None for hyps that are not dicts)."""
+    return dict(hyp) if isinstance(hyp, Mapping) else None
+
+
+def _remember_failure(cache_file, error: ImageDecodeError) -> None:
+    """An image passed the scan and cannot be decoded now: the next run leaves it out (failures.py)."""
+    failures.remember(cache_file, error.path, str(error), (error.size, error.mtime_ns))
 
 
 LoadImagesAndLabels = YoloDataset  # YOLOv5's name

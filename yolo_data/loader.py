@@ -29,8 +29,9 @@ class YoloDataLoader(DataLoader):
 
     The early pass is handed out by the first ``iter`` only if nothing that decides it changed since:
     the epoch (``sampler.set_epoch`` to another one), the sampler's weights or resume point,
-    ``dataset.indices``.  Otherwise it is dropped (torch's reset discards what the workers had fetched)
-    and the pass is made anew with the new settings, exactly as without the early start.
+    ``dataset.indices``, the dataset's ``item_settings()`` (its hyp, ``mosaic``, ``close_mosaic()``).
+    Otherwise it is dropped (torch's reset discards what the workers had fetched) and the pass is made
+    anew with the new settings, exactly as without the early start.
     ``early_start=False``: the workers start at the first ``iter``, as with a plain DataLoader.
 
     ``state_dict()`` / ``load_state_dict(state)`` (torchdata's StatefulDataLoader convention): where
@@ -59,14 +60,17 @@ class YoloDataLoader(DataLoader):
             self.sampler.forget_pass()
 
     def _settings(self):
-        return (self.sampler.epoch, self.sampler.version, getattr(self.dataset, "indices_version", 0))
+        items = getattr(self.dataset, "item_settings", None)  # also takes in a hyp dict changed in place
+        return (self.sampler.epoch, self.sampler.version, getattr(self.dataset, "indices_version", 0),
+                items() if items is not None else None)
 
     def __iter__(self):
         early, self._early = self._early, None
+        now = self._settings()  # at every pass start: a hyp dict changed in place is taken in here
         if self._expect is not None:
             self._check_resumed()
         if early is not None:
-            if self._settings()[1:] == early[1:] and self.sampler.keep_started_pass(early[0]):
+            if now[1:] == early[1:] and self.sampler.keep_started_pass(early[0]):
                 return _Counted(self._iterator, self)
             self.sampler.forget_pass()  # the reset below makes the pass the script asked for
         return _Counted(super().__iter__(), self)

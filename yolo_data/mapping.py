@@ -14,13 +14,16 @@ None for mosaics.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+import time
+from dataclasses import dataclass, fields, replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+import torch
 
 from .boxes import xywhn_to_xyxy
 from .geometry import LetterboxPlan, letterbox_image, letterbox_plan
+from .albument import AlbumentationsStep
 from .hyp import AugmentConfig
 from .images import ImageReadError, ImageSource
 from .index import SplitIndex
@@ -73,6 +76,65 @@ class TrainSettings:
     seed: int = 0
 
 
+_CFG_FIELDS = tuple(f.name for f in fields(AugmentConfig))
+
+
+class SharedSettings:
+    """The TrainSettings items follow, in shared memory: changed in the main process (a new hyp, the
+    mosaic closed or reopened), followed by every process from its next item on, including persistent
+    DataLoader workers forked before the change (they keep their own copy of everything else).
+
+    One float64 tensor: [sequence, mosaic, closed, *AugmentConfig values].  The sequence is odd while
+    the main process writes; a reader that sees it odd or changed under it reads again, so no item
+    mixes an old and a new hyp.  Readers rebuild their TrainSettings only when the sequence moved: one
+    element read per item.  ``img_size`` and ``seed`` are fixed for the dataset's life."""
+
+    def __init__(self, settings: TrainSettings):
+        self.img_size, self.seed = settings.img_size, settings.seed
+        self._data = torch.zeros(3 + len(_CFG_FIELDS), dtype=torch.float64).share_memory_()
+        self._seen: Optional[Tuple[float, TrainSettings, TrainSettings]] = None
+        self.set(settings.cfg, settings.mosaic, False)
+
+    def set(self, cfg: AugmentConfig, mosaic: bool, closed: bool) -> None:
+        """(main process only) What the next items follow.  ``closed``: mosaic, mixup and copy-paste off."""
+        values = [float(mosaic), float(closed)] + [float(getattr(cfg, f)) for f in _CFG_FIELDS]
+        self._data[0] += 1
+        self._data[1:] = torch.tensor(values, dtype=torch.float64)
+        self._data[0] += 1
+
+    def _read(self) -> Tuple[float, TrainSettings, TrainSettings]:
+        while True:
+            values = self._data.tolist()
+            if values[0] % 2 == 0 and float(self._data[0]) == values[0]:
+                break
+            time.sleep(0)
+        seq, mosaic, closed, *raw = values
+        cfg = AugmentConfig(**{f: (bool(v) if f == "albumentations" else v) for f, v in zip(_CFG_FIELDS, raw)})
+        given = TrainSettings(cfg, self.img_size, bool(mosaic), self.seed)
+        used = replace(given, cfg=cfg.without_mosaic(), mosaic=False) if closed else given
+        return seq, given, used
+
+    def _current(self) -> Tuple[float, TrainSettings, TrainSettings]:
+        if self._seen is None or self._seen[0] != float(self._data[0]):
+            self._seen = self._read()
+        return self._seen
+
+    def given(self) -> TrainSettings:
+        """The settings as set, mosaic closed or not (the hyp's config, whether mosaic is possible)."""
+        return self._current()[1]
+
+    def get(self) -> TrainSettings:
+        """The settings items follow now (after a close: no mosaic, mixup or copy-paste)."""
+        return self._current()[2]
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._data[2])
+
+    def __getstate__(self):
+        return {**self.__dict__, "_seen": None}  # a spawned worker reads the shared values anew
+
+
 @dataclass(frozen=True)
 class ItemKey:
     """What an item's randomness depends on besides the seed and its image: the epoch, and its place
@@ -83,19 +145,23 @@ class ItemKey:
 
 class TrainMapper:
     """The training pipeline of one item (pipeline.py), drawing from ``item_rng(seed, epoch, image,
-    attempt, draw)``.  ``extra``: the optional Albumentations step, (sample, rng) -> sample."""
+    attempt, draw)``.  ``settings``: fixed TrainSettings, or SharedSettings that the main process may
+    change while workers run (dataset.hyp, dataset.mosaic, close_mosaic).  ``extra``: the optional
+    Albumentations step, (sample, rng) -> sample, applied while ``cfg.albumentations`` is on (made
+    here, in the process that needs it, when not given)."""
 
-    def __init__(self, index: SplitIndex, images: ImageSource, settings: TrainSettings,
-                 extra: Optional[Callable] = None, scratch: Optional[Scratch] = None, prefix: str = "",
-                 closed=None):
-        self.index, self.images, self.settings, self.extra = index, images, settings, extra
-        # closed.get() True (a shared switch, see sampling.SharedFlag): the mosaic is closed, as in
-        # Ultralytics' last epochs; items then follow these settings, in every worker
-        self.closed = closed
-        self.closed_settings = replace(settings, cfg=settings.cfg.without_mosaic(), mosaic=False)
+    def __init__(self, index: SplitIndex, images: ImageSource, settings, extra: Optional[Callable] = None,
+                 scratch: Optional[Scratch] = None, prefix: str = ""):
+        self.index, self.images, self.extra = index, images, extra
+        self.shared = settings if isinstance(settings, SharedSettings) else SharedSettings(settings)
         self.scratch = scratch or Scratch()
         self.prefix = prefix
         self._reported = set()  # unreadable-image warnings already given (per process)
+
+    @property
+    def settings(self) -> TrainSettings:
+        """What the next item follows."""
+        return self.shared.get()
 
     def resized(self, i: int) -> Sample:
         """Item ``i`` with its long side at img_size and pixel boxes (a mosaic tile)."""
@@ -118,16 +184,18 @@ class TrainMapper:
                 load: Optional[Callable[[int], Sample]] = None, pool: Optional[Sequence[int]] = None):
         """Item ``i`` drawn from ``rng``, mosaic partners from ``pool`` (default: every image) loaded
         by ``load`` (default: ``resized``).  Raises ImageReadError when an image cannot be read."""
-        settings = self.closed_settings if self.closed is not None and self.closed.get() else self.settings
+        settings = self.shared.get()
         cfg = settings.cfg
         if settings.mosaic and rng.random() < cfg.mosaic:
             sample = mosaic_with_mixup(load or self.resized, range(len(self.index)) if pool is None else pool, i,
-                                       self.settings.img_size, cfg, rng)
+                                       settings.img_size, cfg, rng)
             shapes = None
         else:
             sample, shapes = self.letterboxed(i)
             sample = single_image_geometry(sample, cfg, rng)
-        if self.extra is not None:
+        if cfg.albumentations:
+            if self.extra is None:
+                self.extra = AlbumentationsStep()
             sample = self.extra(sample, rng)
         draws = draw_finish(cfg, rng)
         img, sample = sample.img, flip_boxes(sample, draws)  # pixels are flipped on their way out
@@ -142,7 +210,7 @@ class TrainMapper:
         n = len(self.index)
         for attempt in range(MAX_SUBSTITUTES + 1):
             try:
-                return self.attempt((i + attempt) % n, item_rng(self.settings.seed, key.epoch, i, attempt, key.draw),
+                return self.attempt((i + attempt) % n, item_rng(self.shared.seed, key.epoch, i, attempt, key.draw),
                                     out, k)
             except ImageReadError as e:
                 if str(e) not in self._reported:
@@ -172,7 +240,7 @@ class TrainMapper:
             pool = pools[groups[k]]
             pool = pool if len(pool) >= 4 else range(len(self.index))
             try:
-                items.append(self.attempt(i, item_rng(self.settings.seed, key.epoch, i, draw=key.draw), out, k,
+                items.append(self.attempt(i, item_rng(self.shared.seed, key.epoch, i, draw=key.draw), out, k,
                                           load, pool))
             except ImageReadError:  # an image went missing: this item takes the single-item path
                 items.append(self(i, key, out, k))

@@ -21,6 +21,7 @@ from .perspective import (draw_perspective, flip_lr, flip_ud, perspective_matrix
                           warp_sample)
 from .photometric import apply_hsv, draw_hsv_gains
 from .sample import Sample
+from .sampling import seed_entropy
 
 LoadFn = Callable[[int], Sample]  # image i resized to img_size long side, pixel boxes on it
 
@@ -29,7 +30,7 @@ def item_rng(seed: int, epoch: int, index: int, attempt: int = 0, draw: int = 0)
     """The generator for every random decision about dataset item ``index`` in ``epoch`` (``attempt``
     > 0: a substitute for an item whose image could not be read; ``draw`` > 0: the item's place in the
     epoch's order, so an image drawn twice in an epoch is augmented independently each time)."""
-    return np.random.default_rng([seed, epoch, index] + ([attempt] if attempt else [])
+    return np.random.default_rng([seed_entropy(seed), epoch, index] + ([attempt] if attempt else [])
                                  + ([0xD5A7, draw] if draw else []))
 
 

@@ -16,6 +16,7 @@ Everything here is O(n) array arithmetic, computed once per epoch; ``len()`` is 
 from __future__ import annotations
 
 import hashlib
+import operator
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Tuple
 
@@ -40,24 +41,30 @@ class SharedEpoch:
         self._value[0] = int(epoch)
 
 
-class SharedFlag:
-    """A switch in shared memory, as SharedEpoch: turned on in the main process, seen by persistent
-    DataLoader workers from their next item on."""
+SEED_SPAN = 2**64
 
-    def __init__(self):
-        import torch
-        self._value = torch.zeros(1, dtype=torch.bool).share_memory_()
 
-    def get(self) -> bool:
-        return bool(self._value[0])
+def check_seed(seed, name: str = "seed") -> int:
+    """``seed`` as an int, or a TypeError naming ``name``: any whole number (Python or NumPy integer,
+    negative too) is a seed; a float, text or bool is refused rather than truncated or taken as 0/1."""
+    if isinstance(seed, bool):
+        raise TypeError(f"{name} must be an integer, got the bool {seed!r}")
+    try:
+        return operator.index(seed)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(seed).__name__} {seed!r}") from None
 
-    def set(self) -> None:
-        self._value.fill_(True)
+
+def seed_entropy(seed: int) -> int:
+    """``seed`` as NumPy's SeedSequence takes it (non-negative): every generator keyed by a seed goes
+    through here.  Seeds in 0..2**64-1 are unchanged (their batches stay what they were); negative ones
+    fold onto the top of that range, so -1 is reproducible and differs from 0 and every small seed."""
+    return int(seed) % SEED_SPAN
 
 
 def epoch_rng(seed: int, epoch: int, stream: int = 0) -> np.random.Generator:
     """The generator for one epoch's sampling decisions (``stream`` keeps unrelated uses apart)."""
-    return np.random.default_rng([seed, epoch, stream, 0x5A3])
+    return np.random.default_rng([seed_entropy(seed), epoch, stream, 0x5A3])
 
 
 def global_order(n: int, rng: np.random.Generator, shuffle: bool, weights: Optional[np.ndarray] = None,
@@ -188,7 +195,7 @@ class YoloSampler(Sampler[int]):
                  rank: Optional[int] = None, world_size: Optional[int] = None, rect: bool = False,
                  drop_last: bool = False, on_epoch: Optional[Callable[[int], None]] = None,
                  draw_tokens: bool = False, group: int = 1):
-        self.n, self.batch_size, self.shuffle, self.seed = n, batch_size, shuffle, seed
+        self.n, self.batch_size, self.shuffle, self.seed = n, batch_size, shuffle, check_seed(seed)
         # rank and world size are asked now (at construction), never at import
         self.rank = max(distributed.get_rank() if rank is None else rank, 0)
         self.world_size = distributed.get_world_size() if world_size is None else world_size
