@@ -188,12 +188,15 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
     ``cache``: False, True/'ram' (one copy per node, in a file without a name in ``ram_cache_dir``,
     default $YOLO_DATA_SHM_DIR or /dev/shm) or 'disk'; room for the workers' batches is left free.
     When /dev/shm cannot hold the workers' batches (Docker's 64 MB), fewer workers are used, with a
-    warning naming the fix.  Workers persist across epochs and start
-    when the loader is built (``early_start=False``: at the first ``iter``).
+    warning naming the fix.  Both plan for every rank of the node ($LOCAL_WORLD_SIZE, else counted
+    through the process group's store, as srun and mpirun do not set it).
+    Workers persist across epochs and start when the loader is built (``early_start=False``: at the first ``iter``).
     """
     nd = torch.cuda.device_count() if torch.cuda.is_available() else 0
     nw = min((os.cpu_count() or 1) // max(nd, 1), batch_size if batch_size > 1 else 0, workers)
-    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE") or 1) if rank != -1 else 1
+    # the ranks of this node share /dev/shm (RAM cache and batches); srun and mpirun set no
+    # LOCAL_WORLD_SIZE, so the process group is asked (every rank with rank != -1 gets here)
+    local_ranks = distributed.local_world_size() if rank != -1 else 1
     ddp = rank != -1 and distributed.is_initialized()
     world = distributed.get_world_size() if ddp else 1
     with distributed.torch_distributed_zero_first(rank):

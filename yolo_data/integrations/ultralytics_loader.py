@@ -121,7 +121,7 @@ def create_loader(path, settings: LoaderSettings, rank: int = -1, prefix: str = 
     batch_size = settings.batch_size
     nd = torch.cuda.device_count() if torch.cuda.is_available() else 0
     nw = min((os.cpu_count() or 1) // max(nd, 1), batch_size if batch_size > 1 else 0, settings.workers)
-    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE") or 1) if rank != -1 else 1
+    local_ranks = distributed.local_world_size() if rank != -1 else 1  # see create_dataloader
     ddp = rank != -1 and distributed.is_initialized()
     world = distributed.get_world_size() if ddp else 1
     rect_batch = batch_size * world if settings.augment else batch_size
