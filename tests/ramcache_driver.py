@@ -8,6 +8,7 @@ where a small tmpfs stands in for /dev/shm, so the machine's own /dev/shm is nev
     ramcache_driver.py two   DATA RAM_DIR               # two builders at once, racing for the room
     ramcache_driver.py shm   DATA                        # training loader with a /dev/shm too small
     ramcache_driver.py generations DATA RAM_DIR WORKERS  # a loop building a new loader 3 times, gc off
+    ramcache_driver.py ranks DATA WORLD                  # WORLD ranks started as srun does, cache='ram'
     ramcache_driver.py child-build DATA RAM_DIR SLOW BARRIER   # (internal) one builder
 """
 import json
@@ -146,11 +147,62 @@ def generations(data, ram_dir, workers):
     return {"before": before, "generations": out}
 
 
+def _rank_epoch(rank, world, data, out_dir):
+    """One rank as srun or mpirun start it (no LOCAL_WORLD_SIZE or LOCAL_RANK): cache='ram', 1 worker,
+    one epoch, then a collective, where a rank that died would leave the others waiting."""
+    import faulthandler
+    from datetime import timedelta
+    import torch
+    import torch.distributed as dist
+    faulthandler.dump_traceback_later(240, exit=True)  # a hung rank fails the run, saying where
+    torch.set_num_threads(1)
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logging.getLogger("yolo_data").addHandler(Keep())
+    logging.getLogger("yolo_data").setLevel(logging.INFO)
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=120))
+    try:
+        from yolo_data import create_dataloader
+        loader, ds = create_dataloader(data, IMGSZ, 4, 32, rank=rank, workers=1, cache="ram")
+        n = sum(len(imgs) for imgs, *_ in loader)
+        cached = None if ds.image_cache is None else int(ds.image_cache.ok.sum())
+        Path(out_dir, f"{rank}.json").write_text(json.dumps({
+            "images": n, "len": len(ds), "workers": loader.num_workers, "cached": cached,
+            "messages": records}))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def ranks(data, world):
+    import socket
+    import torch.multiprocessing as tmp
+    world = int(world)
+    for name in ("LOCAL_WORLD_SIZE", "LOCAL_RANK"):
+        os.environ.pop(name, None)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    out = tempfile.mkdtemp(prefix="yolo_data_ranks_")
+    try:  # a rank that fails ends the others and raises here, with its traceback
+        tmp.start_processes(_rank_epoch, args=(world, data, out), nprocs=world, join=True, start_method="fork")
+        results = [json.loads(Path(out, f"{r}.json").read_text()) for r in range(world)]
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return {"ranks": results, "shm_size": os.statvfs("/dev/shm").f_blocks * os.statvfs("/dev/shm").f_frsize}
+
+
 def main():
     mode, *args = sys.argv[1:]
     if mode == "child-build":
         return child_build(*args)
-    result = {"kill": kill, "two": two, "shm": shm, "generations": generations}[mode](*args)
+    result = {"kill": kill, "two": two, "shm": shm, "generations": generations, "ranks": ranks}[mode](*args)
     print(json.dumps(result))
 
 

@@ -16,6 +16,8 @@ import torch
 from torch.multiprocessing.reductions import shared_cache
 
 import yolo_data.batchmemory as bm
+import yolo_data.loader
+import yolo_data.room
 from yolo_data import create_dataloader
 from yolo_data.collate import collate_fn
 
@@ -333,3 +335,31 @@ def test_under_file_system_sharing_nothing_of_a_worker_outlives_it(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     workers, left = map(int, r.stdout.split()[-2:])
     assert workers == 10 and left == 0
+
+
+def test_the_shared_memory_estimate_holds_the_largest_rect_batch_of_a_large_pad(tmp_path, monkeypatch):
+    """rect with pad=2.0 at imgsz 64: batches of 128 x 128 (ceil(64 / 32 + 2) strides), larger than the
+    imgsz + stride (96) the estimate used to assume; /dev/shm for the workers and the RAM cache's
+    reserve were then planned too small.  Both estimates create_dataloader makes must hold, per batch
+    buffer, the largest batch the loader really gives."""
+    estimates = []  # (workers, local_ranks, bytes) of every estimate made while building the loader
+    real = yolo_data.room.shm_bytes_for_batches
+
+    def recorded(workers, batch_size, imgsz, stride, local_ranks=1, *args, **kwargs):
+        n = real(workers, batch_size, imgsz, stride, local_ranks, *args, **kwargs)
+        estimates.append((workers, local_ranks, n))
+        return n
+
+    monkeypatch.setattr(yolo_data.room, "shm_bytes_for_batches", recorded)  # fit_workers_to_shm's
+    monkeypatch.setattr(yolo_data.loader, "shm_bytes_for_batches", recorded)  # the RAM cache reserve's
+    shapes = [(64, 48), (48, 64), (64, 64), (64, 32)]
+    data = make_dataset(tmp_path / "ds", [(f"{k}.jpg", shapes[k % 4], "0 0.5 0.5 0.2 0.2\n") for k in range(8)])
+    loader, ds = create_dataloader(str(data), 64, 4, 32, rect=True, pad=2.0, workers=1, split="train",
+                                   cache_dir=tmp_path / "c")
+    largest = max(images.numel() * images.element_size() for images, *_ in loader)
+    assert int(ds.batch_shapes.max()) == 128 and largest == 4 * 3 * 128 * 128  # what the pad makes
+    assert len(estimates) >= 2 and all(w > 0 for w, _, _ in estimates), estimates
+    for workers, local_ranks, n in estimates:
+        per_buffer = n // (workers * local_ranks * bm.POOL_SIZE)
+        assert per_buffer >= largest, (f"the estimate leaves {per_buffer:,} bytes per batch buffer, but the "
+                                       f"largest batch has {largest:,}")

@@ -226,3 +226,57 @@ def test_ranks_of_different_nodes_with_the_same_data_agree(tmp_path):
     yamls = [str(make_dataset(tmp_path / f"node{k}", items)) for k in range(2)]
     run(_two_nodes_worker, 2, yamls, str(tmp_path))
     assert all(json.loads((tmp_path / f"{k}.json").read_text())["error"] is None for k in range(2))
+
+
+# -- how many ranks share this node, where the launcher does not say (srun, mpirun) ------------------------
+def _node_worker(rank, world, port, out_dir, hosts):
+    """Started like srun or mpirun start ranks: MASTER_ADDR/PORT, no LOCAL_WORLD_SIZE or LOCAL_RANK.
+    ``hosts``: the node each rank pretends to run on, or None for this machine's own name."""
+    import faulthandler
+    from datetime import timedelta
+    import yolo_data.distributed as yd
+    faulthandler.dump_traceback_later(120, exit=True)  # a rank stuck in the store fails the test
+    for name in ("LOCAL_WORLD_SIZE", "LOCAL_RANK"):
+        os.environ.pop(name, None)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if hosts is not None:
+        yd._host_id = lambda: hosts[rank]
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=60))
+    try:
+        if rank == world - 1:
+            time.sleep(1.0)  # arrives late: the others must wait for it, with no collective to time out
+        node = yd.node_ranks()
+        out = {"local_world_size": yd.local_world_size(), "local_rank": node.local_rank,
+               "node_size": node.local_world_size}
+        if rank == 0:  # alone, as local rank 0 reporting a failure would be: answered without the others
+            out["again"] = yd.local_world_size()
+        Path(out_dir, f"{rank}.json").write_text(json.dumps(out))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_without_local_world_size_the_process_group_says_how_many_ranks_share_the_node(tmp_path, monkeypatch):
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    run(_node_worker, 4, str(tmp_path), None)
+    res = [json.loads((tmp_path / f"{r}.json").read_text()) for r in range(4)]
+    assert [r["local_world_size"] for r in res] == [4, 4, 4, 4], res
+    assert [r["node_size"] for r in res] == [4, 4, 4, 4] and res[0]["again"] == 4
+    assert [r["local_rank"] for r in res] == [0, 1, 2, 3]  # the node's global ranks in order
+
+
+def test_ranks_spread_over_two_nodes_each_count_their_own(tmp_path):
+    """srun's cyclic distribution: ranks 0 and 2 on one node, 1 and 3 on the other."""
+    run(_node_worker, 4, str(tmp_path), ["node-a", "node-b", "node-a", "node-b"])
+    res = [json.loads((tmp_path / f"{r}.json").read_text()) for r in range(4)]
+    assert [r["local_world_size"] for r in res] == [2, 2, 2, 2], res
+    assert [r["local_rank"] for r in res] == [0, 0, 1, 1]
+
+
+def test_local_world_size_set_by_torchrun_is_taken_as_it_is(monkeypatch):
+    from yolo_data.distributed import local_world_size
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")  # read at call time, no process group needed
+    assert local_world_size() == 8
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert local_world_size() == 1

@@ -2,7 +2,7 @@
 import numpy as np
 
 from yolo_data.boxes import xywhn_to_xyxy, xyxy_to_xywhn
-from yolo_data.geometry import letterbox, rect_plan
+from yolo_data.geometry import letterbox, rect_max_side, rect_plan
 from yolo_data.images import resize_long_side
 
 
@@ -55,6 +55,16 @@ def test_rect_plan_known_case():
     padded = rect_plan(shapes, 2, 640, 32, pad=0.5)
     np.testing.assert_array_equal(padded.batch_shapes, [[512, 672], [672, 672], [672, 352]])
 
+
+
+def test_rect_max_side_is_the_longest_side_rect_plan_gives():
+    """Every rect batch has one side at the long side's size, so the largest of rect_plan's shapes is
+    rect_max_side exactly, for any pad and image size (also when not a stride multiple)."""
+    rng = np.random.default_rng(0)
+    shapes = rng.integers(50, 2000, (200, 2))
+    for img_size, stride, pad in [(640, 32, 0.0), (640, 32, 0.5), (640, 32, 2.0), (600, 32, 3.7), (64, 32, 2.0)]:
+        plan = rect_plan(shapes, 16, img_size, stride, pad)
+        assert plan.batch_shapes.max() == rect_max_side(img_size, stride, pad), (img_size, stride, pad)
 
 def test_xyxy_xywhn_round_trip_and_clip():
     xyxy = np.array([[10, 20, 50, 80], [-5, 0, 700, 10]], np.float32)

@@ -164,6 +164,26 @@ def test_an_evolve_loop_caches_every_image_each_generation(private_mounts, tmp_p
     assert [g["used_after"] for g in gens] == [r["before"]] * 3
 
 
+def test_ranks_started_without_local_world_size_leave_room_for_every_ranks_batches(private_mounts, tmp_path):
+    """srun and mpirun set no LOCAL_WORLD_SIZE.  4 ranks, 1 worker each (up to about 4.5 MB of batches
+    per rank), and 60 images (13.8 MB cached) in a 22 MB /dev/shm.  Planned for one rank, the whole
+    cache went in and left about 8 MB, less than 4 ranks' batches: ranks died with "No space left on
+    device".  Planned for the node's 4 ranks (asked of the process group), part of the cache goes in
+    and every rank completes the epoch.  A rank may still run without its worker (saying so): the
+    workers are fitted to the room free when each rank gets there, which the batches of ranks that
+    started first have already taken from."""
+    data = photo_dataset(tmp_path / "ds", 60)
+    r = driver("ranks", data, 4, tmpfs={"/dev/shm": "22m"})
+    ranks = r["ranks"]
+    assert [k["len"] for k in ranks] == [60] * 4, ranks
+    assert sum(k["images"] for k in ranks) == 60  # every rank's share of the epoch arrived
+    cached = ranks[0]["cached"]
+    assert cached is not None and 0 < cached < 60 and all(k["cached"] == cached for k in ranks), ranks
+    assert any(f"cached {cached} of 60 images" in m and "shared-memory batches" in m for m in ranks[0]["messages"])
+    for k in ranks:
+        assert k["workers"] == 1 or any("using 0 workers" in m and "on each of 4 ranks" in m for m in k["messages"]), k
+
+
 # -- one copy per node, shared by the ranks -----------------------------------------------------------
 def _rank(rank, world, port, data, ram, out_dir):
     from datetime import timedelta

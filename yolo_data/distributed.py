@@ -1,7 +1,9 @@
 """Rank 0 first: one process per node does the work, the others wait and then read its result.
 
 Rank, world size and local rank are asked of ``torch.distributed`` (or the environment) when a
-function is called, never at import.
+function is called, never at import.  The number of ranks on this node comes from $LOCAL_WORLD_SIZE
+(torchrun) or, where the launcher does not set it (srun, mpirun), from the process group: every rank
+registers its host in the store once per group (see :func:`node_ranks`).
 
 Waiting uses the process group's key-value store rather than a barrier: a barrier is a collective
 with the group's timeout (30 min by default, often 5-10 s in tests), which a long scan of a large
@@ -15,9 +17,12 @@ import itertools
 import json
 import logging
 import os
+import socket
 import threading
 import time
+import weakref
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Optional
 
 import torch.distributed as dist
@@ -26,6 +31,8 @@ LOGGER = logging.getLogger("yolo_data")
 
 _block_ids = itertools.count()  # every rank enters the blocks in the same order, so ids agree
 _check_ids = itertools.count()  # likewise for check_ranks_agree
+_node_ids = itertools.count()  # likewise for node_ranks (once per process group)
+_nodes = weakref.WeakKeyDictionary()  # process group -> NodeRanks: learnt once, and gone with the group
 _active = threading.local()  # the key local rank 0 reports progress under, while inside a block
 POLL_SECONDS = (0.01, 0.5)  # first and longest pause between store checks
 LOG_EVERY_SECONDS = 30.0
@@ -58,6 +65,89 @@ def get_local_rank(default: int = -1) -> int:
     """LOCAL_RANK as torchrun sets it, read now; ``default`` when absent."""
     value = os.environ.get("LOCAL_RANK")
     return int(value) if value not in (None, "") else default
+
+
+@dataclass(frozen=True)
+class NodeRanks:
+    """This process's place among the ranks of its node (host): ``local_world_size`` ranks there, of
+    which this one is number ``local_rank`` (the node's global ranks in increasing order)."""
+    local_rank: int
+    local_world_size: int
+
+
+def _host_id() -> str:
+    """Names the node: the host name, and the kernel's boot id so that two machines given the same
+    host name (containers started alike) are not taken for one."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}/{boot}"
+
+
+def node_ranks() -> NodeRanks:
+    """The ranks of this node as the process group knows them, asked now: every rank counts itself
+    under its host's key in the group's store, then waits (no time limit: another node may still be
+    starting) until all world-size ranks have, and reads its host's list.  The first call for a
+    process group must be made by every rank (``create_dataloader`` does, with any rank but -1); later
+    calls return the answer kept for that group without a round trip.  A store and not a collective:
+    ranks reach ``create_dataloader`` at different times, and a collective would time out.
+
+    (0, 1) without an initialised process group; without its store, the environment's
+    LOCAL_RANK / LOCAL_WORLD_SIZE (else 0, 1)."""
+    if not is_initialized():
+        return NodeRanks(0, 1)
+    group = dist.group.WORLD
+    known = _nodes.get(group)
+    if known is not None:
+        return known
+    store = _default_store()
+    if store is None:
+        return NodeRanks(get_local_rank(0), int(os.environ.get("LOCAL_WORLD_SIZE") or 1))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    key = f"yolo_data/node/{next(_node_ids)}"
+    host = f"{key}/host/{_host_id()}"
+    try:
+        # counters, not one key per rank read by every rank: O(ranks on this node) round trips each
+        slot = store.add(f"{host}/count", 1) - 1
+        store.set(f"{host}/{slot}", str(rank))
+        registered = store.add(f"{key}/registered", 1)
+        pause, start, last_log = POLL_SECONDS[0], time.monotonic(), time.monotonic()
+        while registered < world:
+            time.sleep(pause)
+            pause = min(pause * 2, POLL_SECONDS[1])
+            registered = store.add(f"{key}/registered", 0)
+            if time.monotonic() - last_log >= LOG_EVERY_SECONDS:
+                last_log = time.monotonic()
+                LOGGER.info(f"rank {rank}: {registered} of {world} ranks have said which node they run on; "
+                            f"waiting for the others ({time.monotonic() - start:.0f} s)")
+        count = store.add(f"{host}/count", 0)
+        ranks = sorted(int(store.get(f"{host}/{i}")) for i in range(count))
+    except (RuntimeError, OSError) as e:
+        raise ZeroFirstError(f"rank {rank} lost the process group's store while counting the ranks of "
+                             f"its node ({e})") from None
+    known = _nodes[group] = NodeRanks(ranks.index(rank), count)
+    return known
+
+
+def local_world_size() -> int:
+    """The number of ranks on this node, now: $LOCAL_WORLD_SIZE where the launcher sets it (torchrun),
+    else asked of the process group (:func:`node_ranks`), else 1 without one."""
+    value = os.environ.get("LOCAL_WORLD_SIZE")
+    if value not in (None, ""):
+        return int(value)
+    return node_ranks().local_world_size
+
+
+def _known_local_world_size() -> Optional[int]:
+    """$LOCAL_WORLD_SIZE, or what :func:`node_ranks` learnt for this group; None when that needs a
+    round of the store that the other ranks may never join."""
+    value = os.environ.get("LOCAL_WORLD_SIZE")
+    if value not in (None, ""):
+        return int(value)
+    known = _nodes.get(dist.group.WORLD) if is_initialized() else None
+    return known.local_world_size if known is not None else None
 
 
 def _default_store():
@@ -177,7 +267,9 @@ def _report_failure(store, key: str, error: BaseException) -> None:
     """Publish rank 0's error, then wait (briefly) until the other local ranks have read it: if this
     process exits at once it may take the store down with it before they look."""
     store.set(key, f"error: {type(error).__name__}: {error}")
-    others = int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size())) - 1
+    # only local rank 0 is here, so it cannot ask the others (node_ranks); at worst the world's
+    # size, and then it waits the whole ACK_SECONDS
+    others = (_known_local_world_size() or dist.get_world_size()) - 1
     deadline = time.monotonic() + ACK_SECONDS
     while store.add(key + "/ack", 0) < others and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -111,6 +111,12 @@ class RectPlan:
     batch_shapes: np.ndarray
 
 
+def rect_max_side(img_size: int, stride: int, pad: float) -> int:
+    """The longest side any batch of ``rect_plan`` can have: that of a batch whose long side is
+    ``img_size``, i.e. ``ceil(img_size / stride + pad)`` strides (computed as rect_plan does)."""
+    return int(np.ceil(1.0 * img_size / stride + pad)) * int(stride)
+
+
 def rect_plan(shapes_wh: np.ndarray, batch_size: int, img_size: int, stride: int, pad: float) -> RectPlan:
     """Batch images of similar aspect ratio and give each batch the smallest stride-multiple shape
     that holds all of them at ``img_size`` long side (plus ``pad`` strides).  O(n log n): one sort, then

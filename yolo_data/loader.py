@@ -192,12 +192,16 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
     ``cache``: False, True/'ram' (one copy per node, in a file without a name in ``ram_cache_dir``,
     default $YOLO_DATA_SHM_DIR or /dev/shm) or 'disk'; room for the workers' batches is left free.
     When /dev/shm cannot hold the workers' batches (Docker's 64 MB), fewer workers are used, with a
-    warning naming the fix.  Workers persist across epochs and start
-    when the loader is built (``early_start=False``: at the first ``iter``).
+    warning naming the fix.  Both plan for every rank of the node ($LOCAL_WORLD_SIZE, else counted
+    through the process group's store, as srun and mpirun do not set it) and for ``pad`` of rect batches.
+    Workers persist across epochs and start when the loader is built (``early_start=False``: at the first ``iter``).
     """
     nd = torch.cuda.device_count() if torch.cuda.is_available() else 0
     nw = min((os.cpu_count() or 1) // max(nd, 1), batch_size if batch_size > 1 else 0, workers)
-    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE") or 1) if rank != -1 else 1
+    # the ranks of this node share /dev/shm (RAM cache and batches); srun and mpirun set no
+    # LOCAL_WORLD_SIZE, so the process group is asked (every rank with rank != -1 gets here)
+    local_ranks = distributed.local_world_size() if rank != -1 else 1
+    rect_pad = pad if rect else 0.0  # pad widens rect batches only
     ddp = rank != -1 and distributed.is_initialized()
     world = distributed.get_world_size() if ddp else 1
     with distributed.torch_distributed_zero_first(rank):
@@ -206,7 +210,8 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
                               stride=int(stride), pad=pad, min_items=min_items, prefix=prefix,
                               split=split, cache_dir=cache_dir, seed=seed, batch_partners=batch_partners,
                               ram_dir=ram_cache_dir, keep_difficult=keep_difficult, reduced_decode=reduced_decode,
-                              shm_reserve_bytes=shm_bytes_for_batches(nw, batch_size, imgsz, stride, local_ranks))
+                              shm_reserve_bytes=shm_bytes_for_batches(nw, batch_size, imgsz, stride, local_ranks,
+                                                                      rect_pad))
     batch_size = min(batch_size, len(dataset))
     if quad and batch_size < 4:
         raise ValueError(f"quad=True makes one image of every 4 items: the batch size must be at least 4, "
@@ -217,7 +222,8 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
     # groups only matter for mosaic partners drawn from the batch (and for sharing an epoch's last step)
     wanted = partner_group if dataset.mosaic and dataset.batch_partners else 1
     nw = min(nw, batch_size if batch_size > 1 else 0)
-    nw = fit_workers_to_shm(nw, batch_size, imgsz, stride, local_ranks, prefix)
+    nw = fit_workers_to_shm(nw, batch_size, imgsz, stride, local_ranks, prefix,
+                            pad=pad if dataset.rect else 0.0)
     sampler = YoloSampler(len(dataset), batch_size, shuffle=shuffle, seed=seed,
                           rank=distributed.get_rank() if ddp else 0, world_size=world, rect=dataset.rect,
                           drop_last=quad, on_epoch=dataset.shared_epoch.set, draw_tokens=True, group=wanted)

@@ -121,17 +121,20 @@ def create_loader(path, settings: LoaderSettings, rank: int = -1, prefix: str = 
     batch_size = settings.batch_size
     nd = torch.cuda.device_count() if torch.cuda.is_available() else 0
     nw = min((os.cpu_count() or 1) // max(nd, 1), batch_size if batch_size > 1 else 0, settings.workers)
-    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE") or 1) if rank != -1 else 1
+    local_ranks = distributed.local_world_size() if rank != -1 else 1  # see create_dataloader
+    rect_pad = settings.pad if settings.rect else 0.0
     ddp = rank != -1 and distributed.is_initialized()
     world = distributed.get_world_size() if ddp else 1
     rect_batch = batch_size * world if settings.augment else batch_size
     with distributed.torch_distributed_zero_first(rank):
         dataset = UltralyticsDataset(path, settings, rect_batch, prefix=prefix, split=split, cache_dir=cache_dir,
                                      shm_reserve_bytes=shm_bytes_for_batches(nw, batch_size, settings.imgsz,
-                                                                             settings.stride, local_ranks))
+                                                                             settings.stride, local_ranks,
+                                                                             rect_pad))
     batch_size = min(batch_size, len(dataset))
     nw = min(nw, batch_size if batch_size > 1 else 0)
-    nw = fit_workers_to_shm(nw, batch_size, settings.imgsz, settings.stride, local_ranks, prefix)
+    nw = fit_workers_to_shm(nw, batch_size, settings.imgsz, settings.stride, local_ranks, prefix,
+                            pad=settings.pad if dataset.rect else 0.0)
     if settings.augment or world == 1:
         wanted = PARTNER_GROUP if dataset.mosaic and dataset.batch_partners else 1
         sampler = YoloSampler(len(dataset), batch_size, shuffle=settings.shuffle, seed=settings.seed,
