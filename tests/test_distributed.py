@@ -248,7 +248,11 @@ def _node_worker(rank, world, port, out_dir, hosts):
             time.sleep(1.0)  # arrives late: the others must wait for it, with no collective to time out
         node = yd.node_ranks()
         out = {"local_world_size": yd.local_world_size(), "local_rank": node.local_rank,
-               "node_size": node.local_world_size}
+               "node_size": node.local_world_size, "leader": node.leader}
+        with yd.torch_distributed_zero_first(node.local_rank):  # waits for its own node's local rank 0
+            out["first"] = node.local_rank == 0 or Path(out_dir, f"leader-{node.leader}").exists()
+            if node.local_rank == 0:
+                Path(out_dir, f"leader-{rank}").write_text("done")
         if rank == 0:  # alone, as local rank 0 reporting a failure would be: answered without the others
             out["again"] = yd.local_world_size()
         Path(out_dir, f"{rank}.json").write_text(json.dumps(out))
@@ -264,6 +268,7 @@ def test_without_local_world_size_the_process_group_says_how_many_ranks_share_th
     assert [r["local_world_size"] for r in res] == [4, 4, 4, 4], res
     assert [r["node_size"] for r in res] == [4, 4, 4, 4] and res[0]["again"] == 4
     assert [r["local_rank"] for r in res] == [0, 1, 2, 3]  # the node's global ranks in order
+    assert all(r["first"] for r in res) and {r["leader"] for r in res} == {0}
 
 
 def test_ranks_spread_over_two_nodes_each_count_their_own(tmp_path):
@@ -272,6 +277,8 @@ def test_ranks_spread_over_two_nodes_each_count_their_own(tmp_path):
     res = [json.loads((tmp_path / f"{r}.json").read_text()) for r in range(4)]
     assert [r["local_world_size"] for r in res] == [2, 2, 2, 2], res
     assert [r["local_rank"] for r in res] == [0, 0, 1, 1]
+    assert [r["leader"] for r in res] == [0, 1, 0, 1]  # rank 3 waits for rank 1, not for rank 2
+    assert all(r["first"] for r in res)  # torch_distributed_zero_first ran each node's rank 0 first
 
 
 def test_local_world_size_set_by_torchrun_is_taken_as_it_is(monkeypatch):

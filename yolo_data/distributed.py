@@ -70,9 +70,11 @@ def get_local_rank(default: int = -1) -> int:
 @dataclass(frozen=True)
 class NodeRanks:
     """This process's place among the ranks of its node (host): ``local_world_size`` ranks there, of
-    which this one is number ``local_rank`` (the node's global ranks in increasing order)."""
+    which this one is number ``local_rank`` (the node's global ranks in increasing order); ``leader``:
+    the node's lowest global rank (its local rank 0)."""
     local_rank: int
     local_world_size: int
+    leader: int = 0
 
 
 def _host_id() -> str:
@@ -127,7 +129,7 @@ def node_ranks() -> NodeRanks:
     except (RuntimeError, OSError) as e:
         raise ZeroFirstError(f"rank {rank} lost the process group's store while counting the ranks of "
                              f"its node ({e})") from None
-    known = _nodes[group] = NodeRanks(ranks.index(rank), count)
+    known = _nodes[group] = NodeRanks(ranks.index(rank), count, ranks[0])
     return known
 
 
@@ -295,7 +297,10 @@ def torch_distributed_zero_first(local_rank: int):
         if local_rank == 0:
             _barrier()
         return
-    leader = dist.get_rank() - local_rank  # torchrun numbers ranks node by node
+    # torchrun numbers ranks node by node; srun may place them cyclically (node 0: ranks 0, 2, 4), and
+    # then the node's ranks were counted through the store (create_dataloader asks before coming here)
+    known = _nodes.get(dist.group.WORLD) if not os.environ.get("LOCAL_WORLD_SIZE") else None
+    leader = known.leader if known is not None else dist.get_rank() - local_rank
     key = f"yolo_data/zero_first/{block}/{leader}"
     if local_rank != 0:
         _wait_for(store, key, local_rank)
