@@ -219,8 +219,7 @@ def _retire_held() -> None:
         held.retire()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_retire_held)
+_fork_hook = []  # registered with the first batch this process receives
 
 
 def _rebuild(storage: torch.UntypedStorage, capacity: int, shape: Tuple[int, ...]) -> torch.Tensor:
@@ -228,6 +227,9 @@ def _rebuild(storage: torch.UntypedStorage, capacity: int, shape: Tuple[int, ...
     storage.  Its finalizer runs when the storage dies, i.e. when every view of the batch is gone (torch
     keeps a storage's Python object for as long as any tensor uses the storage)."""
     images = torch.empty(0, dtype=torch.uint8).set_(storage, 0, shape)
+    if not _fork_hook and hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=_retire_held)
+        _fork_hook.append(_retire_held)
     held = _Held.of(storage, capacity)
     if held is not None:
         _HELD[id(held)] = held
