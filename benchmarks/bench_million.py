@@ -231,7 +231,9 @@ def run_child(python: str, spec: dict, timeout: float) -> dict:
     cmd = [python, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
     t0 = time.perf_counter()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        # run_tree: a child that times out is killed with its DataLoader workers (subprocess.run alone
+        # would leave them running through the next measurements)
+        p = common.run_tree(cmd, timeout, capture_output=True, text=True)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
     wall = time.perf_counter() - t0
@@ -390,7 +392,7 @@ def main(argv=None) -> int:
     python = {"yolo_data": args.peer_python if len(libs) > 1 else sys.executable, "yolov5": args.peer_python}
     if len(libs) > 1:
         probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('yolov5') is None)"
-        if subprocess.run([args.peer_python, "-c", probe]).returncode:
+        if subprocess.run([args.peer_python, "-c", probe], timeout=300).returncode:
             raise SystemExit(f"bench_million.py: --peer-python {args.peer_python} has no yolov5 (BENCHMARKS.md, "
                              "Setup; --no-peer for yolo_data only)")
     claim_root(root)

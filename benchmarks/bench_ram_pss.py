@@ -2,6 +2,7 @@
 """Memory of cache='ram' under DDP: one copy of the pixels per node, whatever the ranks and workers.
 
     python benchmarks/bench_ram_pss.py [--data YAML] [--nproc 4] [--workers 2] [--imgsz 640] [--link-copies K]
+                                       [--timeout SECONDS]
 
 Launches ``torchrun --nproc_per_node=NPROC`` (gloo, CPU) on this script's worker part: every rank
 builds its training loader with ``cache='ram'`` and ``rank=LOCAL_RANK`` (local rank 0 decodes into one
@@ -13,6 +14,11 @@ of the cached pixels.
 
 ``--data`` is a dataset yaml; by default the generated 2,000-image set (benchmarks/make_synthetic.py) in
 $YOLO_DATA_BENCH_SYNTHETIC or yolo_data_bench in the system temp folder, generated there when missing.
+
+``--timeout`` bounds the torchrun part, so that a hung rank cannot hold the machine for ever: default
+3600 s, meant to leave room for ``--link-copies 5`` (10,000 images decoded once, then an epoch) on a slow
+machine.  Past it, torchrun, its ranks and their workers are all killed and the run fails with what they
+printed so far.
 """
 import argparse
 import json
@@ -113,6 +119,8 @@ def main(argv=None) -> int:
     ap.add_argument("--imgsz", type=int, default=640)
     ap.add_argument("--link-copies", type=int, default=1,
                     help="use K hard-linked copies of every image (a K times bigger cache; default 1)")
+    ap.add_argument("--timeout", type=float, default=3600,
+                    help="seconds the torchrun part may take before all its processes are killed (default 3600)")
     ap.add_argument("--rank-part", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -129,7 +137,13 @@ def main(argv=None) -> int:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}",
                __file__, "--rank-part", "--data", data, "--workers", str(args.workers),
                "--imgsz", str(args.imgsz), "--out", str(out)]
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        try:  # the ranks run in sessions of their own: run_tree ends them and their workers too
+            r = common.run_tree(cmd, args.timeout, capture_output=True, text=True)
+        except subprocess.TimeoutExpired as e:
+            print(common.as_text(e.stdout)[-3000:], common.as_text(e.stderr)[-3000:])
+            print(f"bench_ram_pss.py: torchrun still running after {args.timeout:.0f} s; it, its ranks and their "
+                  "workers were killed", file=sys.stderr)
+            return 1
         if r.returncode:
             print(r.stdout[-3000:], r.stderr[-3000:])
             return r.returncode

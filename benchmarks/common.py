@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 import types
+import uuid
 from importlib import metadata, util
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -329,6 +330,96 @@ def wait_for_children(timeout: float = 15.0) -> int:
     while time.monotonic() < deadline and any(_alive(p) for p in kids):
         time.sleep(0.05)
     return len(kids)
+
+
+# -- ending every process a command started --------------------------------------------------------
+# A command's processes are found by a variable in their environment, not by parent or process group:
+# torchrun starts each rank in a session of its own (start_new_session=True), so killing the command's
+# process group misses the ranks; a rank's DataLoader workers are its children, and once the rank dies
+# they are reparented to init, out of reach of a walk down the tree from the command.  Every one of them
+# inherited the environment of the command (fork keeps it, exec passes it on), and any user may read
+# /proc/<pid>/environ of their own processes.  The variable's name is unique to the run (not only its
+# value), so a marked command that starts marked commands of its own (a test running a benchmark that
+# runs torchrun) leaves both marks on the inner processes, and either sweep finds them.
+RUN_MARK = "YOLO_DATA_RUN_"
+SWEEP_S = 10.0  # how long the killed processes get to be gone before it is an error
+
+
+def marked_env(env: Optional[Dict[str, str]] = None) -> Tuple[str, Dict[str, str]]:
+    """(mark, a copy of ``env`` (default os.environ) with the variable that marks the processes of one
+    command, for ``marked_pids`` and ``end_marked``)."""
+    mark = f"{RUN_MARK}{uuid.uuid4().hex}"
+    return mark, dict(os.environ if env is None else env, **{mark: "1"})
+
+
+def marked_pids(mark: str) -> List[int]:
+    """The live processes whose environment holds ``mark`` (of this user: others' cannot be read; a
+    zombie's environment reads as empty, and it is gone but for its exit status).  [] without /proc."""
+    needle = mark.encode() + b"="
+    found = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read()
+        except OSError:  # gone meanwhile, or not ours
+            continue
+        if any(var.startswith(needle) for var in env.split(b"\0")):
+            found.append(int(name))
+    return found
+
+
+def end_marked(mark: str, within: float = SWEEP_S) -> None:
+    """SIGKILL every process marked with ``mark`` until none is left (a parent killed a moment after it
+    forked leaves a child the next look finds); RuntimeError naming those still there after ``within``
+    seconds.  Does nothing where there is no /proc."""
+    deadline = time.monotonic() + within
+    while True:
+        pids = marked_pids(mark)
+        if not pids:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"processes {pids} still alive {within:.0f} s after SIGKILL")
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+
+
+def run_tree(cmd, timeout: Optional[float], **kw) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, timeout=timeout, **kw)``, and then every process the command started is
+    ended however the call ends (return, timeout, an exception, Ctrl-C): subprocess.run itself kills
+    only the command.  On timeout, raises subprocess.TimeoutExpired (its ``stdout``/``stderr``: the
+    output so far, bytes) after the sweep."""
+    mark, kw["env"] = marked_env(kw.get("env"))
+    try:
+        return subprocess.run(cmd, timeout=timeout, **kw)
+    finally:
+        end_marked(mark)
+
+
+@contextlib.contextmanager
+def popen_tree(cmd, **kw):
+    """``subprocess.Popen(cmd, **kw)`` as a context manager that, on leaving, ends the command and every
+    process it started (see ``run_tree``) and reaps the command."""
+    mark, kw["env"] = marked_env(kw.get("env"))
+    with subprocess.Popen(cmd, **kw) as proc:
+        try:
+            yield proc
+        finally:
+            end_marked(mark)
+
+
+def as_text(output) -> str:
+    """TimeoutExpired's output (bytes even for text=True, or None) as text."""
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
 
 
 def shutdown(loader) -> None:

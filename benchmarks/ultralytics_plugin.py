@@ -128,10 +128,11 @@ def torchrun(data: Path, tmp: Path, a, mode: str, port: int) -> str:
            str(a.batch), "--epochs", "2", "--workers", "1", "--project", str(tmp / "runs"), "--mode", mode]
     t = time.perf_counter()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.ddp_timeout, env=os.environ.copy())
+        # run_tree: on timeout torchrun's ranks (sessions of their own) and their workers are killed too
+        p = common.run_tree(cmd, a.ddp_timeout, capture_output=True, text=True)
         rc, out = p.returncode, p.stdout + p.stderr
     except subprocess.TimeoutExpired as e:
-        rc, out = "timeout", (e.stdout or b"").decode() + (e.stderr or b"").decode()
+        rc, out = "timeout", common.as_text(e.stdout) + common.as_text(e.stderr)
     lines = sorted(ln for ln in out.splitlines() if ln.startswith("DDP rank"))
     return f"exit {rc} after {time.perf_counter() - t:.1f} s\n" + "\n".join("    " + ln for ln in lines)
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from importlib import util
 from pathlib import Path
 
 import pytest
 
+from conftest import holding, run_all, tagged_env
 from yolo_data import decode
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,8 +30,8 @@ def tiny(tmp_path_factory):
     datasets folder, and fake peers that refuse to be imported."""
     root = tmp_path_factory.mktemp("bench_smoke")
     synthetic = root / "synthetic"
-    p = subprocess.run([sys.executable, str(BENCH / "make_synthetic.py"), str(synthetic / SYNTHETIC), "--n", str(N),
-                        "--workers", "1"], capture_output=True, text=True, timeout=120)
+    p = run_all([sys.executable, str(BENCH / "make_synthetic.py"), str(synthetic / SYNTHETIC), "--n", str(N),
+                 "--workers", "1"], 120, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     datasets = root / "datasets"
     shutil.copytree(REPO / "data" / "sample", datasets / "sample")
@@ -46,14 +46,15 @@ def tiny(tmp_path_factory):
 
 
 def run(tiny, tmp_path, script, *args, fakes=True, timeout=120):
-    """(exit code, stdout, stderr) of ``python benchmarks/SCRIPT ARGS`` with the data in ``tiny``."""
+    """(exit code, stdout, stderr) of ``python benchmarks/SCRIPT ARGS`` with the data in ``tiny``; the
+    script and every process it starts (torchrun, ranks, workers) end with the call."""
     env = dict(os.environ, YOLO_DATA_BENCH_DATA=str(tiny["datasets"]),
                YOLO_DATA_BENCH_SYNTHETIC=str(tiny["synthetic"]), TMPDIR=str(tmp_path))
     env.pop("YOLO_DATA_PEER_PYTHON", None)
     if fakes:
         env["PYTHONPATH"] = os.pathsep.join([str(tiny["fakes"])] + [p for p in [env.get("PYTHONPATH")] if p])
-    p = subprocess.run([sys.executable, str(BENCH / script), *map(str, args)], capture_output=True, text=True,
-                       timeout=timeout, env=env, cwd=tmp_path)
+    p = run_all([sys.executable, str(BENCH / script), *map(str, args)], timeout, capture_output=True, text=True,
+                env=env, cwd=tmp_path)
     return p.returncode, p.stdout, p.stderr
 
 
@@ -135,12 +136,26 @@ def test_profile_items(tiny, tmp_path):
 
 
 def test_bench_ram_pss(tiny, tmp_path):
+    # the script's own limit first: torchrun's tree is then ended by the code a user runs
     rc, out, err = run(tiny, tmp_path, "bench_ram_pss.py", "--data", tiny["set"] / "data.yaml", "--nproc", 2,
-                       "--workers", 1, "--imgsz", 160, timeout=180)
+                       "--workers", 1, "--imgsz", 160, "--timeout", 240, timeout=300)
     rows = ok(rc, out, err, "bench_ram_pss.py")
     assert f"2 ranks x 1 workers (4 processes), imgsz 160, {N} images" in out
     assert "WARNING" not in out  # the cache's mapping was found in the processes' smaps
     assert numbers(rows["**summed PSS of everything, all processes**"][:1])[0] > 0
+
+
+def test_bench_ram_pss_timeout_ends_torchrun_its_ranks_and_workers(tiny, tmp_path, monkeypatch, capsys):
+    """Run in this process (no outer sweep to hide a leftover): the script's own limit ends the whole tree.
+    50 linked copies of each image keep the ranks and their workers busy well past the limit."""
+    tag, _ = tagged_env()
+    monkeypatch.setenv(tag, "1")  # inherited by torchrun, its ranks and their workers
+    monkeypatch.syspath_prepend(str(BENCH))
+    import bench_ram_pss
+    rc = bench_ram_pss.main(["--data", str(tiny["set"] / "data.yaml"), "--nproc", "2", "--workers", "1",
+                             "--imgsz", "160", "--link-copies", "50", "--timeout", "3"])
+    assert rc == 1 and "torchrun still running after 3 s" in capsys.readouterr().err
+    assert holding(tag) == []
 
 
 def test_bench_train_yolo_data_only(tiny, tmp_path):

@@ -1,16 +1,15 @@
 """tools/build_cache.py as a user runs it."""
-import subprocess
 import sys
 from pathlib import Path
 
-from conftest import make_dataset
+from conftest import make_dataset, run_all
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(*args, cwd=None):
-    return subprocess.run([sys.executable, str(ROOT / "tools" / "build_cache.py"), *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd, timeout=120)
+    return run_all([sys.executable, str(ROOT / "tools" / "build_cache.py"), *map(str, args)],
+                   capture_output=True, text=True, cwd=cwd, timeout=120)
 
 
 def test_help():
@@ -59,5 +58,5 @@ def test_readme_commands_and_ci_agree():
 def test_console_command_is_installed():
     exe = Path(sys.executable).parent / "yolo-data-cache"
     assert exe.exists(), "pip install should create the yolo-data-cache command"
-    r = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=60)
+    r = run_all([str(exe), "--help"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "--cache-dir" in r.stdout

@@ -2,14 +2,13 @@
 quirks of real exports are handled, every problem is named, the cache follows the annotation files."""
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import copy_shared, tree_digest, write_image
+from conftest import copy_shared, run_all, tree_digest, write_image
 from test_multiprocess_cache import free_port
 from yolo_data import YoloDataset, create_dataloader
 from yolo_data.cli import build_cache_main
@@ -299,9 +298,9 @@ def test_coco_names_reach_every_rank_under_torchrun(tmp_path):
                    [{"id": 4, "name": "b"}, {"id": 3, "name": "a"}])
     out = tmp_path / "out"
     out.mkdir()
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
-                        str(HERE / "ddp_build_labels.py"), "--data", str(js), "--out", str(out)],
-                       capture_output=True, text=True, timeout=240)
+    r = run_all([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
+                 str(HERE / "ddp_build_labels.py"), "--data", str(js), "--out", str(out)],
+                capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
     res = [json.loads((out / f"{k}.json").read_text()) for k in range(2)]
     assert [x["built"] for x in res] == [True, False]  # rank 1 read rank 0's cache, never the JSON

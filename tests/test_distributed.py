@@ -7,9 +7,11 @@ import socket
 import time
 from pathlib import Path
 
+import pytest
 import torch.distributed as dist
 import torch.multiprocessing as tmp
 
+from conftest import ended
 from yolo_data import ZeroFirstError, torch_distributed_zero_first, wait_for_the_master
 
 
@@ -19,9 +21,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(fn, world, *args):
-    """world real processes (forked: fast, and nothing distributed exists in the parent yet)."""
-    tmp.start_processes(fn, args=(world, free_port(), *args), nprocs=world, join=True, start_method="fork")
+def run(fn, world, *args, timeout=300):
+    """world real processes (forked: fast, and nothing distributed exists in the parent yet).  A rank that
+    raises or dies fails the test (start_processes then ends the others); ranks still running after
+    ``timeout`` seconds fail it too, and are killed with their DataLoader workers either way."""
+    ctx = tmp.start_processes(fn, args=(world, free_port(), *args), nprocs=world, join=False, start_method="fork")
+    deadline = time.monotonic() + timeout
+    with ended(ctx.processes):
+        while not ctx.join(timeout=1):
+            if time.monotonic() > deadline:
+                pytest.fail(f"{world} ranks of {fn.__name__} still running after {timeout} s", pytrace=False)
 
 
 def init(rank, world, port, timeout_s=60):
@@ -145,10 +154,11 @@ def test_rank_0_dying_in_the_block_stops_the_others_promptly(tmp_path):
     # hiding whether they would have noticed on their own.
     ctx, port = multiprocessing.get_context("fork"), free_port()
     procs = [ctx.Process(target=_rank0_dies_worker, args=(r, 3, port, str(tmp_path))) for r in range(3)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
+    with ended(procs):
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
     assert [p.exitcode for p in procs] == [1, 0, 0]
     for r in (1, 2):
         res = json.loads((tmp_path / f"{r}.json").read_text())

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import popen_all
 from yolo_data import create_dataloader
 from yolo_data import imagecache, room
 from yolo_data.dataset import YoloDataset
@@ -134,14 +135,14 @@ def test_killed_disk_cache_writer_leaves_a_temporary_that_the_next_run_removes(s
             "def slow(p, *a):\n    print('building', flush=True); time.sleep(30); return real(p, *a)\n"
             "imagecache.load_image = slow\n"
             f"YoloDataset({str(small_dataset)!r}, 64, split='train', cache_images='disk', workers=1)\n")
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                         cwd=str(Path(__file__).resolve().parents[1]))
-    assert p.stdout.readline().strip() == "building"
-    labels = small_dataset.parent / "labels"
-    temps = list(labels.glob(".train-images-64.imgcache.*.tmp"))
-    assert len(temps) == 1 and temps[0].stat().st_size > 0  # reserved whole while being written
-    p.kill()
-    p.wait(30)
+    with popen_all([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                   cwd=str(Path(__file__).resolve().parents[1])) as p:
+        assert p.stdout.readline().strip() == "building"
+        labels = small_dataset.parent / "labels"
+        temps = list(labels.glob(".train-images-64.imgcache.*.tmp"))
+        assert len(temps) == 1 and temps[0].stat().st_size > 0  # reserved whole while being written
+        p.kill()
+        p.wait(30)
     assert temps[0].exists() and not (labels / "train-images-64.imgcache").exists()
     ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="disk")
     assert ds.image_cache.path == labels / "train-images-64.imgcache" and not temps[0].exists()

@@ -1,4 +1,5 @@
 """Many writers at once: two torchrun 'nodes' on one shared folder, and six independent jobs."""
+import contextlib
 import json
 import multiprocessing
 import socket
@@ -10,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from yolo_data.split import load_split
-from conftest import make_dataset
+from conftest import ended, make_dataset, popen_all
 
 HERE = Path(__file__).resolve().parent
 
@@ -28,11 +29,13 @@ def free_port():
 
 def launch_two_nodes(yaml, out):
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={node}",
-                               "--nproc_per_node=2", "--master_addr=127.0.0.1", f"--master_port={port}",
-                               str(HERE / "ddp_build_labels.py"), "--data", str(yaml), "--out", str(out)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for node in (0, 1)]
-    logs = [p.communicate(timeout=240)[0] for p in procs]
+    with contextlib.ExitStack() as stack:  # both nodes and all their ranks end with the block
+        procs = [stack.enter_context(popen_all(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={node}", "--nproc_per_node=2",
+             "--master_addr=127.0.0.1", f"--master_port={port}", str(HERE / "ddp_build_labels.py"), "--data",
+             str(yaml), "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            for node in (0, 1)]
+        logs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], logs
     return [json.loads((out / f"{r}.json").read_text()) for r in range(4)]
 
@@ -65,10 +68,11 @@ def test_six_jobs_start_together_on_a_fresh_dataset(tmp_path):
     ctx = multiprocessing.get_context("fork")
     start_at = time.time() + 1.0
     procs = [ctx.Process(target=_job, args=(img_dir, start_at, str(tmp_path / f"{i}.npy"))) for i in range(6)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
+    with ended(procs):
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(120)
     assert [p.exitcode for p in procs] == [0] * 6
     results = [np.load(tmp_path / f"{i}.npy") for i in range(6)]
     assert all(np.array_equal(results[0], r) for r in results[1:])

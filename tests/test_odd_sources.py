@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import hard_limit, make_dataset, tree_digest, write_image
+from conftest import hard_limit, make_dataset, run_all, tree_digest, write_image
 from yolo_data.cli import build_cache_main
 from yolo_data.dataset import YoloDataset
 from yolo_data.images import imread_bgr
@@ -91,7 +90,7 @@ def test_latin1_file_name_is_listed_scanned_cached_reloaded_and_decoded(tmp_path
     twin.parent.mkdir()
     shutil.copyfile(os.fsencode(cafe), twin)
     args = [os.fsencode(cafe), str(twin), str(root / "images" / "train")]
-    r = subprocess.run([sys.executable, "-c", DECODE_CHECK, *args], capture_output=True, text=True, timeout=120)
+    r = run_all([sys.executable, "-c", DECODE_CHECK, *args], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"child ended with {r.returncode}: {r.stderr[-2000:]}"
     assert tree_digest(root / "images") == before  # nothing modified
 
@@ -116,8 +115,8 @@ assert np.array_equal(img.numpy(), YoloDataset(os.path.dirname(twin), img_size=6
 def test_latin1_file_name_through_the_cli(tmp_path):
     yaml = latin1_dataset(tmp_path / "ds")
     env = dict(os.environ, PYTHONIOENCODING="utf-8")  # a strict stdout, as under en_US.UTF-8
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "build_cache.py"), str(yaml)],
-                       capture_output=True, env=env, timeout=120)
+    r = run_all([sys.executable, str(ROOT / "tools" / "build_cache.py"), str(yaml)],
+                capture_output=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr.decode(errors="replace")
     lines = r.stdout.splitlines()
     assert lines[0].split()[:3] == [b"split", b"images", b"boxes"]
@@ -290,7 +289,7 @@ def test_alias_bombs_are_refused_by_the_cli_within_bounded_memory(tmp_path):
                 "vm = int([l for l in open('/proc/self/status') if l.startswith('VmSize')][0].split()[1]) * 1024\n"
                 "resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), vm + (1 << 30)))\n"
                 f"sys.exit(build_cache_main([{str(y)!r}]))\n")
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+        r = run_all([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
         assert r.stderr == f"error: {y}: aliases expand to more than 100,000 values; this looks like an alias bomb\n"
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import crafting
-from conftest import make_dataset, tree_digest
+from conftest import bench_common, ended, make_dataset, run_all, tree_digest
 from yolo_data.dataset import YoloDataset
 from yolo_data.split import load_split
 
@@ -44,7 +44,7 @@ def driver(*args, tmpfs=None, timeout=300):
         mounts = " && ".join(f"mount -t tmpfs -o size={size},mode=1777 tmpfs {folder}" for folder, size in tmpfs.items())
         cmd = ["unshare", "-m", "sh", "-c", f'{mounts} && exec "$0" "$@"', *cmd]
     env = {k: v for k, v in os.environ.items() if k != "YOLO_DATA_SHM_DIR"}
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=str(ROOT))
+    r = run_all(cmd, timeout, capture_output=True, text=True, env=env, cwd=str(ROOT))
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -53,8 +53,8 @@ def driver(*args, tmpfs=None, timeout=300):
 def private_mounts():
     """Skip (cleanly) where this machine does not allow a private mount namespace with a tmpfs."""
     try:
-        r = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"],
-                           capture_output=True, timeout=30)
+        r = bench_common.run_tree(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"], 30,
+                                  capture_output=True)  # a timeout here means skip, not fail
     except (OSError, subprocess.TimeoutExpired) as e:
         pytest.skip(f"unshare not available: {e}")
     if r.returncode != 0:
@@ -209,13 +209,11 @@ def _rank(rank, world, port, data, ram, out_dir):
 
 
 def test_ranks_of_a_node_share_one_anonymous_file(tmp_path):
-    import torch.multiprocessing as tmp
-    from test_distributed import free_port
+    from test_distributed import run
     data = photo_dataset(tmp_path / "ds", 12)
     ram = tmp_path / "shm"
     ram.mkdir()
-    tmp.start_processes(_rank, args=(2, free_port(), str(data), str(ram), str(tmp_path)), nprocs=2, join=True,
-                        start_method="fork")
+    run(_rank, 2, str(data), str(ram), str(tmp_path))
     r0, r1 = (json.loads((tmp_path / f"{k}.json").read_text()) for k in range(2))
     assert r0["ino"] == r1["ino"] and r0["nlink"] == r1["nlink"] == 0  # the same file, without a name
     assert r0["pixels"] == r1["pixels"] and r0["names"] == r1["names"] == []
@@ -254,9 +252,10 @@ def as_nobody(fn, *args):
             q.put(f"error: {e!r}")
 
     p = ctx.Process(target=child)
-    p.start()
-    out = q.get()
-    p.join(60)
+    with ended([p]):
+        p.start()
+        out = q.get()
+        p.join(60)
     return out
 
 
@@ -443,11 +442,11 @@ def test_leftovers_are_listed_and_removed_by_the_cli(tmp_path):
         os.utime(p, (day_ago, day_ago))
     env = dict(os.environ, YOLO_DATA_SHM_DIR=str(ram), YOLO_DATA_CACHE_DIR=str(user))
     tool = [sys.executable, str(ROOT / "tools" / "build_cache.py")]
-    r = subprocess.run(tool + ["--leftovers"], capture_output=True, text=True, env=env, timeout=60)
+    r = run_all(tool + ["--leftovers"], 60, capture_output=True, text=True, env=env)
     assert r.returncode == 0 and all(str(p) in r.stdout for p in (old, dead, older)), r.stdout
     assert str(alive) not in r.stdout and str(notes) not in r.stdout
     assert old.exists() and dead.exists() and older.exists()  # listing removes nothing
-    r = subprocess.run(tool + ["--remove-leftovers"], capture_output=True, text=True, env=env, timeout=60)
+    r = run_all(tool + ["--remove-leftovers"], 60, capture_output=True, text=True, env=env)
     assert r.returncode == 0 and "removed" in r.stdout
     assert not old.exists() and not dead.exists() and not older.exists() and alive.exists()
     assert notes.read_bytes() == b"my notes"

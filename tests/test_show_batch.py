@@ -1,11 +1,11 @@
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import cv2
 import torch
 
+from conftest import run_all
 from yolo_data.plots import class_colour, draw_batch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,8 +24,8 @@ def test_draw_batch_puts_boxes_in_class_colours():
 def test_show_batch_tool_writes_a_picture(tmp_path):
     shutil.copytree(ROOT / "data", tmp_path / "data")
     out = tmp_path / "batch.jpg"
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "show_batch.py"), str(tmp_path / "data" / "sample.yaml"),
-                        "--out", str(out), "--imgsz", "160", "--batch-size", "4", "--seed", "2"],
-                       capture_output=True, text=True, timeout=120)
+    r = run_all([sys.executable, str(ROOT / "tools" / "show_batch.py"), str(tmp_path / "data" / "sample.yaml"),
+                 "--out", str(out), "--imgsz", "160", "--batch-size", "4", "--seed", "2"],
+                capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "4 images of (160, 160)" in r.stdout and cv2.imread(str(out)).shape == (320, 320, 3)

@@ -2,13 +2,12 @@
 cache), on the printing rank only, without the user configuring logging and without overriding it."""
 import logging
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import make_dataset
+from conftest import make_dataset, run_all
 from yolo_data.dataset import YoloDataset
 from yolo_data.split import load_split
 from yolo_data.summary import split_summary
@@ -79,8 +78,8 @@ def _run(tmp_path, yaml, mode="plain", local_rank=None):
     env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "RANK", "WORLD_SIZE")}
     if local_rank is not None:
         env["LOCAL_RANK"] = str(local_rank)
-    r = subprocess.run([sys.executable, str(script), str(yaml), mode], capture_output=True, text=True,
-                       env=env, cwd=tmp_path, timeout=300)
+    r = run_all([sys.executable, str(script), str(yaml), mode], capture_output=True, text=True,
+                env=env, cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stderr
     return r.stdout, r.stderr
 

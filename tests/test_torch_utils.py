@@ -1,7 +1,6 @@
 import os
 import platform
 import random
-import subprocess
 import sys
 
 import numpy as np
@@ -9,6 +8,7 @@ import pytest
 import torch
 
 import yolo_data
+from conftest import run_all
 from yolo_data import init_torch_seeds, select_device, time_synchronized
 from yolo_data.torch_utils import device_line
 
@@ -56,8 +56,8 @@ def test_the_printing_rank_logs_one_device_line_without_logging_configured(local
     env = {k: v for k, v in os.environ.items() if k != "LOCAL_RANK"}
     if local_rank is not None:
         env["LOCAL_RANK"] = local_rank
-    r = subprocess.run([sys.executable, "-c", "from yolo_data import select_device; select_device('cpu')"],
-                       capture_output=True, text=True, env=env, timeout=120)
+    r = run_all([sys.executable, "-c", "from yolo_data import select_device; select_device('cpu')"],
+                capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0 and r.stdout == ""
     head = f"yolo_data {yolo_data.__version__} Python-{platform.python_version()} torch-{torch.__version__} "
     assert r.stderr == ("" if local_rank == "1" else head + "CPU\n")

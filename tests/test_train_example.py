@@ -1,11 +1,12 @@
 """tools/train_ddp_example.py under torchrun with 2 CPU processes (gloo)."""
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
+
+from conftest import run_all
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -14,7 +15,7 @@ def torchrun(nproc, data, out, *args):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            str(ROOT / "tools" / "train_ddp_example.py"), "--data", str(data), "--out", str(out), "--imgsz", "64",
            *args]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    r = run_all(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     return [json.loads((out / f"seen_rank{i}.json").read_text()) for i in range(nproc)]
 
@@ -46,7 +47,7 @@ def test_two_process_training_sees_disjoint_shares_and_writes_a_loadable_checkpo
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            str(ROOT / "tools" / "train_ddp_example.py"), "--data", str(tmp_path / "data" / "sample.yaml"),
            "--out", str(out), "--epochs", "3", "--workers", "1", "--imgsz", "96"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    r = run_all(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert "epoch 2: train loss" in r.stdout and "over 8 images" in r.stdout
     ranks = [json.loads((out / f"seen_rank{i}.json").read_text()) for i in range(2)]

@@ -1,12 +1,12 @@
 """workerheap.py: a DataLoader worker keeps the heap memory it frees, so its next batch does not page-fault
 it in again; set in yolo_data's workers only, never in the training process."""
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import run_all
 from yolo_data import create_dataloader, workerheap, workers
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,8 +28,8 @@ print(*faults)
 
 
 def rounds(mode: str):
-    out = subprocess.run([sys.executable, "-c", ROUNDS, mode], capture_output=True, text=True, timeout=120,
-                         cwd=REPO, check=True).stdout.split("\n")
+    out = run_all([sys.executable, "-c", ROUNDS, mode], capture_output=True, text=True, timeout=120,
+                  cwd=REPO, check=True).stdout.split("\n")
     return out[0], [int(x) for x in out[1].split()]
 
 
