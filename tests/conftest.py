@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import multiprocessing as mp
 import importlib.util
 import os
 import shutil
@@ -207,3 +208,27 @@ def holding(var: str):
         except (OSError, ValueError):
             continue
     return [p for p in found if alive(p)]
+
+
+def as_nobody(fn, *args):
+    """Run fn(*args) in a forked child as user nobody (tests of what other users can do); returns what it
+    returns, or its error's repr.  Skips where this process cannot switch users (not root)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to another user")
+    ctx = mp.get_context("fork")
+    q = ctx.SimpleQueue()
+
+    def child():
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            q.put(fn(*args))
+        except BaseException as e:
+            q.put(f"error: {e!r}")
+
+    p = ctx.Process(target=child)
+    with ended([p]):
+        p.start()
+        out = q.get()
+        p.join(60)
+    return out

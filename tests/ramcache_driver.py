@@ -106,9 +106,8 @@ def two(data, ram_dir):
             "builders": results}
 
 
-def shm(data, cache):
-    """A training loader with 2 workers when /dev/shm is small; every batch must arrive."""
-    from yolo_data import create_dataloader
+def kept_messages() -> list:
+    """The messages yolo_data logs from now on (INFO and up), appended to the list returned."""
     records = []
 
     class Keep(logging.Handler):
@@ -117,6 +116,13 @@ def shm(data, cache):
 
     logging.getLogger("yolo_data").addHandler(Keep())
     logging.getLogger("yolo_data").setLevel(logging.INFO)
+    return records
+
+
+def shm(data, cache):
+    """A training loader with 2 workers when /dev/shm is small; every batch must arrive."""
+    from yolo_data import create_dataloader
+    records = kept_messages()
     loader, ds = create_dataloader(data, IMGSZ, 8, 32, augment=True, workers=2, shuffle=True,
                                    cache=False if cache == "none" else cache, ram_cache_dir="/dev/shm")
     n = sum(len(imgs) for imgs, *_ in loader)
@@ -156,14 +162,7 @@ def _rank_epoch(rank, world, data, out_dir):
     import torch.distributed as dist
     faulthandler.dump_traceback_later(240, exit=True)  # a hung rank fails the run, saying where
     torch.set_num_threads(1)
-    records = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            records.append(record.getMessage())
-
-    logging.getLogger("yolo_data").addHandler(Keep())
-    logging.getLogger("yolo_data").setLevel(logging.INFO)
+    records = kept_messages()
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
                             timeout=timedelta(seconds=120))
     try:

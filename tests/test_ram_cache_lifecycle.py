@@ -8,7 +8,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import multiprocessing as mp
 import os
 import shutil
 import signal
@@ -22,7 +21,7 @@ import numpy as np
 import pytest
 
 import crafting
-from conftest import bench_common, ended, make_dataset, run_all, tree_digest
+from conftest import as_nobody, bench_common, make_dataset, run_all, tree_digest
 from yolo_data.dataset import YoloDataset
 from yolo_data.split import load_split
 
@@ -234,29 +233,6 @@ def public_tmp():
             if p.is_dir() and not p.is_symlink():
                 os.chmod(p, 0o755)
         shutil.rmtree(base, ignore_errors=True)
-
-
-def as_nobody(fn, *args):
-    """Run fn(*args) in a forked child as user nobody; returns what it returns (or its error's repr)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to switch to another user")
-    ctx = mp.get_context("fork")
-    q = ctx.SimpleQueue()
-
-    def child():
-        try:
-            os.setgid(65534)
-            os.setuid(65534)
-            q.put(fn(*args))
-        except BaseException as e:
-            q.put(f"error: {e!r}")
-
-    p = ctx.Process(target=child)
-    with ended([p]):
-        p.start()
-        out = q.get()
-        p.join(60)
-    return out
 
 
 def _try_open(path):

@@ -12,7 +12,7 @@ from pathlib import Path
 import cv2
 import pytest
 
-from conftest import make_dataset, write_image
+from conftest import as_nobody, make_dataset, write_image
 from yolo_data import decode, failures
 from yolo_data.dataset import YoloDataset
 from yolo_data.images import ImageDecodeError, ImageReadError, imread_bgr
@@ -99,28 +99,6 @@ def shared_folder():
         yield base, shared
     finally:
         shutil.rmtree(base, ignore_errors=True)
-
-
-def as_nobody(fn, *args):
-    """fn(*args) run in a forked child as user nobody; what it returns, or its error's repr."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to switch to another user")
-    ctx = mp.get_context("fork")
-    q = ctx.SimpleQueue()
-
-    def child():
-        try:
-            os.setgid(65534)
-            os.setuid(65534)
-            q.put(fn(*args))
-        except BaseException as e:  # report, do not hang the parent
-            q.put(f"error: {e!r}")
-
-    p = ctx.Process(target=child)
-    p.start()
-    out = q.get()
-    p.join(60)
-    return out
 
 
 def _plant(path: str, text: str) -> str:
