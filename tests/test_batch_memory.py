@@ -259,15 +259,15 @@ def test_a_batch_is_shared_and_views_taken_before_share_memory_stay_valid(small_
             assert images.data_ptr() == ptr and _checksum(torch.from_numpy(before)) == want
 
 
-@pytest.mark.parametrize("how", ["fork", "queue"])
+@pytest.mark.parametrize("how", ["fork", "spawn", "queue"])
 def test_a_batch_another_process_can_see_never_changes(small_dataset, tmp_path, how):
-    """A process forked while the loop holds a batch (a logger started with the batch as argument), or a
-    batch put on a torch.multiprocessing.Queue: the loop drops its reference and goes on for two more
-    epochs with the same workers, whose buffers would be rewritten; the other process still reads the
-    batch as it was."""
+    """A process forked while the loop holds a batch (a logger started with the batch as argument), one
+    spawned with it, or a batch put on a torch.multiprocessing.Queue: the loop drops its reference and
+    goes on for two more epochs with the same workers, whose buffers would be rewritten; the other
+    process still reads the batch as it was."""
     import torch.multiprocessing as tmp
     loader = _loader(small_dataset, tmp_path, 2)
-    ctx = tmp.get_context("fork")
+    ctx = tmp.get_context("spawn" if how == "spawn" else "fork")
     receive, send = ctx.Pipe(duplex=False)
     consumer = queue = None
     if how == "queue":
@@ -278,7 +278,7 @@ def test_a_batch_another_process_can_see_never_changes(small_dataset, tmp_path, 
     for epoch in range(3):
         for k, (images, *_) in enumerate(loader):
             if epoch == 0 and k < 2:
-                if how == "fork":
+                if how in ("fork", "spawn"):
                     children.append(ctx.Process(target=_compare_later, args=(send, images, _checksum(images)),
                                                 daemon=True))
                     children[-1].start()
@@ -289,6 +289,30 @@ def test_a_batch_another_process_can_see_never_changes(small_dataset, tmp_path, 
     for p in children + ([consumer] if consumer else []):
         p.join(30)
     assert answers == [True, True]
+
+
+def test_workers_started_by_spawn_give_the_same_shared_batches(small_dataset, tmp_path):
+    """A DataLoader whose workers are spawned (the dataset and the worker set-up are pickled into them):
+    the batches are shared memory and equal those made without workers, over three epochs."""
+    from torch.utils.data import DataLoader
+    from yolo_data import YoloDataset
+    from yolo_data.workers import WorkerInit
+    dataset = YoloDataset(str(small_dataset), 64, 2, augment=True, hyp=dict(mosaic=1.0, hsv_h=0.5),
+                          cache_dir=tmp_path / "c", cache_images="ram")
+
+    def loader(workers):
+        return DataLoader(dataset, batch_size=2, num_workers=workers, collate_fn=dataset.collate_fn,
+                          persistent_workers=workers > 0, worker_init_fn=WorkerInit() if workers else None,
+                          multiprocessing_context="spawn" if workers else None)
+
+    reference = [b[0].clone() for _ in range(3) for b in loader(0)]
+    spawned = loader(2)
+    got = []
+    for _ in range(3):
+        for images, *_ in spawned:
+            assert images.is_shared()
+            got.append(images)
+    assert len(got) == len(reference) and all(torch.equal(a, b) for a, b in zip(got, reference))
 
 
 FILE_SYSTEM_SHARING = r"""
