@@ -247,7 +247,7 @@ def _compare_from_queue(queue, conn, n):
         conn.send(_checksum(images) == want)
 
 
-def test_a_batch_is_shared_and_views_taken_before_share_memory_stay_valid(small_dataset, tmp_path):
+def test_a_batch_is_shared_and_views_taken_before_share_memory_stay_valid(small_dataset, tmp_path, sharing):
     loader = _loader(small_dataset, tmp_path, 2)
     for _ in range(2):
         for images, *_ in loader:
@@ -259,8 +259,18 @@ def test_a_batch_is_shared_and_views_taken_before_share_memory_stay_valid(small_
             assert images.data_ptr() == ptr and _checksum(torch.from_numpy(before)) == want
 
 
+@pytest.fixture(params=["file_descriptor", "file_system"])
+def sharing(request):
+    """Each of torch's sharing strategies, set for the test and set back after it."""
+    import torch.multiprocessing as tmp
+    before = tmp.get_sharing_strategy()
+    tmp.set_sharing_strategy(request.param)
+    yield request.param
+    tmp.set_sharing_strategy(before)
+
+
 @pytest.mark.parametrize("how", ["fork", "spawn", "queue"])
-def test_a_batch_another_process_can_see_never_changes(small_dataset, tmp_path, how):
+def test_a_batch_another_process_can_see_never_changes(small_dataset, tmp_path, how, sharing):
     """A process forked while the loop holds a batch (a logger started with the batch as argument), one
     spawned with it, or a batch put on a torch.multiprocessing.Queue: the loop drops its reference and
     goes on for two more epochs with the same workers, whose buffers would be rewritten; the other

@@ -28,8 +28,8 @@ Here each worker keeps up to POOL_SIZE buffers.  The protocol, owned by this mod
   release makes a buffer FREE, and leaves the pool at the next ``take`` (else the pool would fill with
   buffers it can never write again).
 
-The state byte is written by the training process through a mapping of its own page (not through the
-batch's storage, which is being freed when the finalizer runs).  A FREE buffer not taken for
+The state byte is written by the training process through a second mapping of the buffer (not through
+the batch's storage, which is being freed when the finalizer runs).  A FREE buffer not taken for
 IDLE_SECONDS is given back to the system by the worker's idle thread, so a persistent worker between
 passes holds no shared memory; when the worker ends normally (the loader shuts it down, or a pass of
 non-persistent workers ends), its pool is given back too: under torch's ``file_system`` sharing a
@@ -38,7 +38,6 @@ without freeing its storages never lets go.
 """
 from __future__ import annotations
 
-import mmap
 import os
 import threading
 import time
@@ -167,35 +166,33 @@ class _Held:
     """A pooled batch alive in the training process, and what its buffer's state byte becomes when the
     batch dies: FREE, or RETIRED when another process may still see it (see the module docstring)."""
 
-    def __init__(self, page: mmap.mmap, at: int, key, record):
-        self.page, self.at = page, at  # our own mapping of the state byte's page
+    def __init__(self, state: np.ndarray, key, record):
+        self.state = state  # (1,) uint8 view of the state byte through a mapping of our own
         self.key, self.record = key, record  # torch's record of the storage when it arrived
         self.retired = False
         self.pid = os.getpid()
 
     @classmethod
     def of(cls, storage: torch.UntypedStorage, capacity: int) -> Optional["_Held"]:
-        """None where the buffer cannot be followed (it then stays IN_USE: never written again)."""
+        """None where the buffer cannot be followed (it then stays IN_USE: never written again).  The
+        state byte is reached through a second mapping of the buffer, made as torch maps a storage
+        received from another process: the batch's own storage is being freed when its finalizer runs."""
         try:
             from torch.multiprocessing.reductions import fd_id, shared_cache
             if torch.multiprocessing.get_sharing_strategy() == "file_system":
-                key = storage._share_filename_cpu_()[1]  # the /dev/shm name; nothing new is made
-                fd = os.open("/dev/shm/" + os.fsdecode(key).lstrip("/"), os.O_RDWR | os.O_CLOEXEC)
+                manager, key, size = storage._share_filename_cpu_()  # its name; nothing new is made
+                second = torch.UntypedStorage._new_shared_filename_cpu(manager, key, size)
             else:
-                own = storage._share_fd_cpu_()[0]  # the descriptor the storage keeps; nothing new is made
-                key, fd = fd_id(own), os.dup(own)
-            try:
-                start = capacity - capacity % mmap.ALLOCATIONGRANULARITY
-                page = mmap.mmap(fd, capacity + 1 - start, offset=start)
-            finally:
-                os.close(fd)
-            return cls(page, capacity - start, key, shared_cache.get(key))
-        except Exception:  # torch's sharing internals changed, or no /dev/shm name: reuse nothing
+                fd, size = storage._share_fd_cpu_()  # the descriptor it keeps; nothing new is made
+                key, second = fd_id(fd), torch.UntypedStorage._new_shared_fd_cpu(fd, size)
+            state = torch.empty(0, dtype=torch.uint8).set_(second).numpy()[capacity:capacity + 1]
+            return cls(state, key, shared_cache.get(key))
+        except Exception:  # torch's sharing internals changed: reuse nothing
             return None
 
     def retire(self) -> None:
         self.retired = True
-        self.page[self.at] = RETIRED
+        self.state[0] = RETIRED
 
     def release(self) -> None:
         """The batch's storage died (every view of it is gone)."""
@@ -205,8 +202,8 @@ class _Held:
         from torch.multiprocessing.reductions import shared_cache
         if shared_cache.get(self.key) is not self.record:  # pickled for another process since it arrived
             self.retired = True
-        self.page[self.at] = RETIRED if self.retired else FREE
-        self.page.close()
+        self.state[0] = RETIRED if self.retired else FREE
+        self.state = None  # our mapping goes
 
 
 _HELD = {}  # id -> _Held: the pooled batches alive in this process
