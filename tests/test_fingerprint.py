@@ -3,6 +3,7 @@ replaced image is noticed, in this process and in the forked pool alike, and bot
 import os
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -157,11 +158,25 @@ def test_load_split_rescans_after_an_in_place_edit_above_the_parallel_threshold(
 
 def test_slow_stats_are_waited_for_in_threads(tmp_path, small_chunks, monkeypatch):
     """A stat of 0.2 ms (as on a network filesystem) is taken for slow, and the threads give the value
-    of one process; local stats (about 1.5 us) are not taken for slow."""
+    of one process; local stats (about 1.5 us) are not taken for slow.  The probe's decision is checked
+    on a clock that only the stats move, so a busy machine cannot change it."""
     im_files, lb_files = fake_split(tmp_path, 100)
     one = cache.fingerprint(im_files, lb_files, None, **SEQUENTIAL)
-    assert not cache._slow_stats(im_files, lb_files)
-    real_stat, used = os.stat, []
+    clock, real_stat = [0.0], os.stat
+
+    def costing(seconds):
+        def stat(path, *a, **k):
+            clock[0] += seconds
+            return real_stat(path, *a, **k)
+        return stat
+
+    monkeypatch.setattr(cache, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    for seconds, slow in ((1.5e-6, False), (cache.SLOW_STAT_S * 0.8, False), (cache.SLOW_STAT_S * 1.2, True),
+                          (2e-4, True)):
+        monkeypatch.setattr(os, "stat", costing(seconds))
+        assert cache._slow_stats(im_files, lb_files) is slow, seconds
+    monkeypatch.setattr(cache, "time", time)
+    used = []
 
     def slow_stat(path, *a, **k):
         time.sleep(0.0002)
