@@ -51,6 +51,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from .room import PREFETCH
+from .torch_private import disabled_torch_function, new_shared_storage, second_mapping, sharing_record
 
 #: Buffers a worker keeps: the PREFETCH batches it has ready or in progress, and the one the training
 #: loop holds.  When all are in use (a loop that keeps batches) the batch gets fresh memory as in torch.
@@ -73,7 +74,7 @@ class _Buffer:
 
     @classmethod
     def new(cls, capacity: int) -> "_Buffer":
-        storage = torch.UntypedStorage._new_shared(capacity + 1)
+        storage = new_shared_storage(capacity + 1)
         whole = torch.empty(0, dtype=torch.uint8).set_(storage).numpy()
         return cls(storage, capacity, whole[capacity:])
 
@@ -156,7 +157,7 @@ class BatchPool:
 class _PooledImages(torch.Tensor):
     """A batch tensor in a pooled buffer, as it leaves the worker.  Operations on it give plain
     tensors; pickling sends the buffer and the shape, and ``_rebuild`` unpickles it."""
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    __torch_function__ = disabled_torch_function()
 
     def __reduce_ex__(self, protocol):
         return _rebuild, (self._pool_storage, self._pool_capacity, tuple(self.shape))
@@ -177,18 +178,12 @@ class _Held:
         """None where the buffer cannot be followed (it then stays IN_USE: never written again).  The
         state byte is reached through a second mapping of the buffer, made as torch maps a storage
         received from another process: the batch's own storage is being freed when its finalizer runs."""
-        try:
-            from torch.multiprocessing.reductions import fd_id, shared_cache
-            if torch.multiprocessing.get_sharing_strategy() == "file_system":
-                manager, key, size = storage._share_filename_cpu_()  # its name; nothing new is made
-                second = torch.UntypedStorage._new_shared_filename_cpu(manager, key, size)
-            else:
-                fd, size = storage._share_fd_cpu_()  # the descriptor it keeps; nothing new is made
-                key, second = fd_id(fd), torch.UntypedStorage._new_shared_fd_cpu(fd, size)
-            state = torch.empty(0, dtype=torch.uint8).set_(second).numpy()[capacity:capacity + 1]
-            return cls(state, key, shared_cache.get(key))
-        except Exception:  # torch's sharing internals changed: reuse nothing
+        mapped = second_mapping(storage)
+        if mapped is None or mapped[1].nbytes() <= capacity:
             return None
+        key, second = mapped
+        state = torch.empty(0, dtype=torch.uint8).set_(second).numpy()[capacity:capacity + 1]
+        return cls(state, key, sharing_record(key))
 
     def retire(self) -> None:
         self.retired = True
@@ -199,8 +194,7 @@ class _Held:
         _HELD.pop(id(self), None)
         if os.getpid() != self.pid:  # a forked copy of the training process: the buffer is not its own
             return
-        from torch.multiprocessing.reductions import shared_cache
-        if shared_cache.get(self.key) is not self.record:  # pickled for another process since it arrived
+        if sharing_record(self.key) is not self.record:  # pickled for another process since it arrived
             self.retired = True
         self.state[0] = RETIRED if self.retired else FREE
         self.state = None  # our mapping goes

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch.utils.data import get_worker_info
 
 from .batchmemory import batch_bytes, transport
+from .torch_private import new_shared_storage
 from .sampling import seed_entropy
 
 
@@ -41,8 +42,8 @@ def stack(tensors) -> torch.Tensor:
     if get_worker_info() is not None:
         # allocated in shared memory directly (share_memory_() on a fresh tensor would copy it there)
         first = tensors[0]
-        storage = first._typed_storage()._new_shared(len(tensors) * first.numel(), device=first.device)
-        out = first.new(storage).resize_(len(tensors), *first.shape)
+        storage = new_shared_storage(len(tensors) * first.numel() * first.element_size())
+        out = torch.empty(0, dtype=first.dtype).set_(storage, 0, (len(tensors), *first.shape))
     return torch.stack(tensors, 0, out=out)
 
 

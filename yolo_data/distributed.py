@@ -27,6 +27,8 @@ from typing import Optional
 
 import torch.distributed as dist
 
+from . import torch_private
+
 LOGGER = logging.getLogger("yolo_data")
 
 _block_ids = itertools.count()  # every rank enters the blocks in the same order, so ids agree
@@ -153,11 +155,7 @@ def _known_local_world_size() -> Optional[int]:
 
 
 def _default_store():
-    try:  # the store torch.distributed was initialised with; private, so guarded
-        from torch.distributed.distributed_c10d import _get_default_store
-        return _get_default_store()
-    except Exception:
-        return None
+    return torch_private.default_store()  # the store torch.distributed was initialised with, or None
 
 
 def _barrier() -> None:

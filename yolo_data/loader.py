@@ -48,7 +48,7 @@ class YoloDataLoader(DataLoader):
         self._digest = None  # of the dataset's names and labels, for state_dict
         if (early_start and self.num_workers > 0 and self.persistent_workers
                 and isinstance(self.sampler, YoloSampler)):
-            self._iterator = self._get_iterator()  # forks the workers; the sampler starts its pass
+            DataLoader.__iter__(self)  # persistent workers: makes self._iterator, forking them; the sampler starts its pass
             self._early = self._settings()
 
     def discard_early_pass(self) -> None:

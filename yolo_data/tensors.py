@@ -20,6 +20,7 @@ from torch.utils.data import get_worker_info
 from .batchmemory import worker_pool
 from .boxes import xyxy_to_xywhn
 from .geometry import PAD_VALUE, LetterboxPlan, resize_to
+from . import torch_private
 from .photometric import apply_hsv
 
 
@@ -29,7 +30,7 @@ def new_images(n: int, h: int, w: int) -> torch.Tensor:
     does the same for the stack it makes)."""
     if get_worker_info() is None:
         return torch.empty((n, 3, h, w), dtype=torch.uint8)
-    storage = torch.UntypedStorage._new_shared(n * 3 * h * w)
+    storage = torch_private.new_shared_storage(n * 3 * h * w)
     return torch.empty(0, dtype=torch.uint8).set_(storage).view(n, 3, h, w)
 
 
@@ -38,10 +39,7 @@ def shared_fd(images: torch.Tensor) -> Optional[int]:
     default), else None.  The storage keeps the descriptor open as long as it lives."""
     if not images.is_shared() or torch.multiprocessing.get_sharing_strategy() != "file_descriptor":
         return None
-    try:  # the call torch's own pickling of shared storages makes; writing through the mapping is the fallback
-        return images.untyped_storage()._share_fd_cpu_()[0]
-    except (AttributeError, RuntimeError):
-        return None
+    return torch_private.shared_fd(images.untyped_storage())  # None: written through the mapping
 
 
 class BatchImages:

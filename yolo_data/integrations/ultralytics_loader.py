@@ -19,7 +19,7 @@ from typing import Iterator, Optional
 import torch
 from torch.utils.data import Sampler
 
-from .. import distributed
+from .. import distributed, torch_private
 from ..dataset import YoloDataset, resolve_split
 from ..formats import kind_of
 from ..loader import PARTNER_GROUP, YoloDataLoader
@@ -106,8 +106,8 @@ class UltralyticsLoader(YoloDataLoader):
         """Shut the persistent workers down now (Ultralytics calls this at the end of training)."""
         self.reset()
         it, self._iterator = self._iterator, None
-        if it is not None and hasattr(it, "_shutdown_workers"):
-            it._shutdown_workers()
+        if it is not None:
+            torch_private.shutdown_workers(it)
 
 
 def create_loader(path, settings: LoaderSettings, rank: int = -1, prefix: str = "", split: Optional[str] = None,
