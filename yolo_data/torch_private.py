@@ -6,7 +6,7 @@ is missing or fails, takes the public way (slower, or giving up an optimisation)
 ``PRIVATE`` (a set of the names below) says which are used now; tests remove names from it to run each
 fallback.
 
-Checked on torch 2.14.1 and 2.15.0:
+Checked on torch 2.15.0 (all) and 2.14.1 (all but the second mapping and the sharing record):
 
 * ``UntypedStorage._new_shared(nbytes)``: shared memory allocated directly.  Fallback: a tensor made in
   private memory and moved there with ``share_memory_()`` (one copy more).
