@@ -21,7 +21,6 @@ ignored with one warning, and nothing is added to it.
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -30,6 +29,11 @@ from pathlib import Path
 from typing import Dict, Iterator, Optional, Tuple
 
 import numpy as np
+
+try:
+    import fcntl
+except ImportError:  # Windows: no POSIX locks; the worst outcome is a duplicate line
+    fcntl = None
 
 from .container import CacheError, check_trust
 from .labels import Problem
@@ -94,6 +98,8 @@ def _lock(fd: int) -> None:
     """Hold the record's write lock (until ``fd`` closes), so that a check for a line and its append
     are one step among workers and ranks.  A POSIX lock needs write access, so no other user can hold
     it; where locks are not available (ENOLCK) the worst outcome is a duplicate line."""
+    if fcntl is None:
+        return
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX)
     except OSError:
