@@ -140,19 +140,19 @@ def cache_build(out: Path, imgsz: int, repeats: int, workers: int, opencv: bool 
     import logging
     import shutil
     import tempfile
-    from yolo_data import YoloDataset
+    from yolo_data import LoadImagesAndLabels
     logging.getLogger("yolo_data").setLevel(logging.ERROR)
     from yolo_data import decode as decoding
     decoding.use_simplejpeg(not opencv)
     yaml = out / "highres.yaml"
-    YoloDataset(str(yaml), imgsz, augment=True, split="train")  # the label cache, outside the timing
+    LoadImagesAndLabels(str(yaml), imgsz, augment=True, split="train")  # the label cache, outside the timing
     times = {False: [], True: []}
     for _ in range(repeats):
         for reduced in (False, True):
             tmp = Path(tempfile.mkdtemp(prefix="highres_cache_"))
             try:
                 t = time.perf_counter()
-                ds = YoloDataset(str(yaml), imgsz, augment=True, split="train", cache_images="disk",
+                ds = LoadImagesAndLabels(str(yaml), imgsz, augment=True, split="train", cache_images="disk",
                                  cache_dir=str(tmp), reduced_decode=reduced, workers=workers)
                 times[reduced].append(time.perf_counter() - t)
                 n = int(ds.image_cache.ok.sum())

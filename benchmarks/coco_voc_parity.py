@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 from coco_from_voc import CATEGORIES, write_coco  # noqa: E402
-from yolo_data import YoloDataset  # noqa: E402
+from yolo_data import LoadImagesAndLabels  # noqa: E402
 
 NAMES = ["WBC", "RBC", "Platelets"]
 
@@ -84,9 +84,9 @@ def main() -> int:
                         f"ImageSets/Main/test.txt]\nnames: {NAMES}\n")
         for split, folder in (("train", "train2017"), ("val", "val2017")):
             t0 = time.perf_counter()
-            ds = YoloDataset(str(yaml), 320, split=split)
+            ds = LoadImagesAndLabels(str(yaml), 320, split=split)
             dt = time.perf_counter() - t0
-            ref = YoloDataset(str(yolo / "images" / folder), 320)
+            ref = LoadImagesAndLabels(str(yolo / "images" / folder), 320)
             theirs = rows_by_file(ref.im_files, ref.labels)
             ours = rows_by_file(ds.im_files, ds.labels)
             unlisted = sorted(set(theirs) - set(ours))  # photos no ImageSets list names: the conversion put them in val
@@ -100,7 +100,7 @@ def main() -> int:
         ids = sorted(p.stem for p in (voc / "Annotations").glob("*.xml"))
         json_file = write_coco(voc, tmp / "export", ids)
         t0 = time.perf_counter()
-        ds = YoloDataset(str(json_file), 320)
+        ds = LoadImagesAndLabels(str(json_file), 320)
         dt = time.perf_counter() - t0
         print(f"  yolo_data: {len(ds)} images, {ds.split_labels.counts['boxes']} boxes, names {ds.names}, read and "
               f"scanned in {dt:.2f} s")

@@ -49,9 +49,9 @@ def loader_args(mode: str):
 
 def in_process(data, mode, cache, batches, cache_dir):
     from yolo_data.collate import collate_fn
-    from yolo_data.dataset import YoloDataset
+    from yolo_data.dataset import LoadImagesAndLabels
     a = loader_args(mode)
-    ds = YoloDataset(str(data), 640, a["batch_size"], augment=a["augment"], hyp=a.get("hyp"), rect=a.get("rect", False),
+    ds = LoadImagesAndLabels(str(data), 640, a["batch_size"], augment=a["augment"], hyp=a.get("hyp"), rect=a.get("rect", False),
                      pad=a.get("pad", 0.0), cache_images=cache, cache_dir=cache_dir)
     bs = a["batch_size"]
     if mode == "train":

@@ -38,7 +38,7 @@ def child_build(data, ram_dir, slow, barrier):
     mid-build).  ``barrier``: a folder; both builders wait for each other there, then plan and reserve
     their room at the same moment (two jobs starting together)."""
     from yolo_data import imagecache, room
-    from yolo_data.dataset import YoloDataset
+    from yolo_data.dataset import LoadImagesAndLabels
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     slow = float(slow)
     real_read, real_lock = imagecache.load_image, room.planning_lock
@@ -58,7 +58,7 @@ def child_build(data, ram_dir, slow, barrier):
         return real_lock(folder)
 
     imagecache.load_image, room.planning_lock = read, lock
-    ds = YoloDataset(data, IMGSZ, 4, cache_images="ram", ram_dir=ram_dir)
+    ds = LoadImagesAndLabels(data, IMGSZ, 4, cache_images="ram", ram_dir=ram_dir)
     cached = 0 if ds.image_cache is None else int(ds.image_cache.ok.sum())
     print(json.dumps({"ready": True, "cached": cached, "n": len(ds),
                       "used": used_bytes(ram_dir)}), flush=True)

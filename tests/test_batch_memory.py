@@ -305,9 +305,9 @@ def test_workers_started_by_spawn_give_the_same_shared_batches(small_dataset, tm
     """A DataLoader whose workers are spawned (the dataset and the worker set-up are pickled into them):
     the batches are shared memory and equal those made without workers, over three epochs."""
     from torch.utils.data import DataLoader
-    from yolo_data import YoloDataset
+    from yolo_data import LoadImagesAndLabels
     from yolo_data.workers import WorkerInit
-    dataset = YoloDataset(str(small_dataset), 64, 2, augment=True, hyp=dict(mosaic=1.0, hsv_h=0.5),
+    dataset = LoadImagesAndLabels(str(small_dataset), 64, 2, augment=True, hyp=dict(mosaic=1.0, hsv_h=0.5),
                           cache_dir=tmp_path / "c", cache_images="ram")
 
     def loader(workers):
@@ -330,12 +330,12 @@ import glob, os, sys, time, gc
 import torch, torch.multiprocessing
 torch.multiprocessing.set_sharing_strategy("file_system")
 from torch.utils.data import DataLoader
-from yolo_data import YoloDataset, create_dataloader
+from yolo_data import LoadImagesAndLabels, create_dataloader
 pids = sys.argv[2]
 def record(worker_id):
     with open(pids, "a") as f:
         f.write(f"{os.getpid()}\n")
-dataset = YoloDataset(sys.argv[1], 64, 4, augment=True)
+dataset = LoadImagesAndLabels(sys.argv[1], 64, 4, augment=True)
 plain = DataLoader(dataset, batch_size=4, num_workers=2, collate_fn=dataset.collate_fn, worker_init_fn=record)
 for epoch in range(3):  # workers that end with every pass
     for images, targets, paths, shapes in plain:

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import copy_shared, run_all, tree_digest, write_image
 from test_multiprocess_cache import free_port
-from yolo_data import YoloDataset, create_dataloader
+from yolo_data import LoadImagesAndLabels, create_dataloader
 from yolo_data.cli import build_cache_main
 from yolo_data.split import load_split
 
@@ -50,8 +50,8 @@ def test_voc_list_matches_the_yolo_conversion_box_for_box(bccd_both, tmp_path):
     yaml.write_text(f"path: {voc}\ntrain: ImageSets/Main/train.txt\nval: [ImageSets/Main/val.txt, ImageSets/Main/test.txt]\n"
                     f"names: {BCCD_NAMES}\n")
     for split, folder in (("train", "train2017"), ("val", "val2017")):
-        ds = YoloDataset(str(yaml), 320, split=split)
-        ref = YoloDataset(str(yolo / "images" / folder), 320)
+        ds = LoadImagesAndLabels(str(yaml), 320, split=split)
+        ref = LoadImagesAndLabels(str(yolo / "images" / folder), 320)
         assert ds.names == BCCD_NAMES and ds.split_labels.kind == "voc"
         ours, theirs = by_name(ds), by_name(ref)
         if split == "val":  # the conversion put images listed nowhere into val2017 too
@@ -74,10 +74,10 @@ def test_voc_list_matches_the_yolo_conversion_box_for_box(bccd_both, tmp_path):
 
 def test_voc_folder_without_names_gives_the_sorted_names_found(bccd_both, tmp_path):
     voc, _ = bccd_both
-    ds = YoloDataset(str(voc), 320)
+    ds = LoadImagesAndLabels(str(voc), 320)
     assert ds.names == ["Platelets", "RBC", "WBC"] and len(ds) == 364
     assert ds.split_labels.counts["boxes"] == 4886  # the conversion's count: 4888 minus the 2 degenerate
-    again = YoloDataset(str(voc), 320)  # names come from the cache, without reading the XML files
+    again = LoadImagesAndLabels(str(voc), 320)  # names come from the cache, without reading the XML files
     assert not again.split_labels.built and again.names == ds.names
 
 
@@ -157,8 +157,8 @@ def test_coco_export_matches_the_voc_reading(bccd_both, tmp_path):
     ids = [x for x in (voc / "ImageSets" / "Main" / "train.txt").read_text().split()]
     json_file = write_coco(voc, tmp_path / "export", ids)
     before = tree_digest(tmp_path / "export")
-    coco = YoloDataset(str(json_file), 320)
-    ref = YoloDataset(str(voc / "ImageSets" / "Main" / "train.txt"), 320)
+    coco = LoadImagesAndLabels(str(json_file), 320)
+    ref = LoadImagesAndLabels(str(voc / "ImageSets" / "Main" / "train.txt"), 320)
     assert coco.names == BCCD_NAMES  # ascending ids 1, 2, 5; the placeholder 'cells' (id 0) is no class
     ours, theirs = by_name(coco), reordered(by_name(ref), ref.names, coco.names)
     assert sorted(ours) == sorted(theirs)
@@ -241,7 +241,7 @@ def test_coco_placeholder_and_images_folder_beside_the_json(tmp_path):
     # a yaml's names map categories by name, in the yaml's order
     yaml = tmp_path / "rf" / "data.yaml"
     yaml.write_text("path: .\ntrain: train/_annotations.coco.json\nnames: [dog, cat]\n")
-    ds = YoloDataset(str(yaml), 64, split="train")
+    ds = LoadImagesAndLabels(str(yaml), 64, split="train")
     assert ds.names == ["dog", "cat"] and ds.labels[0][0, 0] == 0
     # a category used by annotations is a class even when it is a supercategory's name
     js2 = coco_json(tmp_path / "rf2" / "a.json", [{"id": 5, "file_name": "x.jpg", "width": 64, "height": 64}],
@@ -342,7 +342,7 @@ def test_coco_and_voc_datasets_reach_spawned_workers(bccd_both, tmp_path):
     voc, _ = bccd_both
     json_file = write_coco(voc, tmp_path / "export", ["BloodImage_00000", "BloodImage_00001"])
     for path in (json_file, voc / "ImageSets" / "Main" / "val.txt"):
-        ds = YoloDataset(str(path), 64)
+        ds = LoadImagesAndLabels(str(path), 64)
         clone = pickle.loads(pickle.dumps(ds))
         assert clone.label_files[0] == ds.label_files[0] and clone.names == ds.names
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from yolo_data import create_dataloader
-from yolo_data.dataset import YoloDataset
+from yolo_data.dataset import LoadImagesAndLabels, YoloDataset
 from conftest import make_dataset
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample.yaml"
@@ -75,27 +75,27 @@ def test_same_batches_with_0_and_2_workers(small_dataset):
 
 
 def test_ram_cache_gives_the_same_items(small_dataset):
-    plain = YoloDataset(str(small_dataset), 64, split="train")
-    cached = YoloDataset(str(small_dataset), 64, split="train", cache_images="ram")
+    plain = LoadImagesAndLabels(str(small_dataset), 64, split="train")
+    cached = LoadImagesAndLabels(str(small_dataset), 64, split="train", cache_images="ram")
     for i in range(len(plain)):
         assert torch.equal(plain[i][0], cached[i][0]) and torch.equal(plain[i][1], cached[i][1])
 
 
 def test_dataset_pickles_for_spawned_workers(small_dataset):
-    ds = YoloDataset(str(small_dataset), 64, split="train")
+    ds = LoadImagesAndLabels(str(small_dataset), 64, split="train")
     back = pickle.loads(pickle.dumps(ds))
     assert torch.equal(back[2][0], ds[2][0]) and torch.equal(back[2][1], ds[2][1])
 
 
 def test_single_cls_min_items_and_yaml_split_choice(small_dataset):
-    ds = YoloDataset(str(small_dataset), 64, split="train", single_cls=True, min_items=1)
+    ds = LoadImagesAndLabels(str(small_dataset), 64, split="train", single_cls=True, min_items=1)
     assert len(ds) == 4 and all((lb[:, 0] == 0).all() for lb in ds.labels)
     with pytest.raises(ValueError, match="no 'val' split"):
-        YoloDataset(str(small_dataset), 64)  # augment=False picks 'val' by default
+        LoadImagesAndLabels(str(small_dataset), 64)  # augment=False picks 'val' by default
 
 
 def test_labels_cannot_be_modified_through_the_dataset(small_dataset):
-    ds = YoloDataset(str(small_dataset), 64, split="train")
+    ds = LoadImagesAndLabels(str(small_dataset), 64, split="train")
     with pytest.raises(ValueError):
         ds.labels[0][0, 0] = 5
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from yolo_data import YoloDataset, decode
+from yolo_data import LoadImagesAndLabels, decode
 from yolo_data.collate import collate_fn
 from yolo_data.decode import REDUCED_FLAGS, exif_orientation, imread_bgr
 
@@ -163,7 +163,7 @@ def test_training_batches_are_the_same_with_and_without_simplejpeg(monkeypatch, 
     pytest.importorskip("simplejpeg", reason="the [dev] extra installs simplejpeg")
 
     def batches():  # the bundled sample's photos, in training (simplejpeg's full and 1/2 scale decodes)
-        ds = YoloDataset(str(REPO / "data" / "sample.yaml"), 160, 4, augment=True,
+        ds = LoadImagesAndLabels(str(REPO / "data" / "sample.yaml"), 160, 4, augment=True,
                          hyp=str(REPO / "data" / "hyps" / "hyp.scratch-low.yaml"))
         return [collate_fn(ds.__getitems__(list(range(k, k + 4)))) for k in (0, 4)]
     monkeypatch.setattr(decode, "_simplejpeg", decode._simplejpeg)  # restored afterwards
@@ -247,5 +247,5 @@ def test_the_dataset_settles_the_decoder_before_workers_fork(tmp_path, monkeypat
     """The process that builds the dataset imports simplejpeg (or finds it missing or broken), so forked
     DataLoader workers inherit the answer instead of each importing it, and warning, every epoch."""
     monkeypatch.setattr(decode, "_simplejpeg", decode._MISSING)
-    YoloDataset(str(REPO / "data" / "sample.yaml"), 160, 4, cache_dir=str(tmp_path))
+    LoadImagesAndLabels(str(REPO / "data" / "sample.yaml"), 160, 4, cache_dir=str(tmp_path))
     assert decode._simplejpeg is not decode._MISSING

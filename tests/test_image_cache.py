@@ -14,7 +14,7 @@ import torch
 from conftest import popen_all
 from yolo_data import create_dataloader
 from yolo_data import imagecache, room
-from yolo_data.dataset import YoloDataset
+from yolo_data.dataset import LoadImagesAndLabels, YoloDataset
 
 HIGH = Path(__file__).resolve().parents[1] / "data" / "hyps" / "hyp.scratch-high.yaml"
 
@@ -27,8 +27,8 @@ def items(ds):
 @pytest.mark.parametrize("mode", ["ram", "disk"])
 def test_cached_items_equal_uncached(small_dataset, mode, augment):
     kw = dict(split="train", augment=augment, hyp=str(HIGH))
-    plain = YoloDataset(str(small_dataset), 64, 4, **kw)
-    cached = YoloDataset(str(small_dataset), 64, 4, cache_images=mode, **kw)
+    plain = LoadImagesAndLabels(str(small_dataset), 64, 4, **kw)
+    cached = LoadImagesAndLabels(str(small_dataset), 64, 4, cache_images=mode, **kw)
     assert cached.image_cache is not None and len(cached.image_cache) == len(plain)
     for (ia, ta), (ib, tb) in zip(items(plain), items(cached)):
         assert torch.equal(ia, ib) and torch.equal(ta, tb)
@@ -37,17 +37,17 @@ def test_cached_items_equal_uncached(small_dataset, mode, augment):
 
 
 def test_disk_cache_is_one_file_beside_the_labels_reused_then_rebuilt_after_an_edit(small_dataset):
-    ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="disk")
+    ds = LoadImagesAndLabels(str(small_dataset), 64, split="train", cache_images="disk")
     files = list((small_dataset.parent / "labels").glob("*.imgcache"))
     assert files == [ds.image_cache.path] and files[0].name == "train-images-64.imgcache"
     assert not list((small_dataset.parent / "images").rglob("*.npy"))
     mtime = files[0].stat().st_mtime_ns
-    YoloDataset(str(small_dataset), 64, split="train", cache_images="disk")
+    LoadImagesAndLabels(str(small_dataset), 64, split="train", cache_images="disk")
     assert files[0].stat().st_mtime_ns == mtime  # reused, not rewritten
     import cv2
     img = small_dataset.parent / "images" / "train" / "a.jpg"
     cv2.imwrite(str(img), np.full((48, 64, 3), 7, np.uint8))  # same size, new pixels
-    ds2 = YoloDataset(str(small_dataset), 64, split="train", cache_images="disk")
+    ds2 = LoadImagesAndLabels(str(small_dataset), 64, split="train", cache_images="disk")
     assert files[0].stat().st_mtime_ns != mtime and list((small_dataset.parent / "labels").glob("*.imgcache")) == files
     i = [Path(f).name for f in ds2.im_files].index("a.jpg")
     assert abs(int(ds2.load_image(i)[0].mean()) - 7) <= 1  # the new pixels, from the rebuilt cache
@@ -57,7 +57,7 @@ def test_ram_cache_has_no_name_and_lives_in_the_shared_memory_folder(small_datas
     ram = tmp_path / "shm"
     ram.mkdir()
     monkeypatch.setenv("YOLO_DATA_SHM_DIR", str(ram))
-    ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="ram")
+    ds = LoadImagesAndLabels(str(small_dataset), 64, split="train", cache_images="ram")
     st = os.fstat(ds.image_cache.fd)
     assert ds.image_cache.anonymous and st.st_nlink == 0 and st.st_dev == os.stat(ram).st_dev
     assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == os.geteuid()
@@ -76,12 +76,12 @@ def test_not_enough_memory_falls_back_to_reading_files(small_dataset, monkeypatc
 
 def test_only_some_images_fit_then_those_are_cached_and_the_rest_read_from_files(small_dataset, monkeypatch,
                                                                                   caplog, tmp_path):
-    plain = YoloDataset(str(small_dataset), 64, split="train")
+    plain = LoadImagesAndLabels(str(small_dataset), 64, split="train")
     sizes = imagecache.planned_sizes(plain.store.shapes, 64)
     budget = int(sizes[:4].prod(1).sum() * 3) + 100  # the first four images and a little more
     monkeypatch.setattr(room, "free_bytes", lambda folder, ram=False: int(budget / (1 - imagecache.SAFETY)) + 1)
     with caplog.at_level(logging.WARNING, logger="yolo_data"):
-        ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="ram", ram_dir=tmp_path)
+        ds = LoadImagesAndLabels(str(small_dataset), 64, split="train", cache_images="ram", ram_dir=tmp_path)
     assert [bool(v) for v in ds.image_cache.ok] == [True] * 4 + [False] * 2
     assert any("cached 4 of 6 images" in r.message for r in caplog.records)
     for (ia, ta), (ib, tb) in zip(items(plain), items(ds)):
@@ -89,7 +89,7 @@ def test_only_some_images_fit_then_those_are_cached_and_the_rest_read_from_files
 
 
 def test_unreadable_image_at_build_is_marked_and_read_from_its_file_later(small_dataset, tmp_path, caplog):
-    ds = YoloDataset(str(small_dataset), 64, split="train")
+    ds = LoadImagesAndLabels(str(small_dataset), 64, split="train")
     i = [Path(f).name for f in ds.im_files].index("b.jpg")
     victim = Path(ds.im_files[i])
     data = victim.read_bytes()
@@ -122,19 +122,19 @@ def test_ram_cache_without_o_tmpfile_is_unlinked_at_once(small_dataset, tmp_path
     real_reserve = container.reserve
     monkeypatch.setattr(container, "reserve", lambda fd, size, folder: (
         seen.append(os.listdir(folder)) if Path(folder) == ram else None, real_reserve(fd, size, folder)))
-    plain = YoloDataset(str(small_dataset), 64, split="train")
-    ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="ram", ram_dir=ram)
+    plain = LoadImagesAndLabels(str(small_dataset), 64, split="train")
+    ds = LoadImagesAndLabels(str(small_dataset), 64, split="train", cache_images="ram", ram_dir=ram)
     assert seen == [[]] and ds.image_cache.anonymous and not list(ram.iterdir())
     assert all(np.array_equal(ds.image_cache.get(i)[0], plain.load_image(i)[0]) for i in range(len(ds)))
 
 
 def test_killed_disk_cache_writer_leaves_a_temporary_that_the_next_run_removes(small_dataset):
     """SIGKILL mid-build: the cache name is absent or whole, and the writer's temporary goes next run."""
-    code = ("import time, sys; from yolo_data import imagecache; from yolo_data.dataset import YoloDataset\n"
+    code = ("import time, sys; from yolo_data import imagecache; from yolo_data.dataset import LoadImagesAndLabels, YoloDataset\n"
             "real = imagecache.load_image\n"
             "def slow(p, *a):\n    print('building', flush=True); time.sleep(30); return real(p, *a)\n"
             "imagecache.load_image = slow\n"
-            f"YoloDataset({str(small_dataset)!r}, 64, split='train', cache_images='disk', workers=1)\n")
+            f"LoadImagesAndLabels({str(small_dataset)!r}, 64, split='train', cache_images='disk', scan_workers=1)\n")
     with popen_all([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                    cwd=str(Path(__file__).resolve().parents[1])) as p:
         assert p.stdout.readline().strip() == "building"
@@ -144,7 +144,7 @@ def test_killed_disk_cache_writer_leaves_a_temporary_that_the_next_run_removes(s
         p.kill()
         p.wait(30)
     assert temps[0].exists() and not (labels / "train-images-64.imgcache").exists()
-    ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="disk")
+    ds = LoadImagesAndLabels(str(small_dataset), 64, split="train", cache_images="disk")
     assert ds.image_cache.path == labels / "train-images-64.imgcache" and not temps[0].exists()
     assert not list(labels.glob("*.tmp"))
 
@@ -157,8 +157,8 @@ def _cached_in_worker(ds_and_index):
 def test_spawned_workers_reopen_the_ram_cache_through_the_parent(small_dataset, tmp_path):
     """A RAM cache has no name: a spawned worker (macOS-style start, or a user's own DataLoader)
     reopens it through /proc/<parent>/fd and checks it is the same file."""
-    plain = YoloDataset(str(small_dataset), 64, 2, split="train")
-    ds = YoloDataset(str(small_dataset), 64, 2, split="train", cache_images="ram", ram_dir=tmp_path)
+    plain = LoadImagesAndLabels(str(small_dataset), 64, 2, split="train")
+    ds = LoadImagesAndLabels(str(small_dataset), 64, 2, split="train", cache_images="ram", ram_dir=tmp_path)
     loader = torch.utils.data.DataLoader(ds, batch_size=2, num_workers=1, multiprocessing_context="spawn",
                                          collate_fn=YoloDataset.collate_fn)
     got = torch.cat([imgs for imgs, *_ in loader])
@@ -174,7 +174,7 @@ def test_room_taken_between_planning_and_reserving_is_planned_again(small_datase
     """Another program fills the folder after the plan: the reservation fails with a message naming
     the sizes, the plan is made again with the room left, and what fits is cached."""
     from yolo_data import container
-    plain = YoloDataset(str(small_dataset), 64, split="train")
+    plain = LoadImagesAndLabels(str(small_dataset), 64, split="train")
     sizes = imagecache.planned_sizes(plain.store.shapes, 64).prod(1) * 3
     frees = iter([10 ** 9, int((sizes[:3].sum() + 100) / (1 - imagecache.SAFETY)) + 1])
     monkeypatch.setattr(room, "free_bytes", lambda folder, ram=False: next(frees))
@@ -188,7 +188,7 @@ def test_room_taken_between_planning_and_reserving_is_planned_again(small_datase
 
     monkeypatch.setattr(container, "reserve", reserve)
     with caplog.at_level(logging.WARNING, logger="yolo_data"):
-        ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="ram", ram_dir=tmp_path)
+        ds = LoadImagesAndLabels(str(small_dataset), 64, split="train", cache_images="ram", ram_dir=tmp_path)
     text = " | ".join(r.message for r in caplog.records)
     assert "could not reserve the space" in text and "planning again" in text and "cached 3 of 6 images" in text
     assert [bool(v) for v in ds.image_cache.ok] == [True] * 3 + [False] * 3
@@ -201,7 +201,7 @@ def test_planning_lock_held_elsewhere_delays_but_never_blocks(small_dataset, tmp
     fcntl.flock(holder, fcntl.LOCK_EX)  # e.g. another user's process on /dev/shm
     try:
         with caplog.at_level(logging.INFO, logger="yolo_data"):
-            ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="ram", ram_dir=tmp_path)
+            ds = LoadImagesAndLabels(str(small_dataset), 64, split="train", cache_images="ram", ram_dir=tmp_path)
     finally:
         os.close(holder)
     assert ds.image_cache is not None and ds.image_cache.ok.all()

@@ -4,9 +4,10 @@ import pytest
 
 from yolo_data.hyp import load_hyp
 from yolo_data.images import ImageDecodeError, ImageReadError, ImageSource, LoadedImage
-from yolo_data.index import IndexSettings, build_index
+from yolo_data.index import build_index
+from yolo_data.settings import Settings
 from yolo_data.labels import PairRecord
-from yolo_data.mapping import EvalMapper, ItemKey, TrainMapper, TrainSettings
+from yolo_data.mapping import EvalMapper, DrawKey, TrainMapper, TrainSettings
 from yolo_data.store import LabelStore
 from yolo_data.tensors import BatchImages
 
@@ -35,23 +36,23 @@ class Solid:
 
 
 def test_index_filters_and_rect_order_with_shapes_of_the_global_batch():
-    ix = build_index(store(), ["a"], IndexSettings(img_size=64, batch_size=2, min_items=1))
+    ix = build_index(store(), ["a"], Settings.evaluation(img_size=64, min_items=1), 2)
     assert [ix.store.im_file(i) for i in range(len(ix))] == ["/nowhere/0.jpg", "/nowhere/1.jpg", "/nowhere/3.jpg"]
     assert ix.batch.tolist() == [0, 0, 1] and ix.batch_shapes is None and ix.shape_of(2) == 64
-    single = build_index(store(), [], IndexSettings(single_cls=True))
+    single = build_index(store(), [], Settings.evaluation(single_cls=True), 16)
     assert set(single.store.labels[:, 0]) == {0} and single.num_classes() == 1
-    assert build_index(store(), [], IndexSettings()).num_classes() == 4  # no names: largest id + 1
-    rect = build_index(store(), [], IndexSettings(img_size=64, batch_size=2, rect=True, stride=32))
+    assert build_index(store(), [], Settings.evaluation(), 16).num_classes() == 4  # no names: largest id + 1
+    rect = build_index(store(), [], Settings.evaluation(img_size=64, rect=True, stride=32), 2)
     # sorted by h / w: 100x50 (0.5), 80x40 (0.5), 60x60 (1), 40x80 (2)
     assert sorted(rect.store.im_file(i) for i in range(2)) == ["/nowhere/0.jpg", "/nowhere/3.jpg"]
     assert rect.shape_of(0).tolist() == [32, 64] and rect.shape_of(3).tolist() == [64, 64]
 
 
 def test_eval_mapper_letterboxes_without_enlarging_and_places_the_boxes():
-    ix = build_index(store(), [], IndexSettings(img_size=64))
+    ix = build_index(store(), [], Settings.evaluation(img_size=64), 16)
     src = Solid(ix.store, 32)  # images smaller than img_size: evaluation never enlarges them
     out = BatchImages(1)
-    img, targets, path, shapes = EvalMapper(ix, src)(0, ItemKey(0), out, 0)
+    img, targets, path, shapes = EvalMapper(ix, src)(0, DrawKey(0), out, 0)
     assert tuple(img.shape) == (3, 64, 64) and path == "/nowhere/0.jpg"
     assert shapes == ((40, 80), ((16 / 40, 32 / 80), (16.0, 24.0)))
     content = img[0].numpy()
@@ -61,30 +62,30 @@ def test_eval_mapper_letterboxes_without_enlarging_and_places_the_boxes():
 
 
 def test_train_mapper_without_augmentation_is_the_enlarging_letterbox_and_keys_its_randomness():
-    ix = build_index(store(), [], IndexSettings(img_size=64))
+    ix = build_index(store(), [], Settings.evaluation(img_size=64), 16)
     flat = load_hyp({k: 0.0 for k in ("degrees", "translate", "scale", "shear", "perspective", "hsv_h", "hsv_s",
                                       "hsv_v", "fliplr", "flipud", "mosaic", "mixup")})
     m = TrainMapper(ix, Solid(ix.store, 64), TrainSettings(flat, 64, mosaic=True))
-    img, targets, _, shapes = m(1, ItemKey(epoch=0), BatchImages(1), 0)
+    img, targets, _, shapes = m(1, DrawKey(epoch=0), BatchImages(1), 0)
     assert tuple(img.shape) == (3, 64, 64) and shapes[0] == (80, 40)
     assert (img.numpy()[:, :, 16:48] == 20).all()  # content 32 x 64, centred
     np.testing.assert_allclose(targets[:, 1].numpy(), [1, 2])
     # the key is an input: another epoch or draw gives another item once augmentation is on
     lively = TrainMapper(ix, Solid(ix.store, 64), TrainSettings(load_hyp(None), 64, mosaic=True))
     pix = lambda key: lively(1, key, BatchImages(1), 0)[0].numpy().copy()  # noqa: E731
-    assert np.array_equal(pix(ItemKey(3, 5)), pix(ItemKey(3, 5)))
-    assert not np.array_equal(pix(ItemKey(3, 5)), pix(ItemKey(4, 5)))
-    assert not np.array_equal(pix(ItemKey(3, 5)), pix(ItemKey(3, 6)))
+    assert np.array_equal(pix(DrawKey(3, 5)), pix(DrawKey(3, 5)))
+    assert not np.array_equal(pix(DrawKey(3, 5)), pix(DrawKey(4, 5)))
+    assert not np.array_equal(pix(DrawKey(3, 5)), pix(DrawKey(3, 6)))
 
 
 def test_train_mapper_batch_decodes_each_image_once_and_draws_partners_in_the_group():
-    ix = build_index(store(), [], IndexSettings(img_size=64))
+    ix = build_index(store(), [], Settings.evaluation(img_size=64), 16)
     src = Solid(ix.store, 64)
     m = TrainMapper(ix, src, TrainSettings(load_hyp({"mosaic": 1.0}), 64, mosaic=True))
-    items = m.batch([0, 1, 2, 3], [ItemKey(0, d) for d in range(4)], [0, 0, 0, 0], BatchImages(4))
+    items = m.batch([0, 1, 2, 3], [DrawKey(0, d) for d in range(4)], [0, 0, 0, 0], BatchImages(4))
     assert len(items) == 4 and sorted(set(src.calls)) == [0, 1, 2, 3] and len(src.calls) == 4
     src.calls.clear()
-    m.batch([0, 1], [ItemKey(0, 0), ItemKey(0, 1)], [0, 0], BatchImages(2))  # a group of 2 borrows from all
+    m.batch([0, 1], [DrawKey(0, 0), DrawKey(0, 1)], [0, 0], BatchImages(2))  # a group of 2 borrows from all
     assert set(src.calls) - {0, 1}
 
 
@@ -113,10 +114,10 @@ def test_rect_boxes_are_scaled_in_float64_as_yolov5_scales_them():
     labels = np.concatenate([np.zeros((200, 1)), xywh], 1).astype(np.float32)
     st = LabelStore.from_records([PairRecord("/nowhere/a.jpg", (333, 251), labels),
                                   PairRecord("/nowhere/b.jpg", (333, 250), labels[:1])])
-    ix = build_index(st, [], IndexSettings(img_size=320, batch_size=2, rect=True, stride=32))
+    ix = build_index(st, [], Settings.evaluation(img_size=320, rect=True, stride=32), 2)
     k = [ix.store.im_file(i) for i in range(2)].index("/nowhere/a.jpg")
     solid = Solid(ix.store, 320)
-    _, targets, _, ((h0, w0), ((rh, rw), (padw, padh))) = EvalMapper(ix, solid)(k, ItemKey(0), BatchImages(1), 0)
+    _, targets, _, ((h0, w0), ((rh, rw), (padw, padh))) = EvalMapper(ix, solid)(k, DrawKey(0), BatchImages(1), 0)
     (h, w) = solid(k).hw
     shape = ix.batch_shapes[ix.batch[k]]
     r = min(shape[0] / h, shape[1] / w)  # NumPy float64, as in YOLOv5's letterbox

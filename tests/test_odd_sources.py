@@ -18,7 +18,7 @@ from PIL import Image
 
 from conftest import hard_limit, make_dataset, run_all, tree_digest, write_image
 from yolo_data.cli import build_cache_main
-from yolo_data.dataset import YoloDataset
+from yolo_data.dataset import LoadImagesAndLabels
 from yolo_data.images import imread_bgr
 from yolo_data.datayaml import load_dataset_yaml
 from yolo_data.sources import default_cache_file, list_image_files
@@ -99,16 +99,16 @@ def test_latin1_file_name_is_listed_scanned_cached_reloaded_and_decoded(tmp_path
 DECODE_CHECK = """
 import os, sys
 import cv2, numpy as np
-from yolo_data.dataset import YoloDataset
+from yolo_data.dataset import LoadImagesAndLabels
 from yolo_data.images import imread_bgr
 cafe, twin, folder = sys.argv[1:4]  # cafe: lone surrogates, as os.listdir gives it
 im = imread_bgr(cafe)  # EXIF orientation 6 applied, as cv2.imread applies it
 assert im.shape == (40, 30, 3) and np.array_equal(im, cv2.imread(twin)), im.shape
-ds = YoloDataset(folder, img_size=64, split="train")
+ds = LoadImagesAndLabels(folder, img_size=64, split="train")
 i = list(ds.im_files).index(cafe)
 img, targets, path, _ = ds[i]
 assert path == cafe and tuple(img.shape) == (3, 64, 64) and len(targets) == 2
-assert np.array_equal(img.numpy(), YoloDataset(os.path.dirname(twin), img_size=64)[0][0].numpy())
+assert np.array_equal(img.numpy(), LoadImagesAndLabels(os.path.dirname(twin), img_size=64)[0][0].numpy())
 """
 
 
@@ -382,12 +382,12 @@ def test_a_very_long_split_name_gets_a_disk_image_cache(tmp_path, where):
     root = tmp_path / "ds"
     make_dataset(root, [("a.jpg", (32, 32), "0 0.5 0.5 0.2 0.2\n"), ("b.jpg", (40, 30), None)], split=LONG)
     cache_dir = tmp_path / "caches" if where == "cache_dir" else None
-    ds = YoloDataset(str(root / "images" / LONG), 64, cache_images="disk", cache_dir=cache_dir)
+    ds = LoadImagesAndLabels(str(root / "images" / LONG), 64, cache_images="disk", cache_dir=cache_dir)
     folder = cache_dir or root / "labels"
     assert ds.split_labels.cache_file.parent == folder and ds.split_labels.built
     assert ds.image_cache is not None and ds.image_cache.path.parent == folder
     mtime = ds.image_cache.path.stat().st_mtime_ns
-    again = YoloDataset(str(root / "images" / LONG), 64, cache_images="disk", cache_dir=cache_dir)
+    again = LoadImagesAndLabels(str(root / "images" / LONG), 64, cache_images="disk", cache_dir=cache_dir)
     assert not again.split_labels.built and again.image_cache.path == ds.image_cache.path
     assert again.image_cache.path.stat().st_mtime_ns == mtime  # reused
-    assert np.array_equal(again[0][0].numpy(), YoloDataset(str(root / "images" / LONG), 64)[0][0].numpy())
+    assert np.array_equal(again[0][0].numpy(), LoadImagesAndLabels(str(root / "images" / LONG), 64)[0][0].numpy())

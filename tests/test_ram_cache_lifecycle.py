@@ -22,7 +22,7 @@ import pytest
 
 import crafting
 from conftest import as_nobody, bench_common, make_dataset, run_all, tree_digest
-from yolo_data.dataset import YoloDataset
+from yolo_data.dataset import LoadImagesAndLabels
 from yolo_data.split import load_split
 
 DRIVER = Path(__file__).with_name("ramcache_driver.py")
@@ -255,7 +255,7 @@ def test_another_user_can_neither_read_nor_find_the_ram_cache(small_dataset):
         ram = base / "shm"
         ram.mkdir()
         os.chmod(ram, 0o1777)
-        ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="ram", ram_dir=ram)
+        ds = LoadImagesAndLabels(str(small_dataset), 64, split="train", cache_images="ram", ram_dir=ram)
         proc = f"/proc/{os.getpid()}/fd/{ds.image_cache.fd}"
         assert _try_open(proc) == "opened"  # its owner can
         assert as_nobody(_try_open, proc) == "denied"
@@ -276,8 +276,8 @@ def test_files_planted_by_another_user_are_never_used(small_dataset):
         os.chmod(ram, 0o1777)
         planted = as_nobody(_plant, ram, "anything.imgcache")
         assert len(planted) == 2, planted
-        plain = YoloDataset(str(small_dataset), 64, split="train")
-        ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="ram", ram_dir=ram)
+        plain = LoadImagesAndLabels(str(small_dataset), 64, split="train")
+        ds = LoadImagesAndLabels(str(small_dataset), 64, split="train", cache_images="ram", ram_dir=ram)
         for i in range(len(ds)):
             assert np.array_equal(ds.image_cache.get(i)[0], plain.load_image(i)[0])
 
@@ -285,7 +285,7 @@ def test_files_planted_by_another_user_are_never_used(small_dataset):
 def _build_disk_planted(data, shared):
     """As nobody: build a disk cache in a shared folder, then zero its pixels (the checksum does not
     cover pixels: only the owner check can refuse this file)."""
-    ds = YoloDataset(data, 64, split="train", cache_images="disk", cache_dir=shared)
+    ds = LoadImagesAndLabels(data, 64, split="train", cache_images="disk", cache_dir=shared)
     path = ds.image_cache.path
     off = crafting.header_of(path)["payload"][0]
     raw = bytearray(path.read_bytes())
@@ -307,10 +307,10 @@ def test_disk_cache_of_another_user_is_not_trusted_and_ours_is_private(small_dat
         planted = as_nobody(_build_disk_planted, str(data / "data.yaml"), str(shared))
         assert not planted.startswith("error"), planted
         with caplog.at_level(logging.WARNING, logger="yolo_data"):
-            ds = YoloDataset(str(data / "data.yaml"), 64, split="train", cache_images="disk", cache_dir=shared)
+            ds = LoadImagesAndLabels(str(data / "data.yaml"), 64, split="train", cache_images="disk", cache_dir=shared)
         assert str(ds.image_cache.path) == planted
         assert any("owned by another user" in r.message for r in caplog.records)
-        plain = YoloDataset(str(data / "data.yaml"), 64, split="train")
+        plain = LoadImagesAndLabels(str(data / "data.yaml"), 64, split="train")
         for i in range(len(ds)):
             assert np.array_equal(ds.image_cache.get(i)[0], plain.load_image(i)[0])  # rebuilt, not zeros
         assert os.stat(planted).st_uid == os.geteuid() and (os.stat(planted).st_mode & 0o777) == 0o600
@@ -321,7 +321,7 @@ def _disk_twice(data, user_cache):
     os.environ["YOLO_DATA_CACHE_DIR"] = user_cache
     out = []
     for _ in range(2):
-        ds = YoloDataset(data, 64, split="train", cache_images="disk")
+        ds = LoadImagesAndLabels(data, 64, split="train", cache_images="disk")
         out.append([str(ds.image_cache.path), os.stat(ds.image_cache.path).st_mtime_ns,
                     str(ds.split_labels.cache_file), ds.split_labels.built])
     return out
@@ -351,12 +351,12 @@ def test_disk_caches_of_two_datasets_in_the_user_folder_have_their_own_names(tmp
     b = make_dataset(tmp_path / "b", [("x.jpg", (48, 64), "1 0.5 0.5 0.2 0.2\n")])
     (tmp_path / "a" / "labels").rename(tmp_path / "a" / "labels_ro")  # no labels folder: caches go to the user folder
     (tmp_path / "b" / "labels").rename(tmp_path / "b" / "labels_ro")
-    da = YoloDataset(str(a), 64, split="train", cache_images="disk")
-    db = YoloDataset(str(b), 64, split="train", cache_images="disk")
+    da = LoadImagesAndLabels(str(a), 64, split="train", cache_images="disk")
+    db = LoadImagesAndLabels(str(b), 64, split="train", cache_images="disk")
     assert da.image_cache.path != db.image_cache.path
     assert da.image_cache.path.parent == db.image_cache.path.parent
     mtime = da.image_cache.path.stat().st_mtime_ns
-    again = YoloDataset(str(a), 64, split="train", cache_images="disk")
+    again = LoadImagesAndLabels(str(a), 64, split="train", cache_images="disk")
     assert again.image_cache.path == da.image_cache.path and again.image_cache.path.stat().st_mtime_ns == mtime
 
 
@@ -379,8 +379,8 @@ DAMAGE = {
 
 @pytest.mark.parametrize("case", sorted(DAMAGE) + ["truncated", "a label cache in its place"])
 def test_damaged_or_crafted_disk_cache_is_reported_and_rebuilt(small_dataset, case, caplog):
-    plain = YoloDataset(str(small_dataset), 64, split="train")
-    first = YoloDataset(str(small_dataset), 64, split="train", cache_images="disk")
+    plain = LoadImagesAndLabels(str(small_dataset), 64, split="train")
+    first = LoadImagesAndLabels(str(small_dataset), 64, split="train", cache_images="disk")
     path = first.image_cache.path
     del first
     if case == "truncated":
@@ -390,7 +390,7 @@ def test_damaged_or_crafted_disk_cache_is_reported_and_rebuilt(small_dataset, ca
     else:
         crafting.rewrite(path, **DAMAGE[case])
     with caplog.at_level(logging.WARNING, logger="yolo_data"):
-        ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="disk")
+        ds = LoadImagesAndLabels(str(small_dataset), 64, split="train", cache_images="disk")
     assert any(str(path) in r.message and "rebuilding" in r.message for r in caplog.records)
     for i in range(len(ds)):
         assert np.array_equal(ds.image_cache.get(i)[0], plain.load_image(i)[0])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from yolo_data import YoloDataset, images
+from yolo_data import LoadImagesAndLabels, images
 from yolo_data.images import load_image, reduction
 
 
@@ -98,15 +98,15 @@ def yolo_set(root: Path, n: int = 3) -> Path:
 
 def test_training_decodes_reduced_evaluation_keeps_yolov5_pixels_unless_asked(tmp_path, flags_used):
     folder = yolo_set(tmp_path / "ds")
-    train = YoloDataset(str(folder), 160, augment=True)
+    train = LoadImagesAndLabels(str(folder), 160, augment=True)
     assert train.reduced_decode and train.images(1).hw0 == (1280, 960)
     assert flags_used[-1] == cv2.IMREAD_REDUCED_COLOR_8  # 1280 / 160 = 8: decoded at 1/8
-    ev = YoloDataset(str(folder), 160)
+    ev = LoadImagesAndLabels(str(folder), 160)
     assert not ev.reduced_decode
     flags_used.clear()
     img, _, _, shapes = ev[0]
     assert flags_used == [cv2.IMREAD_COLOR] and shapes[0] == (960, 1280)
-    fast = YoloDataset(str(folder), 160, reduced_decode=True)
+    fast = LoadImagesAndLabels(str(folder), 160, reduced_decode=True)
     flags_used.clear()
     img2, _, _, shapes2 = fast[0]
     assert flags_used == [cv2.IMREAD_REDUCED_COLOR_8] and shapes2 == shapes and img2.shape == img.shape
@@ -116,13 +116,13 @@ def test_training_decodes_reduced_evaluation_keeps_yolov5_pixels_unless_asked(tm
 @pytest.mark.parametrize("augment", [True, False])
 def test_an_image_cache_holds_what_the_files_give(tmp_path, augment):
     folder = yolo_set(tmp_path / "ds")
-    plain = YoloDataset(str(folder), 160, augment=augment, reduced_decode=True)
-    cached = YoloDataset(str(folder), 160, augment=augment, reduced_decode=True, cache_images="disk")
+    plain = LoadImagesAndLabels(str(folder), 160, augment=augment, reduced_decode=True)
+    cached = LoadImagesAndLabels(str(folder), 160, augment=augment, reduced_decode=True, cache_images="disk")
     assert cached.image_cache is not None and "-reduced" in cached.image_cache.path.name
     for i in range(3):
         a, b = plain.images(i), cached.images(i)
         assert a.hw0 == b.hw0 and a.hw == b.hw and np.array_equal(a.img, b.img)
-    full = YoloDataset(str(folder), 160, augment=augment, reduced_decode=False, cache_images="disk")
+    full = LoadImagesAndLabels(str(folder), 160, augment=augment, reduced_decode=False, cache_images="disk")
     assert full.image_cache.path != cached.image_cache.path  # another file: other pixels
     assert not np.array_equal(full.images(0).img, cached.images(0).img)
 
@@ -131,7 +131,7 @@ def test_a_file_replaced_since_the_scan_is_decoded_in_full(tmp_path, flags_used)
     """The scan's size is what a reduced decode is checked against: a photo replaced by another of
     another size during training is decoded in full (and resized from its own size)."""
     folder = yolo_set(tmp_path / "ds", n=1)
-    ds = YoloDataset(str(folder), 160, augment=True)
+    ds = LoadImagesAndLabels(str(folder), 160, augment=True)
     save_jpeg(folder / "0.jpg", photo(1600, 1280, seed=9))
     flags_used.clear()
     li = ds.images(0)

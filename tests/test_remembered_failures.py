@@ -14,7 +14,7 @@ import pytest
 
 from conftest import as_nobody, make_dataset, write_image
 from yolo_data import decode, failures
-from yolo_data.dataset import YoloDataset
+from yolo_data.dataset import LoadImagesAndLabels
 from yolo_data.images import ImageDecodeError, ImageReadError, imread_bgr
 from yolo_data.split import load_split
 
@@ -41,7 +41,7 @@ def ds_with_bad_png(tmp_path):
 
 def test_evaluation_failure_is_remembered_and_the_next_run_leaves_the_image_out(ds_with_bad_png, caplog):
     yaml, bad = ds_with_bad_png
-    ds = YoloDataset(str(yaml), 64, split="train")
+    ds = LoadImagesAndLabels(str(yaml), 64, split="train")
     assert len(ds) == 5  # the scan reads headers: it cannot know
     i = [Path(f).name for f in ds.im_files].index("e.png")
     with pytest.raises(ImageReadError):
@@ -49,7 +49,7 @@ def test_evaluation_failure_is_remembered_and_the_next_run_leaves_the_image_out(
     record = failures.record_file(ds.split_labels.cache_file)
     assert record.is_file() and "e.png" in record.read_text()
     with caplog.at_level(logging.WARNING, logger="yolo_data"):
-        again = YoloDataset(str(yaml), 64, split="train")
+        again = LoadImagesAndLabels(str(yaml), 64, split="train")
     assert len(again) == 4 and "e.png" not in [Path(f).name for f in again.im_files]
     assert any("e.png" in r.message and "could not be decoded when last loaded" in r.message for r in caplog.records)
     assert again.split_labels.counts["corrupt"] == 1 and again.split_labels.counts["boxes"] == 4
@@ -58,27 +58,27 @@ def test_evaluation_failure_is_remembered_and_the_next_run_leaves_the_image_out(
 
 def test_training_failure_is_remembered_too(ds_with_bad_png):
     yaml, bad = ds_with_bad_png
-    ds = YoloDataset(str(yaml), 64, 5, split="train", augment=True)
+    ds = LoadImagesAndLabels(str(yaml), 64, 5, split="train", augment=True)
     for k in range(len(ds)):
         ds[k]  # mosaic partners include e.png sooner or later; training goes on around it
     assert "e.png" in failures.record_file(ds.split_labels.cache_file).read_text()
-    assert len(YoloDataset(str(yaml), 64, split="train")) == 4
+    assert len(LoadImagesAndLabels(str(yaml), 64, split="train")) == 4
 
 
 def test_a_repaired_file_is_used_again(ds_with_bad_png):
     yaml, bad = ds_with_bad_png
-    ds = YoloDataset(str(yaml), 64, split="train")
+    ds = LoadImagesAndLabels(str(yaml), 64, split="train")
     with pytest.raises(ImageReadError):
         ds[[Path(f).name for f in ds.im_files].index("e.png")]
     write_image(bad, 64, 48, seed=9)  # the user replaces it
     os.utime(bad, ns=(1, 10 ** 18))  # a new modification time for sure
-    again = YoloDataset(str(yaml), 64, split="train")
+    again = LoadImagesAndLabels(str(yaml), 64, split="train")
     assert len(again) == 5 and again[[Path(f).name for f in again.im_files].index("e.png")][0].shape[1:] == (64, 64)
 
 
 def test_damaged_lines_of_the_record_are_skipped(ds_with_bad_png):
     yaml, bad = ds_with_bad_png
-    ds = YoloDataset(str(yaml), 64, split="train")
+    ds = LoadImagesAndLabels(str(yaml), 64, split="train")
     failures.remember(ds.split_labels.cache_file, str(bad), "cannot be decoded")
     record = failures.record_file(ds.split_labels.cache_file)
     record.write_bytes(b"{not json\n\x00\xff\n" + record.read_bytes() + b'{"file": "half a li')
@@ -160,7 +160,7 @@ def _every_item(ds) -> int:
 
 def test_a_broken_image_is_recorded_once_whatever_the_workers_and_epochs(ds_with_bad_png):
     yaml, bad = ds_with_bad_png
-    ds = YoloDataset(str(yaml), 64, 5, split="train", augment=True)
+    ds = LoadImagesAndLabels(str(yaml), 64, 5, split="train", augment=True)
     ctx = mp.get_context("fork")
     for _ in range(2):  # workers of two epochs, each a fresh fork that remembers nothing of the others
         p = ctx.Process(target=_every_item, args=(ds,))
@@ -175,7 +175,7 @@ def test_a_broken_image_is_recorded_once_whatever_the_workers_and_epochs(ds_with
 
 def test_the_whole_record_is_read(ds_with_bad_png):
     yaml, bad = ds_with_bad_png
-    ds = YoloDataset(str(yaml), 64, split="train")
+    ds = LoadImagesAndLabels(str(yaml), 64, split="train")
     record = failures.record_file(ds.split_labels.cache_file)
     gone = str(bad.parent / "gone.png")
     with open(record, "w") as f:  # 6 MiB of failures of files since deleted, then one that counts
@@ -183,13 +183,13 @@ def test_the_whole_record_is_read(ds_with_bad_png):
             f.write(json.dumps({"file": f"{gone}.{k}", "size": 1000, "mtime_ns": k, "reason": "x" * 40}) + "\n")
     assert record.stat().st_size > 6 * 2**20
     failures.remember(ds.split_labels.cache_file, str(bad), "cannot be decoded")
-    again = YoloDataset(str(yaml), 64, split="train")
+    again = LoadImagesAndLabels(str(yaml), 64, split="train")
     assert len(again) == 4 and str(bad) not in again.im_files
 
 
 def test_an_absurdly_large_record_is_read_up_to_a_bound_with_a_warning(ds_with_bad_png, monkeypatch, caplog):
     yaml, bad = ds_with_bad_png
-    ds = YoloDataset(str(yaml), 64, split="train")
+    ds = LoadImagesAndLabels(str(yaml), 64, split="train")
     failures.remember(ds.split_labels.cache_file, str(bad), "cannot be decoded")
     record = failures.record_file(ds.split_labels.cache_file)
     with open(record, "a") as f:
@@ -203,7 +203,7 @@ def test_an_absurdly_large_record_is_read_up_to_a_bound_with_a_warning(ds_with_b
 
 def test_other_ranks_read_only_what_local_rank_0_read(ds_with_bad_png, tmp_path):
     yaml, bad = ds_with_bad_png
-    ds = YoloDataset(str(yaml), 64, split="train")
+    ds = LoadImagesAndLabels(str(yaml), 64, split="train")
     cache_file = ds.split_labels.cache_file
     failures.remember(cache_file, str(bad), "cannot be decoded")
     on_rank_0, nbytes = failures.read(cache_file)
@@ -235,11 +235,11 @@ def test_a_damaged_jpeg_that_passes_the_scan_is_remembered(tmp_path, monkeypatch
     bad = tmp_path / "ds" / "images" / "train" / "c.jpg"
     damage_jpeg_huffman_table(bad)
     assert cv2.imread(str(bad)) is None
-    ds = YoloDataset(str(yaml), 64, split="train")
+    ds = LoadImagesAndLabels(str(yaml), 64, split="train")
     assert len(ds) == 5  # the scan reads headers: it cannot know
     with pytest.raises(ImageDecodeError, match="c.jpg"):
         ds[[Path(f).name for f in ds.im_files].index("c.jpg")]
-    again = YoloDataset(str(yaml), 64, split="train")
+    again = LoadImagesAndLabels(str(yaml), 64, split="train")
     assert len(again) == 4 and str(bad) not in again.im_files
 
 
@@ -247,8 +247,8 @@ def _unreadable_for_a_moment(yaml: str, image: str) -> dict:
     """As the dataset's owner: take the read permission of one image away, load every item for
     evaluation and for training, give the permission back, and start again."""
     out = {}
-    ds = YoloDataset(yaml, 64, split="train")
-    train = YoloDataset(yaml, 64, 5, split="train", augment=True)
+    ds = LoadImagesAndLabels(yaml, 64, split="train")
+    train = LoadImagesAndLabels(yaml, 64, 5, split="train", augment=True)
     os.chmod(image, 0)
     try:
         ds[list(ds.im_files).index(image)]
@@ -258,7 +258,7 @@ def _unreadable_for_a_moment(yaml: str, image: str) -> dict:
     record = failures.record_file(ds.split_labels.cache_file)
     out["record"] = record.read_text() if record.exists() else ""
     os.chmod(image, 0o644)
-    out["again"] = len(YoloDataset(yaml, 64, split="train"))
+    out["again"] = len(LoadImagesAndLabels(yaml, 64, split="train"))
     return out
 
 
@@ -290,7 +290,7 @@ def test_a_folder_where_an_image_was_is_a_read_error_not_a_decode_error(tmp_path
 def test_the_version_that_failed_is_remembered_not_the_file_as_it_is_now(ds_with_bad_png):
     """A file rewritten between the failed decode and the note is not left out for its old bytes."""
     yaml, bad = ds_with_bad_png
-    ds = YoloDataset(str(yaml), 64, split="train")
+    ds = LoadImagesAndLabels(str(yaml), 64, split="train")
     st = bad.stat()
     failures.remember(ds.split_labels.cache_file, str(bad), "cannot be decoded", (st.st_size, st.st_mtime_ns - 1))
     assert failures.read(ds.split_labels.cache_file)[0] == {}

@@ -2,16 +2,22 @@
 import numpy as np
 import pytest
 
-from yolo_data.sampling import YoloSampler
+from yolo_data.sampling import ItemKey, SharedEpoch, YoloSampler
 from yolo_data.weights import labels_to_class_weights, labels_to_image_weights
 
 
-def shares(n, world, epoch, batch=4, **kw):
+def positions(sampler):
+    """One pass of ``sampler``: its ItemKeys' positions."""
+    return [k.position for k in sampler]
+
+
+def shares(n, world, epoch, batch=4, keys=False, **kw):
+    """Per rank one pass: positions, or (with ``keys``) the ItemKeys themselves."""
     out = []
     for r in range(world):
         s = YoloSampler(n, batch, rank=r, world_size=world, **kw)
         s.set_epoch(epoch)
-        out.append(list(s))
+        out.append(list(s) if keys else positions(s))
     return out
 
 
@@ -21,12 +27,12 @@ def steps_of(parts, batch):
 
 
 def test_single_process_order():
-    assert list(YoloSampler(7, 4)) == list(range(7))
+    assert list(YoloSampler(7, 4)) == [ItemKey(i, i) for i in range(7)]  # unshuffled: draw = place = position
     s = YoloSampler(7, 4, shuffle=True, seed=1)
-    a, b = list(s), list(s)  # no set_epoch: the second pass is the next epoch
+    a, b = positions(s), positions(s)  # no set_epoch: the second pass is the next epoch
     assert sorted(a) == sorted(b) == list(range(7)) and a != b and s.epoch == 1
     s2 = YoloSampler(7, 4, shuffle=True, seed=1)
-    assert list(s2) == a  # the same seed gives the same first epoch
+    assert positions(s2) == a  # the same seed gives the same first epoch
 
 
 @pytest.mark.parametrize("n,world", [(16, 2), (10, 3), (5, 4), (9, 2)])
@@ -46,9 +52,9 @@ def test_ddp_shares_take_equal_steps_cover_everything_and_change_each_epoch(n, w
 
 
 def global_steps(n, batch, world, epoch=0, **kw):
-    """Per global step: the positions of all ranks in rank order, and the same as draw tokens."""
+    """Per global step: the positions of all ranks in rank order, and their ItemKeys."""
     plain = steps_of(shares(n, world, epoch, batch, **kw), batch)
-    tokens = steps_of(shares(n, world, epoch, batch, draw_tokens=True, **kw), batch)
+    tokens = steps_of(shares(n, world, epoch, batch, keys=True, **kw), batch)
     merge = lambda per_rank: [sum((p[s] for p in per_rank), []) for s in range(len(per_rank[0]))]  # noqa: E731
     return merge(plain), merge(tokens)
 
@@ -70,10 +76,10 @@ def test_the_same_global_steps_on_1_2_and_4_ranks(n, kw):
             tokens = [[] for _ in range(world)]
             for r in range(world):
                 for out, dt in ((plain, False), (tokens, True)):
-                    s = YoloSampler(n, b, rank=r, world_size=world, draw_tokens=dt, **kw)
+                    s = YoloSampler(n, b, rank=r, world_size=world, **kw)
                     s.set_weights(w)
                     s.set_epoch(2)
-                    out[r] = list(s)
+                    out[r] = list(s) if dt else positions(s)
             merge = lambda per_rank: [sum((p[s] for p in per_rank), []) for s in range(len(per_rank[0]))]  # noqa
             got = merge(steps_of(plain, b)), merge(steps_of(tokens, b))
         else:
@@ -89,19 +95,19 @@ def test_the_same_global_steps_on_1_2_and_4_ranks(n, kw):
         assert len(got[0]) == len(ref[0])
         if same < len(ref[0]):  # padded: the real items are there, plus repeats at places after the order
             assert set(ref[0][-1]) <= set(got[0][-1]) and len(got[0][-1]) > len(ref[0][-1])
-            assert all(t // n >= n for t in got[1][-1] if t not in ref[1][-1])
+            assert all(t.draw >= n for t in got[1][-1] if t not in ref[1][-1])
 
 
 def test_whole_partner_groups_per_rank_in_every_step():
     n, world, b = 45, 4, 8
-    parts = shares(n, world, 1, b, shuffle=True, draw_tokens=True, group=4)
+    parts = shares(n, world, 1, b, shuffle=True, keys=True, group=4)
     for rank_steps in steps_of(parts, b):
         for batch in rank_steps:
-            groups = [t // n // 4 for t in batch]
+            groups = [t.draw // 4 for t in batch]
             for g in set(groups):
-                members = [t for t in batch if t // n // 4 == g]
+                members = [t for t in batch if t.draw // 4 == g]
                 # a group is whole: 4 places, or the tail of the order (45 = 11 groups of 4 + 1)
-                assert len(members) == 4 or {t // n for t in members} == {44}
+                assert len(members) == 4 or {t.draw for t in members} == {44}
     # the last step (13 places = 4 groups of 4, 4, 4, 1) gives each rank one group
     assert [len(p[-1]) for p in steps_of(parts, b)] == [4, 4, 4, 1]
 
@@ -111,7 +117,7 @@ def test_rect_batches_stay_whole_shuffled_partial_last():
     for epoch in range(6):
         s = YoloSampler(10, 4, shuffle=True, seed=0, rect=True)
         s.set_epoch(epoch)
-        idx = list(s)
+        idx = positions(s)
         chunks = [idx[i:i + 4] for i in range(0, len(idx), 4)]
         assert sorted(map(sorted, chunks)) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
         assert chunks[-1] == [8, 9]
@@ -137,7 +143,7 @@ def test_resume_at_a_step_gives_the_rest_of_the_pass_on_any_world_size():
         b = 8 // world
         parts = []
         for r in range(world):
-            s = YoloSampler(n, b, rank=r, world_size=world, shuffle=True, seed=1, draw_tokens=True)
+            s = YoloSampler(n, b, rank=r, world_size=world, shuffle=True, seed=1)
             s.resume_at(3, k)
             parts.append(list(s))
             assert s.epoch == 3 and s.pass_start == k
@@ -153,7 +159,7 @@ def test_resume_after_a_finished_epoch_starts_the_next_one():
     whole_6 = (s.set_epoch(6), list(s))[1]
     s2 = YoloSampler(10, 4, shuffle=True, seed=1)
     s2.resume_at(5, 3)  # 3 of 3 steps done
-    assert list(s2) == whole_6 and s2.epoch == 6
+    assert list(s2) == whole_6 and s2.epoch == 6  # the same keys: positions and draws
 
 
 def test_set_epoch_to_another_epoch_drops_the_resume_point():
@@ -171,13 +177,17 @@ def test_len_is_the_pass_length_and_costs_no_pass():
             assert len(s) == len(YoloSampler(n, b, rank=r, world_size=world, shuffle=True)._plan()[0])
 
 
-def test_on_epoch_called_before_indices_and_auto_advance():
-    calls = []
-    s = YoloSampler(4, 2, on_epoch=calls.append)
-    list(s), list(s)
-    s.set_epoch(7)
-    list(s)
-    assert calls == [0, 1, 7]
+def test_the_shared_epoch_is_written_before_any_key_and_auto_advances():
+    epoch = SharedEpoch(-1)
+    s = YoloSampler(4, 2, shared_epoch=epoch)
+    seen = []
+    for set_to in (None, None, 7):
+        if set_to is not None:
+            s.set_epoch(set_to)
+        it = iter(s)
+        seen.append(epoch.get())  # before the first key is taken: workers read it for this pass's items
+        assert [k.position for k in it] == [0, 1, 2, 3]
+    assert seen == [0, 1, 7]
 
 
 def test_image_weights_favour_rare_classes():
@@ -191,7 +201,7 @@ def test_image_weights_favour_rare_classes():
         with pytest.raises(ValueError, match="10 non-negative"):
             s.set_weights(bad)
     s.set_weights(iw)
-    drawn = [i for _ in range(50) for i in s]
+    drawn = [k.position for _ in range(50) for k in s]
     assert drawn.count(9) / len(drawn) > 0.4  # 0.9 / 1.8 = half of the draws
     with pytest.raises(ValueError):
         s.set_weights(np.zeros(10))
@@ -252,8 +262,8 @@ def test_dataset_indices_set_each_epoch_reach_persistent_workers(workers):
 
 def test_dataset_indices_must_be_n_image_indices(tmp_path):
     from conftest import make_dataset
-    from yolo_data.dataset import YoloDataset
-    ds = YoloDataset(str(make_dataset(tmp_path, [("a.jpg", (32, 32), None), ("b.jpg", (32, 32), None)])), 32,
+    from yolo_data.dataset import LoadImagesAndLabels
+    ds = LoadImagesAndLabels(str(make_dataset(tmp_path, [("a.jpg", (32, 32), None), ("b.jpg", (32, 32), None)])), 32,
                      split="train")
     for bad in ([0], [0, 2], [-1, 0]):
         with pytest.raises(ValueError, match="2 image indices"):

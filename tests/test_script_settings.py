@@ -10,7 +10,7 @@ import yaml
 
 from conftest import make_dataset
 from yolo_data import create_dataloader
-from yolo_data.dataset import YoloDataset
+from yolo_data.dataset import LoadImagesAndLabels
 from yolo_data.sampling import YoloSampler, check_seed, seed_entropy
 
 HIGH = yaml.safe_load((Path(__file__).resolve().parents[1] / "data" / "hyps" / "hyp.scratch-high.yaml").read_text())
@@ -88,7 +88,7 @@ def test_a_new_hyp_gives_the_items_of_a_dataset_built_with_it(data, workers):
 
 def test_mosaic_cannot_be_turned_on_where_the_dataset_was_built_without_it(data):
     for kwargs in ({"augment": False}, {"augment": True, "rect": True}):
-        ds = YoloDataset(data, 64, 4, split="train", **kwargs)
+        ds = LoadImagesAndLabels(data, 64, 4, split="train", **kwargs)
         assert ds.mosaic is False
         ds.mosaic = False  # what closing scripts do on any dataset: fine
         with pytest.raises(ValueError, match="built without mosaic"):

@@ -6,7 +6,7 @@ import os
 
 from conftest import hard_limit
 from yolo_data import failures
-from yolo_data.dataset import YoloDataset
+from yolo_data.dataset import LoadImagesAndLabels
 from yolo_data.split import load_split
 
 
@@ -23,7 +23,7 @@ def test_fifo_as_disk_image_cache(small_dataset, caplog):
     path = small_dataset.parent / "labels" / "train-images-64.imgcache"
     os.mkfifo(path)
     with hard_limit(20), caplog.at_level(logging.WARNING, logger="yolo_data"):
-        ds = YoloDataset(str(small_dataset), 64, split="train", cache_images="disk")
+        ds = LoadImagesAndLabels(str(small_dataset), 64, split="train", cache_images="disk")
     assert ds.image_cache is not None and ds.image_cache.path == path and path.is_file()
     assert any("not a regular file" in r.message for r in caplog.records)
 
@@ -40,10 +40,10 @@ def test_device_as_label_cache(small_dataset, tmp_path, caplog):
 
 
 def test_fifo_as_failure_record(small_dataset):
-    ds = YoloDataset(str(small_dataset), 64, split="train")
+    ds = LoadImagesAndLabels(str(small_dataset), 64, split="train")
     record = failures.record_file(ds.split_labels.cache_file)
     os.mkfifo(record)
     with hard_limit(20):
         failures.remember(ds.split_labels.cache_file, ds.im_files[0], "test")  # no reader: skipped
         assert failures.read(ds.split_labels.cache_file) == ({}, 0)
-        assert len(YoloDataset(str(small_dataset), 64, split="train")) == 6
+        assert len(LoadImagesAndLabels(str(small_dataset), 64, split="train")) == 6

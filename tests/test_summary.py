@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import make_dataset, run_all
-from yolo_data.dataset import YoloDataset
+from yolo_data.dataset import LoadImagesAndLabels
 from yolo_data.split import load_split
 from yolo_data.summary import split_summary
 
@@ -47,7 +47,7 @@ def test_only_the_first_problems_are_listed(tmp_path):
 def test_in_process_the_summary_goes_to_the_configured_logging(tmp_path, caplog):
     yaml = make_dataset(tmp_path / "ds", ITEMS)
     with caplog.at_level(logging.INFO, logger="yolo_data"):
-        YoloDataset(str(yaml), 64, split="train", prefix="val: ")
+        LoadImagesAndLabels(str(yaml), 64, split="train", prefix="val: ")
     msgs = [r.getMessage() for r in caplog.records]
     assert sum(m.startswith("val: 3 images, 3 boxes, 1 background, 1 corrupt") for m in msgs) == 1
     assert sum(m.startswith("val: 1 problem in the labels") for m in msgs) == 1
@@ -61,13 +61,13 @@ import logging, sys
 mode = sys.argv[2]
 if mode == "user":
     logging.basicConfig(handlers=[logging.StreamHandler(sys.stdout)], format="USER %(message)s", level=logging.INFO)
-from yolo_data import YoloDataset, select_device
+from yolo_data import LoadImagesAndLabels, select_device
 if mode.startswith("later"):  # something printed before the program configures logging, then it does
     select_device("cpu")
     level = logging.WARNING if mode == "later-warning" else logging.INFO
     logging.basicConfig(handlers=[logging.StreamHandler(sys.stdout)], format="USER %(message)s", level=level)
     logging.getLogger("yolo_data").warning("a warning in between")  # before yolo_data looks at logging again
-YoloDataset(sys.argv[1], 64, split="train", prefix="train: ")
+LoadImagesAndLabels(sys.argv[1], 64, split="train", prefix="train: ")
 print("handlers:", len(logging.getLogger("yolo_data").handlers))
 """
 

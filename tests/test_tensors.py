@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from yolo_data.collate import collate_fn, one_batch
-from yolo_data.dataset import YoloDataset
+from yolo_data.dataset import LoadImagesAndLabels
 from yolo_data.geometry import letterbox, letterbox_plan
 from yolo_data.hyp import AugmentConfig
 from yolo_data.pipeline import draw_finish, finish
@@ -88,7 +88,7 @@ def test_batches_made_in_workers_arrive_whole_with_either_sharing_strategy(strat
         torch.multiprocessing.set_sharing_strategy(before)
 @pytest.mark.parametrize("augment,batch_partners", [(False, True), (True, False), (True, True)])
 def test_a_batch_is_handed_on_without_a_copy_and_equals_its_items(small_dataset, augment, batch_partners, tmp_path):
-    ds = YoloDataset(str(small_dataset), 64, 4, augment=augment, split="train", cache_dir=tmp_path, seed=3,
+    ds = LoadImagesAndLabels(str(small_dataset), 64, 4, augment=augment, split="train", cache_dir=tmp_path, seed=3,
                      batch_partners=batch_partners)
     items = ds.__getitems__([0, 1, 2, 3])
     imgs, targets, paths, _ = collate_fn(items)
@@ -104,7 +104,7 @@ def test_a_batch_is_handed_on_without_a_copy_and_equals_its_items(small_dataset,
 def test_items_from_several_threads_equal_items_made_one_by_one(small_dataset, tmp_path):
     """Scratch arrays are per thread, so a dataset shared by threads gives the same items."""
     from concurrent.futures import ThreadPoolExecutor
-    ds = YoloDataset(str(small_dataset), 64, 4, augment=True, split="train", cache_dir=tmp_path, seed=1)
+    ds = LoadImagesAndLabels(str(small_dataset), 64, 4, augment=True, split="train", cache_dir=tmp_path, seed=1)
     alone = [ds[k][0].clone() for k in range(len(ds))] * 4
     with ThreadPoolExecutor(4) as pool:
         threaded = list(pool.map(lambda k: ds[k % len(ds)][0], range(4 * len(ds))))
@@ -115,7 +115,7 @@ def test_mixup_of_a_resized_mosaic_and_a_canvas_mosaic(small_dataset, tmp_path):
     """With copy-paste on, a mosaic whose tiles have polygons takes the canvas path (BGRA canvas) and one
     without takes the resized path (BGR); mixup blends the two whatever their channels."""
     hyp = dict(mosaic=1.0, mixup=1.0, copy_paste=1.0, fliplr=0.5)
-    ds = YoloDataset(str(small_dataset), 64, 4, augment=True, hyp=hyp, split="train", cache_dir=tmp_path, seed=0)
+    ds = LoadImagesAndLabels(str(small_dataset), 64, 4, augment=True, hyp=hyp, split="train", cache_dir=tmp_path, seed=0)
     for epoch in range(4):
         ds.set_epoch(epoch)
         for k in range(len(ds)):

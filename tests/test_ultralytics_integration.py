@@ -186,15 +186,20 @@ def test_ultralytics_arguments_map_onto_ours(caplog):
                cache="disk", rect=True, single_cls=True, workers=3, seed=7, cutmix=0.5, bgr=0.2)
     with caplog.at_level(logging.WARNING, logger="yolo_data"):
         s = loader_settings(cfg, "train", 16, 32)
-    assert s.hyp == AugmentConfig(hsv_h=0.02, hsv_s=0.5, hsv_v=0.3, degrees=5, translate=0.2, scale=0.3, shear=1,
-                                  perspective=0.0001, flipud=0.1, fliplr=0.4, mosaic=0.7, mosaic9=0.0, mixup=0.2,
-                                  copy_paste=0.1)
-    assert (s.imgsz, s.batch_size, s.stride, s.augment, s.rect, s.pad, s.shuffle) == (320, 16, 32, True, True, 0.0, True)
-    assert (s.cache, s.single_cls, s.workers, s.seed, s.close_mosaic) == ("disk", True, 3, 7, 3)
+    f = s.fields()
+    assert f["hyp"] == AugmentConfig(hsv_h=0.02, hsv_s=0.5, hsv_v=0.3, degrees=5, translate=0.2, scale=0.3, shear=1,
+                                     perspective=0.0001, flipud=0.1, fliplr=0.4, mosaic=0.7, mosaic9=0.0, mixup=0.2,
+                                     copy_paste=0.1)
+    assert (s.img_size, s.batch_size, s.stride, s.augment, s.rect, f["pad"], s.shuffle) == (320, 16, 32, True, True, 0.0, True)
+    assert (f["cache"], f["single_cls"], f["workers"], s.seed) == ("disk", True, 3, 7)
+    assert s.linear_resize and s.scale_up and s.split_name == "train"  # the training preset
     warned = " ".join(r.getMessage() for r in caplog.records)
     assert "cutmix" in warned and "bgr" in warned
     v = loader_settings(cfg, "val", 32, 32, workers=0)
-    assert (v.augment, v.rect, v.pad, v.shuffle, v.workers, v.hyp) == (False, True, 0.5, False, 0, AugmentConfig())
+    fv = v.fields()
+    assert (v.augment, v.rect, fv["pad"], v.shuffle, fv["workers"], fv["hyp"]) == (False, True, 0.5, False, 0, AugmentConfig())
+    # evaluation as Ultralytics' validator: linear resize, never enlarged, each image once under DDP
+    assert (v.linear_resize, v.scale_up, v.sharded(2), v.sharded(1)) == (True, False, True, False)
     assert loader_settings({"rect": False}, "val", 8, 32, rect=False).rect is False
     assert [cache_mode(c) for c in (True, "ram", "True", "disk", False, None, "False")] == \
            ["ram", "ram", "ram", "disk", False, False, False]

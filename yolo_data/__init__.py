@@ -8,7 +8,8 @@ sampling (the epoch's global order, per rank) -> collate -> loader.
 """
 from .dataset import LoadImagesAndLabels, YoloDataset
 from .distributed import RanksDisagreeError, ZeroFirstError, torch_distributed_zero_first, wait_for_the_master
-from .loader import create_dataloader
+from .settings import Settings
+from .yolov5 import create_dataloader
 from .torch_utils import init_torch_seeds, select_device, smart_DDP, time_synchronized
 
 __version__ = "0.2.0"
@@ -16,5 +17,5 @@ __version__ = "0.2.0"
 __all__ = [
     "create_dataloader", "torch_distributed_zero_first", "wait_for_the_master", "select_device",
     "time_synchronized", "init_torch_seeds", "smart_DDP", "YoloDataset", "LoadImagesAndLabels",
-    "ZeroFirstError", "RanksDisagreeError",
+    "ZeroFirstError", "RanksDisagreeError", "Settings",
 ]

@@ -9,24 +9,10 @@ from typing import List, Optional, Union
 import numpy as np
 
 from .geometry import rect_plan
+from .settings import IndexSettings, Settings  # noqa: F401 (IndexSettings: its part, re-exported)
 from .store import LabelStore
 
 LOGGER = logging.getLogger("yolo_data")
-
-
-@dataclass(frozen=True)
-class IndexSettings:
-    """``batch_size``: the global batch (per-rank batch x world size): rect batches are made of it, so
-    every rank's images of a step share one shape.  ``rect``: sort by aspect ratio and give each batch
-    the smallest letterbox shape that holds it (``stride`` multiples, plus ``pad`` strides).
-    ``min_items``: leave out images with fewer boxes.  ``single_cls``: every class id becomes 0."""
-    img_size: int = 640
-    batch_size: int = 16
-    rect: bool = False
-    stride: int = 32
-    pad: float = 0.0
-    min_items: int = 0
-    single_cls: bool = False
 
 
 @dataclass
@@ -59,22 +45,26 @@ class SplitIndex:
         return len(self.names) or (int(labels[:, 0].max()) + 1 if len(labels) else 1)
 
 
-def build_index(store: LabelStore, names: List[str], settings: IndexSettings, prefix: str = "") -> SplitIndex:
-    """Filters (``min_items``, ``single_cls``), then the rect order and shapes."""
-    if settings.min_items:
-        keep = np.flatnonzero(np.diff(store.label_offsets) >= settings.min_items)
-        LOGGER.info(f"{prefix}{len(store) - len(keep)}/{len(store)} images with fewer than {settings.min_items} "
+def build_index(store: LabelStore, names: List[str], settings: Settings, rect_batch: int,
+                prefix: str = "") -> SplitIndex:
+    """Filters (``min_items``, ``single_cls``), then the rect order and shapes.  ``rect_batch``: the
+    batch rect shapes are made of (Settings.rect_batch: the global batch, so every rank's images of a
+    step share one shape)."""
+    part = settings.index
+    if part.min_items:
+        keep = np.flatnonzero(np.diff(store.label_offsets) >= part.min_items)
+        LOGGER.info(f"{prefix}{len(store) - len(keep)}/{len(store)} images with fewer than {part.min_items} "
                     "labels left out")
         store = store.subset(keep)
-    if settings.single_cls:
+    if part.single_cls:
         labels = store.labels.copy()
         labels[:, 0] = 0
         store = replace(store, labels=labels)
     n = len(store)
-    batch = np.arange(n, dtype=np.int64) // settings.batch_size
+    batch = np.arange(n, dtype=np.int64) // rect_batch
     shapes = None
     if settings.rect:
-        plan = rect_plan(store.shapes, settings.batch_size, settings.img_size, settings.stride, settings.pad)
+        plan = rect_plan(store.shapes, rect_batch, settings.img_size, settings.stride, part.pad)
         store = store.subset(plan.order)
         batch, shapes = plan.batch_index, plan.batch_shapes
     return SplitIndex(store, list(names), batch, shapes, settings.img_size)

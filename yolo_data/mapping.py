@@ -14,8 +14,7 @@ None for mosaics.
 from __future__ import annotations
 
 import logging
-import time
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -24,7 +23,7 @@ import torch
 from .boxes import xywhn_to_xyxy
 from .geometry import LetterboxPlan, letterbox_image, letterbox_plan
 from .albument import AlbumentationsStep
-from .hyp import AugmentConfig
+from .augstate import SharedSettings, TrainSettings
 from .images import ImageReadError, ImageSource
 from .index import SplitIndex
 from .pipeline import draw_finish, flip_boxes, item_rng, mosaic_with_mixup, single_image_geometry
@@ -49,96 +48,26 @@ def _boxes_on(index: SplitIndex, i: int, plan: LetterboxPlan, hw: Tuple[int, int
 
 
 class EvalMapper:
-    """Letterbox each image to its shape (img_size, or its rect batch's), never enlarging (YOLOv5's
-    ``scaleup=False`` for evaluation), polygons ignored."""
+    """Letterbox each image to its shape (img_size, or its rect batch's), polygons ignored; ``scale_up``:
+    may enlarge (Settings.scale_up; YOLOv5's evaluation never does)."""
 
-    def __init__(self, index: SplitIndex, images: ImageSource):
-        self.index, self.images = index, images
+    def __init__(self, index: SplitIndex, images: ImageSource, scale_up: bool = False):
+        self.index, self.images, self.scale_up = index, images, scale_up
 
-    def __call__(self, i: int, key: ItemKey, out: BatchImages, k: int):
+    def __call__(self, i: int, key: DrawKey, out: BatchImages, k: int):
         """Item ``i`` into slot ``k`` of ``out`` (``key``: unused, evaluation has no randomness)."""
         # Evaluation must see exactly its images: an unreadable one is an error (ImageReadError names
         # the file; in a worker it reaches the main process, nothing hangs).
-        img, plan, (h0, w0), (h, w) = _letterbox(self.index, self.images, i, scaleup=False)
+        img, plan, (h0, w0), (h, w) = _letterbox(self.index, self.images, i, scaleup=self.scale_up)
         t = out.write(k, plan.shape, lambda planes: write_letterboxed(img, plan, planes))
         targets = targets_of(self.index.store.labels_of(i)[:, 0], _boxes_on(self.index, i, plan, (h, w)), plan.shape)
         return t, targets, self.index.store.im_file(i), ((h0, w0), ((h / h0, w / w0), plan.pad))
 
 
 @dataclass(frozen=True)
-class TrainSettings:
-    """``cfg``: the hyp's augmentation numbers.  ``mosaic``: whether mosaics may be made at all (False
-    for rect training); each item then draws one with probability ``cfg.mosaic``.  ``seed``: of every
-    item's generator."""
-    cfg: AugmentConfig
-    img_size: int
-    mosaic: bool
-    seed: int = 0
-
-
-_CFG_FIELDS = tuple(f.name for f in fields(AugmentConfig))
-
-
-class SharedSettings:
-    """The TrainSettings items follow, in shared memory: changed in the main process (a new hyp, the
-    mosaic closed or reopened), followed by every process from its next item on, including persistent
-    DataLoader workers forked before the change (they keep their own copy of everything else).
-
-    One float64 tensor: [sequence, mosaic, closed, *AugmentConfig values].  The sequence is odd while
-    the main process writes; a reader that sees it odd or changed under it reads again, so no item
-    mixes an old and a new hyp.  Readers rebuild their TrainSettings only when the sequence moved: one
-    element read per item.  ``img_size`` and ``seed`` are fixed for the dataset's life."""
-
-    def __init__(self, settings: TrainSettings):
-        self.img_size, self.seed = settings.img_size, settings.seed
-        self._data = torch.zeros(3 + len(_CFG_FIELDS), dtype=torch.float64).share_memory_()
-        self._seen: Optional[Tuple[float, TrainSettings, TrainSettings]] = None
-        self.set(settings.cfg, settings.mosaic, False)
-
-    def set(self, cfg: AugmentConfig, mosaic: bool, closed: bool) -> None:
-        """(main process only) What the next items follow.  ``closed``: mosaic, mixup and copy-paste off."""
-        values = [float(mosaic), float(closed)] + [float(getattr(cfg, f)) for f in _CFG_FIELDS]
-        self._data[0] += 1
-        self._data[1:] = torch.tensor(values, dtype=torch.float64)
-        self._data[0] += 1
-
-    def _read(self) -> Tuple[float, TrainSettings, TrainSettings]:
-        while True:
-            values = self._data.tolist()
-            if values[0] % 2 == 0 and float(self._data[0]) == values[0]:
-                break
-            time.sleep(0)
-        seq, mosaic, closed, *raw = values
-        cfg = AugmentConfig(**{f: (bool(v) if f == "albumentations" else v) for f, v in zip(_CFG_FIELDS, raw)})
-        given = TrainSettings(cfg, self.img_size, bool(mosaic), self.seed)
-        used = replace(given, cfg=cfg.without_mosaic(), mosaic=False) if closed else given
-        return seq, given, used
-
-    def _current(self) -> Tuple[float, TrainSettings, TrainSettings]:
-        if self._seen is None or self._seen[0] != float(self._data[0]):
-            self._seen = self._read()
-        return self._seen
-
-    def given(self) -> TrainSettings:
-        """The settings as set, mosaic closed or not (the hyp's config, whether mosaic is possible)."""
-        return self._current()[1]
-
-    def get(self) -> TrainSettings:
-        """The settings items follow now (after a close: no mosaic, mixup or copy-paste)."""
-        return self._current()[2]
-
-    @property
-    def closed(self) -> bool:
-        return bool(self._data[2])
-
-    def __getstate__(self):
-        return {**self.__dict__, "_seen": None}  # a spawned worker reads the shared values anew
-
-
-@dataclass(frozen=True)
-class ItemKey:
+class DrawKey:
     """What an item's randomness depends on besides the seed and its image: the epoch, and its place
-    in the epoch's global order (``draw``; 0 for a plain ``dataset[i]``)."""
+    in the epoch's global order (``draw``, from the sampler's DrawKey; 0 for a plain ``dataset[i]``)."""
     epoch: int
     draw: int = 0
 
@@ -151,8 +80,8 @@ class TrainMapper:
     here, in the process that needs it, when not given)."""
 
     def __init__(self, index: SplitIndex, images: ImageSource, settings, extra: Optional[Callable] = None,
-                 scratch: Optional[Scratch] = None, prefix: str = ""):
-        self.index, self.images, self.extra = index, images, extra
+                 scratch: Optional[Scratch] = None, prefix: str = "", scale_up: bool = True):
+        self.index, self.images, self.extra, self.scale_up = index, images, extra, scale_up
         self.shared = settings if isinstance(settings, SharedSettings) else SharedSettings(settings)
         self.scratch = scratch or Scratch()
         self.prefix = prefix
@@ -173,7 +102,7 @@ class TrainMapper:
 
     def letterboxed(self, i: int):
         """Item ``i`` letterboxed to its shape: (Sample with pixel boxes, YOLOv5 shapes)."""
-        img, plan, (h0, w0), (h, w) = _letterbox(self.index, self.images, i, scaleup=True)
+        img, plan, (h0, w0), (h, w) = _letterbox(self.index, self.images, i, scaleup=self.scale_up)
         scale = np.array([plan.ratio[0] * w, plan.ratio[1] * h], np.float32)
         segments = [seg * scale + np.array(plan.pad, np.float32) for seg in self.index.store.segments_of(i)]
         shapes = (h0, w0), ((h / h0, w / w0), plan.pad)
@@ -203,7 +132,7 @@ class TrainMapper:
                                                                  draws.flip_lr, self.scratch))
         return t, targets_of(sample.cls, sample.boxes, img.shape[:2]), self.index.store.im_file(i), shapes
 
-    def __call__(self, i: int, key: ItemKey, out: BatchImages, k: int):
+    def __call__(self, i: int, key: DrawKey, out: BatchImages, k: int):
         """Item ``i`` on its own (partners from the whole split).  Training goes on when an image vanished
         or broke after the scan: the item is rebuilt around the next image, with a warning naming the
         file, so one bad file never ends a long run."""
@@ -220,7 +149,7 @@ class TrainMapper:
         raise ImageReadError(f"{MAX_SUBSTITUTES + 1} images in a row could not be read (last: {error}); "
                              "has the dataset moved? Rebuild the cache with tools/build_cache.py")
 
-    def batch(self, ids: List[int], keys: List[ItemKey], groups: List[int], out: BatchImages):
+    def batch(self, ids: List[int], keys: List[DrawKey], groups: List[int], out: BatchImages):
         """Items ``ids`` of one batch, mosaic and mixup partners drawn from the images of the item's
         group (``groups[k]``: equal for items of one partner group), each image decoded once for the
         batch: about one decode per item instead of four.  A group of fewer than 4 images borrows from

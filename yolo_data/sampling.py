@@ -16,9 +16,10 @@ Everything here is O(n) array arithmetic, computed once per epoch; ``len()`` is 
 from __future__ import annotations
 
 import hashlib
+import math
 import operator
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional, Tuple
+from typing import Iterator, NamedTuple, Optional, Tuple
 
 import numpy as np
 from torch.utils.data import Sampler
@@ -27,8 +28,10 @@ from . import distributed
 
 
 class SharedEpoch:
-    """An epoch number in shared memory: set in the main process (by the sampler), read by persistent
-    DataLoader workers (by the dataset and the quad collate), so workers need no restart per epoch."""
+    """An epoch number in shared memory, written in the main process by one owner (a loader's
+    YoloSampler when each pass starts; ``dataset.set_epoch`` for a dataset used without one) and read by
+    persistent DataLoader workers (the dataset's items, the quad collate), so workers need no restart
+    per epoch."""
 
     def __init__(self, epoch: int = 0):
         import torch
@@ -39,6 +42,15 @@ class SharedEpoch:
 
     def set(self, epoch: int) -> None:
         self._value[0] = int(epoch)
+
+
+class ItemKey(NamedTuple):
+    """What a YoloSampler hands the dataset for one item: ``position`` (0..n-1, an entry of
+    ``dataset.indices``) and ``draw``, the item's place in the epoch's global order (0 for a plain
+    ``dataset[i]``).  The dataset keys the item's randomness by image and draw, so an image drawn twice
+    in an epoch is augmented independently, the same on any number of ranks and workers."""
+    position: int
+    draw: int = 0
 
 
 SEED_SPAN = 2**64
@@ -172,8 +184,14 @@ def digest(values: Optional[np.ndarray]) -> Optional[str]:
     return hashlib.sha256(a.dtype.str.encode() + a.tobytes()).hexdigest()[:32]
 
 
-class YoloSampler(Sampler[int]):
-    """Dataset positions for this rank, one epoch at a time (see the module's docstring).
+def partner_group_size(wanted: int, batch_size: int) -> int:
+    """The partner-group size a sampler with per-rank ``batch_size`` uses for ``wanted``: ``wanted`` when
+    it divides the batch (every rank then takes whole groups), else the rank's batch."""
+    return wanted if wanted > 0 and batch_size % wanted == 0 else batch_size
+
+
+class YoloSampler(Sampler[ItemKey]):
+    """This rank's items, one epoch at a time, as ItemKeys (see the module's docstring).
 
     - ``batch_size``: per rank; the global batch is ``batch_size * world_size``.
     - ``shuffle``: a new global order every epoch.
@@ -182,28 +200,23 @@ class YoloSampler(Sampler[int]):
     - ``group``: partner-group size; one that does not divide ``batch_size`` becomes ``batch_size``
       (ranks always take whole groups).  1: every item its own group.
     - image weights (``set_weights``): each epoch draws n positions with replacement, weighted.
-    - ``draw_tokens``: hand out ``place * n + position`` instead of ``position``;
-      :class:`~yolo_data.dataset.YoloDataset` splits it again and keys the item's randomness by both,
-      so an image drawn twice in an epoch is augmented independently, the same on any world size.
     - epoch: ``set_epoch(e)`` as with DistributedSampler; without it each new pass advances the
-      epoch by one.  ``on_epoch(e)`` is called before the first position of a pass is produced
-      (before any worker fetches an item of that pass).
+      epoch by one.  ``shared_epoch``: the run's SharedEpoch, which only this sampler writes, before
+      the first key of a pass is produced (before any worker fetches an item of that pass).
     - ``resume_at(epoch, step)``: the next pass of ``epoch`` starts at global step ``step``.
     """
 
     def __init__(self, n: int, batch_size: int, shuffle: bool = False, seed: int = 0,
                  rank: Optional[int] = None, world_size: Optional[int] = None, rect: bool = False,
-                 drop_last: bool = False, on_epoch: Optional[Callable[[int], None]] = None,
-                 draw_tokens: bool = False, group: int = 1):
+                 drop_last: bool = False, shared_epoch: Optional[SharedEpoch] = None, group: int = 1):
         self.n, self.batch_size, self.shuffle, self.seed = n, batch_size, shuffle, check_seed(seed)
         # rank and world size are asked now (at construction), never at import
         self.rank = max(distributed.get_rank() if rank is None else rank, 0)
         self.world_size = distributed.get_world_size() if world_size is None else world_size
         self.rect = rect
         self.drop_last = drop_last
-        self.on_epoch = on_epoch
-        self.draw_tokens = draw_tokens
-        self.group = group if group > 0 and batch_size % group == 0 else batch_size
+        self.shared_epoch = shared_epoch
+        self.group = partner_group_size(group, batch_size)
         self.layout = StepLayout(n, batch_size, self.world_size, self.group, drop_last)
         self.weights: Optional[np.ndarray] = None
         self.version = 0  # counts set_weights and resume_at calls (the loader's early start compares it)
@@ -282,19 +295,41 @@ class YoloSampler(Sampler[int]):
         places, sources = self.layout.rank_items(self.rank, start_step)
         return self.order()[sources], places
 
-    def __iter__(self) -> Iterator[int]:
+    def __iter__(self) -> Iterator[ItemKey]:
         if self._started and not self._explicit:
             self.epoch += 1
             self.start_step = 0
         self._started, self._explicit = True, False
         self.pass_start, self.start_step = self.start_step, 0
         positions, places = self._plan(self.pass_start)
-        if self.on_epoch is not None:
-            self.on_epoch(self.epoch)
-        if self.draw_tokens:  # the dataset keys each item's randomness by image and place in the epoch
-            return iter((places * self.n + positions).tolist())
-        return iter(positions.tolist())
+        if self.shared_epoch is not None:
+            self.shared_epoch.set(self.epoch)
+        return map(ItemKey, positions.tolist(), places.tolist())
 
     def __len__(self) -> int:
         """This rank's items in a whole epoch (the same number of steps on every rank)."""
         return self.layout.rank_length(self.rank)
+
+
+class ShardSampler(Sampler[int]):
+    """Evaluation under DDP: rank ``rank`` of ``world`` takes a contiguous run of whole batches, every
+    image exactly once (no padding: evaluation needs no equal step counts, and an image seen twice
+    would count twice in the metrics).  The first ``nb % world`` ranks take one batch more.  Keeps
+    rect batches whole, so each keeps its one shape."""
+
+    def __init__(self, n: int, batch_size: int, rank: int, world: int):
+        nb = math.ceil(n / batch_size)
+        per, extra = divmod(nb, world)
+        first = rank * per + min(rank, extra)
+        count = per + (1 if rank < extra else 0)
+        self.start = min(n, first * batch_size)
+        self.stop = min(n, (first + count) * batch_size)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.start, self.stop))
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def set_epoch(self, epoch: int) -> None:  # evaluation order does not change
+        pass

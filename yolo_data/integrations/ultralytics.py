@@ -56,7 +56,7 @@ class YoloDataTrainer(DetectionTrainer):
         """An UltralyticsDataset (used on its own by Ultralytics' auto_batch; loaders build theirs)."""
         settings = loader_settings(self.args, mode, batch or 16, _grid(unwrap_model(self.model).stride),
                                    workers=self.requested_workers)
-        return UltralyticsDataset(img_path, settings, settings.batch_size, prefix=f"{mode}: ")
+        return UltralyticsDataset(img_path, settings, prefix=f"{mode}: ")
 
     def get_dataloader(self, dataset_path, batch_size: int = 16, rank: int = 0, mode: str = "train"):
         settings = loader_settings(self.args, mode, batch_size, _grid(unwrap_model(self.model).stride),
@@ -77,7 +77,7 @@ class YoloDataValidator(DetectionValidator):
     def build_dataset(self, img_path, mode: str = "val", batch=None):
         settings = loader_settings(self.args, "val", batch or self.args.batch, _grid(self.stride),
                                    workers=self.args.workers, rect=self.args.rect)
-        return UltralyticsDataset(img_path, settings, settings.batch_size, prefix="val: ")
+        return UltralyticsDataset(img_path, settings, prefix="val: ")
 
     def get_dataloader(self, dataset_path, batch_size: int):
         if self.names and len(self.names) < self.data["nc"]:

@@ -1,4 +1,4 @@
-"""Ultralytics' training arguments -> yolo_data's augmentation and loader settings.
+"""Ultralytics' training arguments -> yolo_data's Settings.
 
 Pure: never imports ultralytics.  ``cfg`` is anything with Ultralytics' argument names as attributes
 (its ``IterableSimpleNamespace``, a ``types.SimpleNamespace``) or a dict of them; a missing key takes
@@ -10,10 +10,10 @@ does with it; the README's 'Training with Ultralytics' prints the same table.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any, Dict, Union
 
 from ..hyp import AugmentConfig
+from ..settings import Settings, fraction_count  # noqa: F401 (fraction_count: where it was imported from)
 
 LOGGER = logging.getLogger("yolo_data")
 
@@ -41,7 +41,7 @@ MAPPING: Dict[str, str] = {
     "rect": "rect batches of the global batch (train: whole batches shuffled; val: always rect, pad 0.5)",
     "fraction": "the first round(n * fraction) images of the split in file order (an int >1: that many); "
                 "a scalar applies to train, a list to [train, val, test], as in Ultralytics",
-    "single_cls": "IndexSettings.single_cls: every class id becomes 0",
+    "single_cls": "Settings single_cls: every class id becomes 0",
     "workers": "DataLoader workers, persistent, also on CPU (Ultralytics sets 0 on CPU; we keep the request)",
     "seed": "the seed of every item's generator and of the epoch's order (same batches for any worker count)",
 }
@@ -89,32 +89,6 @@ def cache_mode(value) -> Union[bool, str]:
     return "ram" if value is True else False
 
 
-@dataclass(frozen=True)
-class LoaderSettings:
-    """What one split's dataset and loader are built with.
-
-    ``augment``: training mapper (mosaic, perspective, HSV, flips) or evaluation (letterbox only).
-    ``rect``/``pad``: rect batches (val: always, pad 0.5, as Ultralytics' trainer and ``model.val()``).
-    ``batch_size``: per rank.  ``cache``: False, 'ram' or 'disk'.  ``fraction``: of the split's images,
-    first ones in file order (1.0: all; an int: that many).  ``linear_eval``: evaluation images resized
-    with linear interpolation as Ultralytics does (YOLOv5 uses area when shrinking)."""
-    imgsz: int
-    batch_size: int
-    stride: int
-    augment: bool
-    rect: bool
-    pad: float
-    shuffle: bool
-    cache: Union[bool, str]
-    single_cls: bool
-    workers: int
-    seed: int
-    fraction: Union[float, int]
-    hyp: AugmentConfig
-    close_mosaic: int = 0
-    linear_eval: bool = True
-
-
 def split_fraction(fraction, split: str) -> Union[float, int]:
     """The part of ``split`` to use: a float ratio (1.0: all) or an int count.  A scalar applies to the
     train split only, a list gives [train, val, test] (missing entries: all); 0 and 1 are ratios."""
@@ -130,29 +104,25 @@ def split_fraction(fraction, split: str) -> Union[float, int]:
     return fraction
 
 
-def fraction_count(n: int, fraction: Union[float, int]) -> int:
-    """How many of ``n`` images ``fraction`` keeps (at least 1, at most n)."""
-    k = fraction if isinstance(fraction, int) else max(1, round(n * float(fraction)))
-    return max(1, min(n, int(k)))
-
-
-def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, rect=None) -> LoaderSettings:
-    """Settings for ``mode`` 'train' or 'val' from Ultralytics arguments ``cfg``.
+def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, rect=None) -> Settings:
+    """yolo_data Settings for ``mode`` 'train' (the training preset) or 'val' (the evaluation preset)
+    from Ultralytics arguments ``cfg``.
 
     ``workers``: overrides cfg.workers (Ultralytics' trainer zeroes it on CPU before we see it).
     ``rect``: for 'val', None means always rect (Ultralytics' trainer); the standalone validator passes
-    cfg.rect (``model.val()`` sets it True)."""
+    cfg.rect (``model.val()`` sets it True).  Evaluation resizes linearly as Ultralytics' validator does,
+    and under DDP each rank evaluates whole batches, each image once."""
     if mode not in ("train", "val"):
         raise ValueError(f"mode must be 'train' or 'val', not {mode!r}")
     train = mode == "train"
     imgsz = _get(cfg, "imgsz")
     if isinstance(imgsz, (list, tuple)):
         imgsz = max(imgsz)  # Ultralytics letterboxes to a square of the longest side too
-    return LoaderSettings(
-        imgsz=int(imgsz), batch_size=int(batch_size), stride=int(stride), augment=train,
+    preset = Settings.training if train else Settings.evaluation
+    return preset(
+        img_size=int(imgsz), batch_size=int(batch_size), stride=int(stride), seed=int(_get(cfg, "seed")),
         rect=bool(_get(cfg, "rect")) if train else (True if rect is None else bool(rect)),
-        pad=0.0 if train else 0.5, shuffle=train, cache=cache_mode(_get(cfg, "cache")),
-        single_cls=bool(_get(cfg, "single_cls")),
-        workers=int(_get(cfg, "workers") if workers is None else workers), seed=int(_get(cfg, "seed")),
-        fraction=split_fraction(_get(cfg, "fraction"), mode),
-        hyp=augment_config(cfg) if train else AugmentConfig(), close_mosaic=int(_get(cfg, "close_mosaic")))
+        pad=0.0 if train else 0.5, cache=cache_mode(_get(cfg, "cache")), single_cls=bool(_get(cfg, "single_cls")),
+        workers=int(_get(cfg, "workers") if workers is None else workers),
+        fraction=split_fraction(_get(cfg, "fraction"), mode), hyp=augment_config(cfg) if train else AugmentConfig(),
+        linear_resize=True, each_image_once=True)

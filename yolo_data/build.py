@@ -1,0 +1,102 @@
+"""The composition root: the one place that assembles a loader from a path and a Settings.
+
+    workers and the /dev/shm budget -> dataset (rank 0 first) -> partner groups -> sampler -> collate
+    -> loader -> the ranks agree
+
+Entry points are adapters over :func:`build_loader`: YOLOv5's ``create_dataloader`` (loader.py) maps
+its arguments onto Settings, the Ultralytics plug-in (integrations/) passes its own dataset class,
+collate and loader class.  An adapter for another trainer gives the same three, e.g.::
+
+    def lightning_loader(path, imgsz, batch_size, train: bool):
+        settings = Settings.training(img_size=imgsz, batch_size=batch_size) if train else \\
+            Settings.evaluation(img_size=imgsz, batch_size=batch_size, rect=True, pad=0.5)
+        return build_loader(path, settings, rank=int(os.environ.get("LOCAL_RANK", -1)))
+
+Rank and world size are asked of torch.distributed when this runs (``rank``: the local rank under DDP,
+-1 otherwise), never at import.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Callable, Optional
+
+import torch
+
+from . import distributed
+from .collate import QuadCollate, collate_fn
+from .dataset import YoloDataset
+from .loader import YoloDataLoader
+from .room import fit_workers_to_shm, shm_bytes_for_batches
+from .run import RunState
+from .sampling import ShardSampler, YoloSampler, partner_group_size
+from .settings import Settings
+from .workers import WorkerInit
+
+LOGGER = logging.getLogger("yolo_data")
+
+
+def build_loader(path, settings: Settings, rank: int = -1, prefix: str = "", *, dataset_class=YoloDataset,
+                 collate: Optional[Callable] = None, loader_class=YoloDataLoader) -> YoloDataLoader:
+    """The loader of ``path`` built with ``settings`` (its ``dataset``: a ``dataset_class``).
+
+    Workers: at most ``settings.loader.workers``, CPUs per GPU and the per-rank batch, and as many as
+    /dev/shm holds batches for (with a warning naming the fix).  The dataset is built inside
+    ``torch_distributed_zero_first(rank)``: local rank 0 scans and writes the label cache (and builds a
+    RAM image cache, leaving the workers' batches room), the others read them.  ``collate``: default
+    YOLOv5's collate_fn (its quad variant with ``settings.loader.quad``).  Under DDP every rank checks
+    that all ranks have the same images, boxes and steps, which would otherwise hang the first
+    collective.
+    """
+    per_rank, opts = settings.batch_size, settings.loader
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    workers = min((os.cpu_count() or 1) // max(gpus, 1), per_rank if per_rank > 1 else 0, opts.workers)
+    # the ranks of this node share /dev/shm (RAM cache and batches); srun and mpirun set no
+    # LOCAL_WORLD_SIZE, so the process group is asked (every rank with rank != -1 gets here)
+    local_ranks = distributed.local_world_size() if rank != -1 else 1
+    ddp = rank != -1 and distributed.is_initialized()
+    world = distributed.get_world_size() if ddp else 1
+    pad = settings.index.pad if settings.rect else 0.0  # pad widens rect batches only
+    run = RunState(rect_batch=settings.rect_batch(world), sampled=True,
+                   shm_reserve_bytes=shm_bytes_for_batches(workers, per_rank, settings.img_size, settings.stride,
+                                                           local_ranks, pad))
+    with distributed.torch_distributed_zero_first(rank):
+        dataset = dataset_class(path, settings, prefix, run)
+    batch_size = min(per_rank, len(dataset))
+    if opts.quad:
+        _check_quad(batch_size, prefix)
+    workers = fit_workers_to_shm(min(workers, batch_size if batch_size > 1 else 0), batch_size, settings.img_size,
+                                 settings.stride, local_ranks, prefix, pad=pad)
+    if settings.sharded(world):
+        sampler = ShardSampler(len(dataset), batch_size, distributed.get_rank(), world)
+    else:
+        wanted = settings.partner_group
+        run.partner_group = partner_group_size(wanted, batch_size)  # before the workers fork: they draw by it
+        if run.partner_group != wanted:  # the sampler's fallback: groups of the rank's batch
+            (LOGGER.warning if world > 1 else LOGGER.info)(
+                f"{prefix}partner_group={wanted} does not divide the per-rank batch {batch_size}: mosaic partners "
+                f"come from each rank's batch, so the same seed gives other mosaics on another number of ranks "
+                f"(a partner_group that divides every per-rank batch you use keeps them equal)")
+        # image_weights: the training script weights the draws (YOLOv5's train.py sets dataset.indices
+        # each epoch, or sampler.set_weights); weighting here too would apply it twice
+        sampler = YoloSampler(len(dataset), batch_size, shuffle=settings.shuffle, seed=settings.seed,
+                              rank=distributed.get_rank() if ddp else 0, world_size=world, rect=dataset.rect,
+                              drop_last=opts.quad, shared_epoch=run.epoch, group=run.partner_group)
+    if collate is None:
+        collate = QuadCollate(settings.seed, run.epoch) if opts.quad else collate_fn
+    loader = loader_class(dataset, batch_size=batch_size, sampler=sampler, num_workers=workers,
+                          pin_memory=torch.cuda.is_available(), collate_fn=collate, drop_last=opts.quad,
+                          persistent_workers=workers > 0, worker_init_fn=WorkerInit(), early_start=opts.early_start)
+    if ddp and not settings.sharded(world):  # a rank with other data would hang the first collective
+        distributed.check_ranks_agree({"images": len(dataset), "boxes": dataset.store.num_boxes(),
+                                       "steps per epoch": len(loader)}, f"{prefix}{path}")
+    return loader
+
+
+def _check_quad(batch_size: int, prefix: str) -> None:
+    if batch_size < 4:
+        raise ValueError(f"quad=True makes one image of every 4 items: the batch size must be at least 4, "
+                         f"got {batch_size}")
+    if batch_size % 4:  # YOLOv5's collate_fn4 does the same, silently
+        LOGGER.warning(f"{prefix}quad=True with batch size {batch_size}: the last {batch_size % 4} items of "
+                       f"each batch are not used (as in YOLOv5); a multiple of 4 uses them all")

@@ -1,0 +1,256 @@
+"""One settings object for a dataset and its loader, with a training and an evaluation preset.
+
+    Settings
+      augment, img_size, batch_size (per rank), stride, seed
+      split:        SplitSettings    which images and labels (split, fraction, names, keep_difficult, cache_dir)
+      index:        IndexSettings    which items, in which shapes (rect, pad, min_items, single_cls, image_weights)
+      images:       ImageSettings    how pixels are read (cache, ram_dir, linear_resize, reduced_decode, scale_up)
+      augmentation: AugmentSettings  training augmentation (hyp, batch_partners, partner_group)
+      loader:       LoaderOptions    the DataLoader (workers, shuffle, quad, early_start, each_image_once)
+
+Every field has one name across the parts, so a setting is given by its name alone:
+``Settings.training(cache="ram", split="train")``, ``settings.replace(rect=True)``.
+
+``augment`` (YOLOv5's name) picks the preset of every decision that follows from training or
+evaluation and was not given explicitly; each is one property below, decided here and nowhere else:
+
+    ==================  ==========================  ===========================================
+    decision            training (augment=True)     evaluation (augment=False)
+    ==================  ==========================  ===========================================
+    mapper              random augmentation, an     letterbox only, an unreadable image is an
+                        unreadable image replaced   error
+    split               'train'                     'val'
+    linear_resize       True (YOLOv5, Ultralytics)  False: area when shrinking (YOLOv5's val)
+    scale_up            True: letterbox may enlarge False
+    reduced_decode      True                        False (YOLOv5's exact pixels)
+    shuffle             True                        False
+    mosaic_possible     unless rect                 never
+    partner groups      partner_group (batch_       1 (no mosaic partners)
+                        partners), else 1
+    ==================  ==========================  ===========================================
+
+Nothing here reads files, the environment or the process group: the composition root
+(:mod:`~yolo_data.build`) combines these settings with what it finds at run time (world size, workers,
+/dev/shm).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Sequence, Union
+
+from .sampling import check_seed
+
+PARTNER_GROUP = 8  # default partner-group size (see AugmentSettings)
+
+
+@dataclass(frozen=True)
+class SplitSettings:
+    """Which images and labels.  ``split``: the dataset yaml's split to read (None: the preset's).
+    ``fraction``: the first images of the split in file order (a float ratio, or an int count; YOLO
+    image folders and lists only).  ``names``: class names (None: the dataset yaml's, or the label
+    format's own).  ``keep_difficult``: keep Pascal VOC objects marked difficult.  ``cache_dir``: where
+    label and disk image caches go (None: beside the labels, or the per-user cache folder when that is
+    read-only).  ``scan_workers``: threads scanning labels and filling an image cache (None: 8)."""
+    split: Optional[str] = None
+    fraction: Union[float, int] = 1.0
+    names: Optional[Sequence[str]] = None
+    keep_difficult: bool = False
+    cache_dir: Optional[str] = None
+    scan_workers: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    """Which items, in which shapes.  ``rect``: sort by aspect ratio and give each batch the smallest
+    letterbox shape that holds it (stride multiples, plus ``pad`` strides); off with
+    ``image_weights``, as in YOLOv5.  ``min_items``: leave out images with fewer boxes.
+    ``single_cls``: every class id becomes 0.  ``image_weights``: the training script weights the draws
+    (YOLOv5's train.py sets ``dataset.indices``; or ``loader.sampler.set_weights``)."""
+    rect: bool = False
+    pad: float = 0.0
+    min_items: int = 0
+    single_cls: bool = False
+    image_weights: bool = False
+
+
+@dataclass(frozen=True)
+class ImageSettings:
+    """How pixels are read.  ``cache``: False, True/'ram' (one copy per node in shared memory) or 'disk'
+    (see imagecache.py).  ``ram_dir``: the folder of a RAM cache (None: $YOLO_DATA_SHM_DIR or /dev/shm).
+    ``linear_resize``: resize with linear interpolation (else area when shrinking, as YOLOv5's
+    evaluation; Ultralytics' validator resizes linearly).  ``reduced_decode``: JPEGs that shrink 2x or
+    more are decoded by libjpeg at 1/2, 1/4 or 1/8 scale (images.py).  ``scale_up``: a letterbox may
+    enlarge an image.  None: the preset's (see the module's table)."""
+    cache: Union[bool, str] = False
+    ram_dir: Optional[str] = None
+    linear_resize: Optional[bool] = None
+    reduced_decode: Optional[bool] = None
+    scale_up: Optional[bool] = None
+
+
+@dataclass(frozen=True)
+class AugmentSettings:
+    """Training augmentation.  ``hyp``: YOLOv5's hyperparameters (dict, yaml path, AugmentConfig or None
+    for hyp.scratch-low's).  ``batch_partners``: mosaic and mixup partners come from the item's partner
+    group of ``partner_group`` consecutive places of the epoch's global order (each image decoded once
+    per batch); False draws them from the whole dataset, as YOLOv5 does."""
+    hyp: Any = None
+    batch_partners: bool = True
+    partner_group: int = PARTNER_GROUP
+
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    """The DataLoader.  ``workers``: at most this many (fewer with few CPUs or a small /dev/shm).
+    ``shuffle``: a new order every epoch (None: the preset's).  ``quad``: YOLOv5's collate_fn4.
+    ``early_start``: persistent workers start when the loader is built.  ``each_image_once``:
+    evaluation under DDP gives each rank whole batches, each image exactly once (no padding; the
+    ranks' step counts may differ)."""
+    workers: int = 8
+    shuffle: Optional[bool] = None
+    quad: bool = False
+    early_start: bool = True
+    each_image_once: bool = False
+
+
+_PARTS = {"split": SplitSettings, "index": IndexSettings, "images": ImageSettings,
+          "augmentation": AugmentSettings, "loader": LoaderOptions}
+_TOP = ("augment", "img_size", "batch_size", "stride", "seed")
+# names the entry points used before the settings object existed
+ALIASES = {"imgsz": "img_size", "cache_images": "cache", "ram_cache_dir": "ram_dir", "linear_eval": "linear_resize"}
+
+
+def _owner(name: str) -> Optional[str]:
+    """The part that holds field ``name`` ('' for a top-level field), or None."""
+    if name in _TOP:
+        return ""
+    return next((part for part, cls in _PARTS.items() if name in cls.__dataclass_fields__), None)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a dataset and its loader are built with (see the module's docstring).  Frozen: make a
+    changed copy with :meth:`replace`.  ``batch_size``: per rank; ``stride``: the model's largest."""
+    augment: bool = False
+    img_size: int = 640
+    batch_size: int = 16
+    stride: int = 32
+    seed: int = 0
+    split: SplitSettings = field(default_factory=SplitSettings)
+    index: IndexSettings = field(default_factory=IndexSettings)
+    images: ImageSettings = field(default_factory=ImageSettings)
+    augmentation: AugmentSettings = field(default_factory=AugmentSettings)
+    loader: LoaderOptions = field(default_factory=LoaderOptions)
+
+    def __post_init__(self):
+        object.__setattr__(self, "seed", check_seed(self.seed))
+        for name, kind in (("img_size", int), ("batch_size", int), ("stride", int)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 1:
+                raise ValueError(f"settings: {name} must be a positive whole number, got {value!r}")
+            object.__setattr__(self, name, int(value))
+        for part, cls in _PARTS.items():
+            if not isinstance(getattr(self, part), cls):
+                raise TypeError(f"settings: {part} must be a {cls.__name__}, got {type(getattr(self, part)).__name__}")
+
+    # -- presets and changes ---------------------------------------------------------------------------
+    @classmethod
+    def training(cls, **fields) -> "Settings":
+        """Training: every preset decision as YOLOv5's and Ultralytics' trainers make it; ``fields`` by name."""
+        return cls().replace(augment=True, **fields)
+
+    @classmethod
+    def evaluation(cls, **fields) -> "Settings":
+        """Evaluation: YOLOv5's val.py batches; ``fields`` by name."""
+        return cls().replace(augment=False, **fields)
+
+    def replace(self, **fields) -> "Settings":
+        """A copy with ``fields`` changed, each given by its name alone (``rect=True``, ``cache='ram'``)."""
+        top: Dict[str, Any] = {}
+        parts: Dict[str, Dict[str, Any]] = {}
+        for name, value in fields.items():
+            name = ALIASES.get(name, name)
+            part = _owner(name)
+            if part is None:
+                known = sorted(list(_TOP) + [f for c in _PARTS.values() for f in c.__dataclass_fields__])
+                raise TypeError(f"settings have no field {name!r}; the fields are: {', '.join(known)}")
+            (top if part == "" else parts.setdefault(part, {}))[name] = value
+        for part, changed in parts.items():
+            top[part] = dataclasses.replace(getattr(self, part), **changed)
+        return dataclasses.replace(self, **top)
+
+    def fields(self) -> Dict[str, Any]:
+        """Every field by its name, flat (what ``replace`` takes)."""
+        out = {name: getattr(self, name) for name in _TOP}
+        for part in _PARTS:
+            value = getattr(self, part)
+            out.update({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
+        return out
+
+    # -- the decisions that follow from training or evaluation -----------------------------------------
+    def _preset(self, given: Optional[bool]) -> bool:
+        return self.augment if given is None else bool(given)
+
+    @property
+    def split_name(self) -> str:
+        """The dataset yaml's split to read."""
+        return self.split.split or ("train" if self.augment else "val")
+
+    @property
+    def linear_resize(self) -> bool:
+        return self._preset(self.images.linear_resize)
+
+    @property
+    def scale_up(self) -> bool:
+        return self._preset(self.images.scale_up)
+
+    @property
+    def reduced_decode(self) -> bool:
+        return self._preset(self.images.reduced_decode)
+
+    @property
+    def shuffle(self) -> bool:
+        return self._preset(self.loader.shuffle)
+
+    @property
+    def rect(self) -> bool:
+        """Rect batches: asked for, and no image weights (whose draws would break the batches' shapes)."""
+        return self.index.rect and not self.index.image_weights
+
+    @property
+    def mosaic_possible(self) -> bool:
+        """Whether items may be mosaics at all (then each is one with the hyp's probability): training,
+        and not rect (a rect batch's shape is made for its single images)."""
+        return self.augment and not self.rect
+
+    @property
+    def partner_group(self) -> int:
+        """The partner-group size asked for: ``partner_group`` where mosaics draw partners from the batch,
+        else 1 (groups then only matter for sharing an epoch's last step)."""
+        a = self.augmentation
+        return a.partner_group if self.mosaic_possible and a.batch_partners else 1
+
+    def sharded(self, world: int) -> bool:
+        """Whether each rank of ``world`` takes whole batches of its own, each image once (evaluation
+        under DDP with ``each_image_once``), instead of its slice of one global order."""
+        return world > 1 and not self.augment and self.loader.each_image_once
+
+    def rect_batch(self, world: int) -> int:
+        """The batch rect shapes are made of: the global batch, so every rank's images of a step share
+        one shape; the rank's own batch where ranks take whole batches of their own."""
+        return self.batch_size if self.sharded(world) else self.batch_size * world
+
+
+def fraction_count(n: int, fraction: Union[float, int]) -> int:
+    """How many of a split's ``n`` images ``fraction`` keeps (a float ratio, or an int count; at least 1,
+    at most n)."""
+    k = fraction if isinstance(fraction, int) and not isinstance(fraction, bool) else max(1, round(n * float(fraction)))
+    return max(1, min(n, int(k)))
+
+
+def as_settings(settings: Optional[Settings], **fields) -> Settings:
+    """``settings`` (default: the evaluation preset's fields) with ``fields`` given by name."""
+    if settings is not None and not isinstance(settings, Settings):
+        raise TypeError(f"settings must be a yolo_data Settings, got {type(settings).__name__}")
+    return (settings or Settings()).replace(**fields)
