@@ -74,10 +74,10 @@ def _progress_bar(prefix: str, enabled: bool):
 def read_labels(path, settings: Settings, prefix: str = "") -> Tuple[SplitLabels, List[str]]:
     """The split's verified labels (cache or scan) and its class names, with the split's summary line.
     ``path``: image folder, .txt list, list of them, dataset yaml (``settings.split_name`` picks), COCO
-    .json or Pascal VOC folder/list; ``settings.split.fraction`` < 1 keeps the first images in file
+    .json or Pascal VOC folder/list; ``settings.source.fraction`` < 1 keeps the first images in file
     order."""
     paths, names = resolve_split(path, settings.split_name, settings.augment)
-    part = settings.split
+    part = settings.source
     if part.fraction != 1.0:
         if any(kind_of(e) != "yolo" for e in (paths if isinstance(paths, (list, tuple)) else [paths])):
             raise ValueError(f"fraction={part.fraction}: a part of a split is taken from YOLO image folders "
@@ -101,11 +101,11 @@ def open_images(labels: SplitLabels, store, settings: Settings, run: RunState, p
         mode = normalise_mode(part.cache)
         spec = ImageCacheSpec(mode, settings.img_size, settings.linear_resize,
                               disk_candidates(labels.default_file, settings.img_size, settings.linear_resize,
-                                              settings.rect, settings.split.cache_dir, user_cache_dir(),
+                                              settings.rect, settings.source.cache_dir, user_cache_dir(),
                                               settings.reduced_decode),
                               ram_dir=None if part.ram_dir is None else Path(part.ram_dir),
                               reserve_bytes=int(run.shm_reserve_bytes) if mode == "ram" else 0,
-                              workers=settings.split.scan_workers or 8, prefix=prefix, reduced=settings.reduced_decode)
+                              workers=settings.source.scan_workers or 8, prefix=prefix, reduced=settings.reduced_decode)
         cache = open_or_build(spec, store, labels.fingerprint)
     # a function of the cache file, not a bound method of the dataset: the image source must hold no
     # reference back to the dataset, so that `del loader, dataset` frees it (and its RAM cache) at once

@@ -2,7 +2,7 @@
 
     Settings
       augment, img_size, batch_size (per rank), stride, seed
-      split:        SplitSettings    which images and labels (split, fraction, names, keep_difficult, cache_dir)
+      source:       SourceSettings   which images and labels (split, fraction, names, keep_difficult, cache_dir)
       index:        IndexSettings    which items, in which shapes (rect, pad, min_items, single_cls, image_weights)
       images:       ImageSettings    how pixels are read (cache, ram_dir, linear_resize, reduced_decode, scale_up)
       augmentation: AugmentSettings  training augmentation (hyp, batch_partners, partner_group)
@@ -45,7 +45,7 @@ PARTNER_GROUP = 8  # default partner-group size (see AugmentSettings)
 
 
 @dataclass(frozen=True)
-class SplitSettings:
+class SourceSettings:
     """Which images and labels.  ``split``: the dataset yaml's split to read (None: the preset's).
     ``fraction``: the first images of the split in file order (a float ratio, or an int count; YOLO
     image folders and lists only).  ``names``: class names (None: the dataset yaml's, or the label
@@ -114,11 +114,25 @@ class LoaderOptions:
     each_image_once: bool = False
 
 
-_PARTS = {"split": SplitSettings, "index": IndexSettings, "images": ImageSettings,
+_PARTS = {"source": SourceSettings, "index": IndexSettings, "images": ImageSettings,
           "augmentation": AugmentSettings, "loader": LoaderOptions}
 _TOP = ("augment", "img_size", "batch_size", "stride", "seed")
 # names the entry points used before the settings object existed
 ALIASES = {"imgsz": "img_size", "cache_images": "cache", "ram_cache_dir": "ram_dir", "linear_eval": "linear_resize"}
+
+
+def _route(fields: Dict[str, Any]):
+    """(top-level fields, {part: its fields}) for fields given by name (older names taken too)."""
+    top: Dict[str, Any] = {}
+    parts: Dict[str, Dict[str, Any]] = {}
+    for name, value in fields.items():
+        name = ALIASES.get(name, name)
+        part = _owner(name)
+        if part is None:
+            known = sorted(list(_TOP) + [f for c in _PARTS.values() for f in c.__dataclass_fields__])
+            raise TypeError(f"settings have no field {name!r}; the fields are: {', '.join(known)}")
+        (top if part == "" else parts.setdefault(part, {}))[name] = value
+    return top, parts
 
 
 def _owner(name: str) -> Optional[str]:
@@ -128,31 +142,42 @@ def _owner(name: str) -> Optional[str]:
     return next((part for part, cls in _PARTS.items() if name in cls.__dataclass_fields__), None)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Settings:
-    """Everything a dataset and its loader are built with (see the module's docstring).  Frozen: make a
-    changed copy with :meth:`replace`.  ``batch_size``: per rank; ``stride``: the model's largest."""
+    """Everything a dataset and its loader are built with (see the module's docstring), each field given
+    by its name alone (``Settings(augment=True, cache='ram')``) or a part whole (``index=IndexSettings(
+    rect=True)``).  Frozen: make a changed copy with :meth:`replace`.  ``batch_size``: per rank;
+    ``stride``: the model's largest."""
     augment: bool = False
     img_size: int = 640
     batch_size: int = 16
     stride: int = 32
     seed: int = 0
-    split: SplitSettings = field(default_factory=SplitSettings)
+    source: SourceSettings = field(default_factory=SourceSettings)
     index: IndexSettings = field(default_factory=IndexSettings)
     images: ImageSettings = field(default_factory=ImageSettings)
     augmentation: AugmentSettings = field(default_factory=AugmentSettings)
     loader: LoaderOptions = field(default_factory=LoaderOptions)
 
-    def __post_init__(self):
+    def __init__(self, **fields):
+        parts = {part: fields.pop(part) for part in _PARTS if part in fields}
+        for name in _TOP:
+            object.__setattr__(self, name, self.__dataclass_fields__[name].default)
+        for part, cls in _PARTS.items():
+            object.__setattr__(self, part, parts.get(part, cls()))
+            if not isinstance(getattr(self, part), cls):
+                raise TypeError(f"settings: {part} must be a {cls.__name__}, got {type(getattr(self, part)).__name__}")
+        top, changed = _route(fields)
+        for name, value in top.items():
+            object.__setattr__(self, name, value)
+        for part, values in changed.items():
+            object.__setattr__(self, part, dataclasses.replace(getattr(self, part), **values))
         object.__setattr__(self, "seed", check_seed(self.seed))
         for name, kind in (("img_size", int), ("batch_size", int), ("stride", int)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 1:
                 raise ValueError(f"settings: {name} must be a positive whole number, got {value!r}")
             object.__setattr__(self, name, int(value))
-        for part, cls in _PARTS.items():
-            if not isinstance(getattr(self, part), cls):
-                raise TypeError(f"settings: {part} must be a {cls.__name__}, got {type(getattr(self, part)).__name__}")
 
     # -- presets and changes ---------------------------------------------------------------------------
     @classmethod
@@ -167,18 +192,8 @@ class Settings:
 
     def replace(self, **fields) -> "Settings":
         """A copy with ``fields`` changed, each given by its name alone (``rect=True``, ``cache='ram'``)."""
-        top: Dict[str, Any] = {}
-        parts: Dict[str, Dict[str, Any]] = {}
-        for name, value in fields.items():
-            name = ALIASES.get(name, name)
-            part = _owner(name)
-            if part is None:
-                known = sorted(list(_TOP) + [f for c in _PARTS.values() for f in c.__dataclass_fields__])
-                raise TypeError(f"settings have no field {name!r}; the fields are: {', '.join(known)}")
-            (top if part == "" else parts.setdefault(part, {}))[name] = value
-        for part, changed in parts.items():
-            top[part] = dataclasses.replace(getattr(self, part), **changed)
-        return dataclasses.replace(self, **top)
+        _route(fields)  # unknown names are refused before anything else
+        return Settings(**{**self.fields(), **{ALIASES.get(k, k): v for k, v in fields.items()}})
 
     def fields(self) -> Dict[str, Any]:
         """Every field by its name, flat (what ``replace`` takes)."""
@@ -195,7 +210,7 @@ class Settings:
     @property
     def split_name(self) -> str:
         """The dataset yaml's split to read."""
-        return self.split.split or ("train" if self.augment else "val")
+        return self.source.split or ("train" if self.augment else "val")
 
     @property
     def linear_resize(self) -> bool:
