@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFile
 
-from yolo_data import create_dataloader, labels
+from yolo_data import create_dataloader, labelfile
 from yolo_data.labels import image_size, verify_pair
+from yolo_data.problems import LabelError
 from yolo_data.split import load_split
 from conftest import write_image
 
@@ -192,7 +193,7 @@ SHAPES = {"exif6.png": (48, 64), "exif6_after_idat.png": (48, 64), "exif3_then_6
 LABELS = {  # name of the label file's stem -> its image is a good 48x48 JPEG; nc=3
     "lb_fifo": (fifo, "left out", "label file is not a regular file (a FIFO)"),
     "lb_zero": (link_to("/dev/zero"), "left out", "label file is not a regular file (a character device)"),
-    "lb_huge": (sparse(labels.MAX_LABEL_BYTES + 1), "left out",
+    "lb_huge": (sparse(labelfile.MAX_LABEL_BYTES + 1), "left out",
                 "label file is 16,777,217 bytes, over the limit of 16,777,216 bytes"),
     "lb_dir_link": (link_to("/"), "warned", "a folder stands where the label file should be"),
     "cls_1e39": (text("1e39 0.5 0.5 0.1 0.1\n"), "left out", "line 1: class '1e39' is not a non-negative integer"),
@@ -314,13 +315,13 @@ def test_class_ids_are_exact_in_float32_up_to_the_limit(tmp_path, cls, ok):
     rec = bounded(verify_pair, str(im), str(lb_dir / "a.txt"), None)  # nc unknown: only MAX_CLASS_ID applies
     assert (rec.status == "ok") == ok, rec.problems
     if ok:
-        assert rec.labels[0, 0] == 16777215 == labels.MAX_CLASS_ID - 1
+        assert rec.labels[0, 0] == 16777215 == labelfile.MAX_CLASS_ID - 1
     else:
         assert "is too large" in rec.problems[0].reason and "line 1" in rec.problems[0].reason
 
 
 def test_label_size_limit_is_exact(tmp_path, monkeypatch):
-    monkeypatch.setattr(labels, "MAX_LABEL_BYTES", len(GOOD) * 3)
+    monkeypatch.setattr(labelfile, "MAX_LABEL_BYTES", len(GOOD) * 3)
     im_dir, lb_dir = build(tmp_path, [], [])
     im = write_image(im_dir / "a.jpg", 48, 48)
     lb = lb_dir / "a.txt"
@@ -354,7 +355,7 @@ def test_png_check_never_decodes_the_image(tmp_path, monkeypatch):
     monkeypatch.setattr(ImageFile.ImageFile, "load", no_decoding)
     assert image_size(str(p)) == ((48, 64), [])
     p.write_bytes(p.read_bytes()[:-6])
-    with pytest.raises(labels._Corrupt, match="truncated PNG"):
+    with pytest.raises(LabelError, match="truncated PNG"):
         image_size(str(p))
 
 

@@ -218,7 +218,7 @@ def test_fraction_as_ultralytics_counts_it(sample):
     # a COCO or VOC split is read whole: a part of it is refused with a message, not read as no images
     js = sample.parent / "a.json"
     js.write_text('{"images": [], "categories": []}')
-    with pytest.raises(ValueError, match=r"fraction=0.5: .*a\.json names COCO or VOC annotations"):
+    with pytest.raises(ValueError, match=r"fraction=0.5: .*a\.json names coco annotations"):
         create_loader(str(js), settings("train", fraction=0.5))
 
 

@@ -8,6 +8,7 @@ sampling (the epoch's global order, per rank) -> collate -> loader.
 """
 from .dataset import LoadImagesAndLabels, YoloDataset
 from .distributed import RanksDisagreeError, ZeroFirstError, torch_distributed_zero_first, wait_for_the_master
+from .problems import LabelError
 from .settings import Settings
 from .yolov5 import create_dataloader
 from .torch_utils import init_torch_seeds, select_device, smart_DDP, time_synchronized
@@ -17,5 +18,5 @@ __version__ = "0.2.0"
 __all__ = [
     "create_dataloader", "torch_distributed_zero_first", "wait_for_the_master", "select_device",
     "time_synchronized", "init_torch_seeds", "smart_DDP", "YoloDataset", "LoadImagesAndLabels",
-    "ZeroFirstError", "RanksDisagreeError", "Settings",
+    "ZeroFirstError", "RanksDisagreeError", "Settings", "LabelError",
 ]

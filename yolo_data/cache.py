@@ -27,14 +27,16 @@ import numpy as np
 from . import container
 from .container import CacheError
 from .scan import default_workers
-from .labels import COORD_TOLERANCE, MAX_CLASS_ID, MAX_LABEL_BYTES, MIN_IMAGE_SIDE, Problem
+from .labelfile import COORD_TOLERANCE, MAX_CLASS_ID, MAX_LABEL_BYTES
+from .labels import MIN_IMAGE_SIDE
+from .problems import Problem
 from .sources import LABEL_CACHE_SUFFIX, MAX_CACHE_STEM, cache_stem
 from .store import LabelStore
 
 LOGGER = logging.getLogger("yolo_data")
 
 KIND = "labels"
-# Of the contents (4: class names; 5: a COCO split's settings and listed images; 6: which listed images
+# Of the contents (4: class names; 5: a format's settings and listed images; 6: which listed images
 # the store kept); the container's own format is container.FORMAT.
 FORMAT_VERSION = 6
 CACHE_DIR_ENV = "YOLO_DATA_CACHE_DIR"
@@ -49,9 +51,9 @@ class CacheContents:
     fingerprint: str
     counts: Dict[str, int]
     problems: List[Problem] = field(default_factory=list)
-    names: List[str] = field(default_factory=list)  # the class names (a COCO JSON's or VOC XMLs' own)
-    # A COCO split's: the format's settings (the JSON's path, size, mtime) and every image it listed, so
-    # a warm start can check the fingerprint without reading the JSON (formats.coco_shortcut).
+    names: List[str] = field(default_factory=list)  # the class names (the yaml's or the annotations' own)
+    # The label format's settings (labelformat.SplitSource.settings), and, for a format with a warm
+    # start, every image the split listed, so the fingerprint is checked without listing it again.
     settings: Optional[Dict] = None
     listed: Optional[List[str]] = None
     # bool (number of listed images,): which of the split's listed images the store holds (the scan
@@ -85,7 +87,7 @@ def _stats(paths: Sequence[str]) -> array:
 def _chunk_digest(im_files: Sequence[str], lb_files: Sequence[str], lo: int, hi: int, threads=None) -> bytes:
     """sha256 of pairs [lo, hi): every path (NUL-separated: no path contains NUL), then their stats.
     ``threads``: an executor that stats batches of paths concurrently (slow filesystems)."""
-    if lb_files is None:  # a format whose labels are not one file per image (COCO's JSON)
+    if lb_files is None:  # a format whose labels are not one file per image (its settings hold the file)
         paths = list(im_files[lo:hi])
     else:
         paths = [""] * (2 * (hi - lo))
@@ -128,8 +130,8 @@ def fingerprint(im_files: Sequence[str], lb_files: Optional[Sequence[str]], nc: 
                 workers: Optional[int] = None, parallel_min: Optional[int] = None,
                 settings: Optional[Dict] = None) -> str:
     """sha256 of everything that decides the scan's result: the format version, the scan settings
-    (``nc``, and ``settings``: the label format's, JSON-serialisable, e.g. a COCO JSON's path, size and
-    mtime, or VOC's names) and each image and label file's path, size, modification time (ns) and file
+    (``nc``, and ``settings``: the label format's, JSON-serialisable, e.g. an annotation file's path,
+    size and mtime, or class names) and each image and label file's path, size, modification time (ns) and file
     type; a missing file counts too.  ``lb_files`` None: only the images are stat'ed per pair.  Every file is stat'ed on every call, so an edited file (new mtime, or new size) or a
     replaced one is noticed; folder times are never used as a shortcut.
 

@@ -25,7 +25,7 @@ from .augstate import AugmentControl, TrainSettings
 from .cache import user_cache_dir
 from .collate import collate_fn
 from .datayaml import is_dataset_yaml, load_dataset_yaml
-from .formats import kind_of
+from .formats import split_format
 from .imagecache import ImageCacheSpec, disk_candidates, normalise_mode, open_or_build
 from .images import ImageDecodeError, ImageSource
 from .index import SplitIndex, build_index
@@ -73,15 +73,16 @@ def _progress_bar(prefix: str, enabled: bool):
 
 def read_labels(path, settings: Settings, prefix: str = "") -> Tuple[SplitLabels, List[str]]:
     """The split's verified labels (cache or scan) and its class names, with the split's summary line.
-    ``path``: image folder, .txt list, list of them, dataset yaml (``settings.split_name`` picks), COCO
-    .json or Pascal VOC folder/list; ``settings.source.fraction`` < 1 keeps the first images in file
+    ``path``: image folder, .txt list, list of them, dataset yaml (``settings.split_name`` picks), or a
+    split of another label format (formats.py: COCO .json, Pascal VOC folder/list, LabelMe folder); ``settings.source.fraction`` < 1 keeps the first images in file
     order."""
     paths, names = resolve_split(path, settings.split_name, settings.augment)
     part = settings.source
     if part.fraction != 1.0:
-        if any(kind_of(e) != "yolo" for e in (paths if isinstance(paths, (list, tuple)) else [paths])):
+        fmt = split_format(paths)
+        if not fmt.cuts_by_files:
             raise ValueError(f"fraction={part.fraction}: a part of a split is taken from YOLO image folders "
-                             f"or lists; {path} names COCO or VOC annotations (use fraction=1.0)")
+                             f"or lists; {path} names {fmt.name} annotations (use fraction=1.0)")
         files = list_image_files(paths)
         paths = files[:fraction_count(len(files), part.fraction)]
     names = list(part.names) if part.names else names

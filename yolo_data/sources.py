@@ -35,7 +35,7 @@ LABEL_CACHE_SUFFIX = ".yolo_data.cache"
 PathLike = Union[str, os.PathLike]
 
 
-def _walk(top: str) -> List[str]:
+def walk_files(top: str) -> List[str]:
     """Files under ``top``, following symlinks to folders (as YOLOv5 does) but entering each real
     folder once: a link back to a folder on the way here (``loop -> .``, which os.walk otherwise follows
     40 levels deep, or without end with two such links) is skipped with one warning naming it, and so is
@@ -130,7 +130,7 @@ def list_images(path: Union[PathLike, Sequence[PathLike]]) -> ImageListing:
     for p in path if isinstance(path, (list, tuple)) else [path]:
         p = Path(p)
         if p.is_dir():
-            files.extend(_walk(str(p)))
+            files.extend(walk_files(str(p)))
         elif p.is_file() and p.suffix.lower() == ".txt":
             parent = str(p.parent) + os.sep
             entries, bad = read_list(p)

@@ -15,10 +15,10 @@ from typing import Callable, Dict, List, Optional, Union
 
 import numpy as np
 
-from . import cache, distributed, failures
-from .labels import Problem
+from . import cache, distributed, failures, formats
+from .labelformat import SourceOptions
+from .problems import Problem
 from .scan import Progress, scan_pairs
-from .formats import SourceOptions, annotation_file_of, coco_shortcut, open_source
 from .sources import img2label_path
 from .store import LabelStore
 
@@ -42,7 +42,7 @@ class SplitLabels:
     fingerprint: str = ""  # of the inputs (see cache.fingerprint)
     default_file: Optional[Path] = None  # where the cache goes by default (beside the labels)
     names: List[str] = field(default_factory=list)  # class names (the yaml's, or the annotations' own)
-    kind: str = "yolo"  # the label format: 'yolo', 'coco' or 'voc' (formats.py)
+    kind: str = "yolo"  # the label format's name (formats.py)
     label_file_of: Callable[[str], str] = img2label_path  # an image's annotation file
 
 
@@ -71,11 +71,12 @@ def _candidates(default: Path, cache_dir: Optional[Union[str, Path]]) -> List[Pa
 def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional[int] = None,
                force: bool = False, progress: Optional[Progress] = None, save: bool = True,
                names: Optional[List[str]] = None, keep_difficult: bool = False) -> SplitLabels:
-    """Labels of the images named by ``path``: a folder, .txt list or image with YOLO labels, a COCO
-    .json, a Pascal VOC folder or ImageSets list, or a list of these (see formats.py).
+    """Labels of the images named by ``path``: a split entry of any label format (formats.py: a folder,
+    .txt list or image with YOLO labels, a COCO .json, a Pascal VOC folder or ImageSets list, a folder
+    of images with LabelMe JSONs), or a list of entries of one format.
 
-    ``names``: the class names when known (YOLO class ids beyond them are then errors; COCO categories
-    and VOC objects map onto them by name); ``nc``: their number, when only that is known.
+    ``names``: the class names when known (YOLO class ids beyond them are then errors; the other
+    formats' class names map onto them by name); ``nc``: their number, when only that is known.
     ``keep_difficult``: keep VOC objects marked difficult.  ``force``: rescan even if a fresh cache
     exists.  ``save=False`` scans without writing a cache.
 
@@ -109,7 +110,7 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
                 raise cache.CacheError("replaced since local rank 0 used it")
             s = SplitLabels(contents.store, Path(info["file"]), False, time.perf_counter() - t0,
                             contents.counts, contents.problems, info["fingerprint"], Path(info["default"]),
-                            contents.names, info["kind"], annotation_file_of(info["kind"], info["label_file"]))
+                            contents.names, info["kind"], formats.get(info["kind"]).annotation_file_of(info["label_file"]))
             return failures.leave_out(s, failures.read(s.cache_file, upto=info["failed_bytes"])[0])
         except (OSError, cache.CacheError) as e:
             reason = f"cannot read local rank 0's label cache {info['file']} ({e})"
@@ -125,22 +126,23 @@ def _as_list(path) -> List:
     return list(path) if isinstance(path, (list, tuple)) else [path]
 
 
-def _cached_coco(path, options: SourceOptions, cache_dir, t0: float) -> Optional[SplitLabels]:
-    """A COCO split's fresh cache, found without reading the JSON: its settings (the JSON's path, size
-    and mtime, the names) equal the cache's, and the fingerprint of the images the cache says the JSON
-    listed equals the cache's.  None otherwise (then the JSON is read and the split checked as usual)."""
-    quick = coco_shortcut(path, options)
-    if quick is None:
+def _warm_start(path, options: SourceOptions, cache_dir, t0: float) -> Optional[SplitLabels]:
+    """A fresh cache found without listing the split, for formats that can (formats.warm_start: a COCO
+    JSON is not read): the format's settings equal the cache's, and the fingerprint of the images the
+    cache says the split listed equals the cache's.  None otherwise (then the split is listed and
+    checked as usual)."""
+    found = formats.warm_start(path, options)
+    if found is None:
         return None
-    settings, default = quick
-    settings = json.loads(json.dumps(settings))  # as the cache holds it (lists, not tuples)
-    for cfile in _candidates(default, cache_dir):
+    kind, warm = found
+    settings = json.loads(json.dumps(warm.settings))  # as the cache holds it (lists, not tuples)
+    for cfile in _candidates(warm.default_cache, cache_dir):
         try:
             contents = cache.load(cfile)
         except (OSError, cache.CacheError):
             continue  # the usual path below reports it
         if contents.settings != settings or contents.listed is None:  # (the fingerprint covers the
-            continue  # settings too; comparing them first spares the images' stats when the JSON changed)
+            continue  # settings too; comparing them first spares the images' stats when the files changed)
         fp = cache.fingerprint(contents.listed, None, None, settings=settings)
         if fp == contents.fingerprint:
             try:
@@ -149,17 +151,16 @@ def _cached_coco(path, options: SourceOptions, cache_dir, t0: float) -> Optional
                 continue  # the usual path below reports it
             cache.remove_stale_temps(cfile)
             return SplitLabels(contents.store, cfile, False, time.perf_counter() - t0, contents.counts,
-                               contents.problems, fp, default, contents.names, "coco",
-                               annotation_file_of("coco", settings["json"][0][0]))
+                               contents.problems, fp, warm.default_cache, contents.names, kind, warm.label_file_of)
     return None
 
 
 def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progress, save) -> SplitLabels:
     t0 = time.perf_counter()
-    quick = None if force else _cached_coco(path, options, cache_dir, t0)
+    quick = None if force else _warm_start(path, options, cache_dir, t0)
     if quick is not None:
         return quick
-    source = open_source(path, options)
+    source = formats.open_source(path, options)
     im_files = source.im_files
     default = source.default_cache
     fp = cache.fingerprint(im_files, source.label_files, source.nc, settings=source.settings)
@@ -205,7 +206,7 @@ def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progr
     if save:
         kept = np.fromiter((r.status != "corrupt" for r in records), bool, len(records))
         contents = cache.CacheContents(store, fp, counts, problems, names, source.settings or None,
-                                       im_files if source.kind == "coco" else None, kept)
+                                       im_files if source.keeps_listing else None, kept)
         for i, cfile in enumerate(candidates):
             try:
                 if cfile != default:  # never create folders inside the user's dataset

@@ -16,14 +16,15 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from xml.parsers import expat
 
 import numpy as np
 
-from .labels import MAX_LABEL_BYTES, _Corrupt, _NotRegular, _open_regular, normalising_size, without_duplicates
-from .problems import Problem
-from .sources import IMG_FORMATS, read_list
+from .labelfile import NotRegular, normalising_size, open_regular, read_limited, without_duplicates
+from .labelformat import SourceOptions, SplitSource, WarmStart
+from .problems import LabelError, Problem
+from .sources import IMG_FORMATS, default_cache_file, read_list
 
 ANNOTATIONS, IMAGES, IMAGE_SETS = "Annotations", "JPEGImages", "ImageSets"
 
@@ -86,12 +87,12 @@ def list_voc(entry: Path) -> VocListing:
 def _refuse_declarations(*_) -> None:
     # A VOC file never declares a DOCTYPE or entities; entity bombs ("billion laughs") do.  Refused by
     # the parser, which has decoded the text, so no encoding (UTF-16 with or without a BOM) hides one.
-    raise _Corrupt("XML with a DOCTYPE or entity declarations is not a VOC annotation")
+    raise LabelError("XML with a DOCTYPE or entity declarations is not a VOC annotation")
 
 
 def _tree(raw: bytes) -> ET.Element:
     """Parse XML bytes into elements with expat (which detects the encoding from the BOM or the
-    declaration), refusing any DOCTYPE or entity declaration.  Raises _Corrupt."""
+    declaration), refusing any DOCTYPE or entity declaration.  Raises LabelError."""
     builder = ET.TreeBuilder()
     parser = expat.ParserCreate()
     parser.StartDoctypeDeclHandler = _refuse_declarations
@@ -104,19 +105,17 @@ def _tree(raw: bytes) -> ET.Element:
         parser.Parse(raw, True)
         return builder.close()
     except (expat.ExpatError, LookupError, ValueError) as e:  # an encoding without a codec, or multi-byte
-        raise _Corrupt(f"not valid XML ({e})") from None
+        raise LabelError(f"not valid XML ({e})") from None
 
 
 def _parse(xml_file: str) -> ET.Element:
-    """The XML's root element, read with the label files' limits.  Raises FileNotFoundError or _Corrupt."""
+    """The XML's root element, read with the label files' limits.  Raises FileNotFoundError or LabelError."""
     try:
-        f, st = _open_regular(xml_file)
-    except _NotRegular as e:
-        raise _Corrupt(f"annotation is not a regular file ({e.kind})") from None
+        f, st = open_regular(xml_file)
+    except NotRegular as e:
+        raise LabelError(f"annotation is not a regular file ({e.kind})") from None
     with f:
-        raw = f.read(MAX_LABEL_BYTES + 1)
-    if len(raw) > MAX_LABEL_BYTES:
-        raise _Corrupt(f"annotation is over {MAX_LABEL_BYTES:,} bytes")
+        raw = read_limited(f, st.st_size, "annotation")
     return _tree(raw)
 
 
@@ -126,7 +125,7 @@ def names_in(xml_files: Sequence[str]) -> List[str]:
     for x in xml_files:
         try:
             root = _parse(x)
-        except (OSError, _Corrupt):
+        except (OSError, LabelError):
             continue
         found.update((o.findtext("name") or "").strip() for o in root.iter("object"))
     found.discard("")
@@ -138,9 +137,9 @@ def _number(obj: ET.Element, path: str, where: str) -> float:
     try:
         v = float(text)
     except (TypeError, ValueError):
-        raise _Corrupt(f"{where}: {path} is {'missing' if text is None else repr(text[:20])}, not a number") from None
+        raise LabelError(f"{where}: {path} is {'missing' if text is None else repr(text[:20])}, not a number") from None
     if not math.isfinite(v):
-        raise _Corrupt(f"{where}: {path} is {text.strip()!r}")
+        raise LabelError(f"{where}: {path} is {text.strip()!r}")
     return v
 
 
@@ -156,7 +155,7 @@ def _stated_size(root: ET.Element) -> Optional[Tuple[float, float]]:
 
 @dataclass(frozen=True)
 class VocReader:
-    """Reads VOC XML files for the scan (see labels.LabelReader).  ``names``: class names, index = class id."""
+    """Reads VOC XML files for the scan (labelformat.LabelReader).  ``names``: class names, index = class id."""
     names: Tuple[str, ...]
     keep_difficult: bool = False
 
@@ -169,9 +168,9 @@ class VocReader:
         except FileNotFoundError:
             return np.zeros((0, 5), np.float32), None, "missing", []
         except OSError as e:
-            raise _Corrupt(f"cannot read annotation ({e})") from None
+            raise LabelError(f"cannot read annotation ({e})") from None
         if root.tag != "annotation":
-            raise _Corrupt(f"root element <{root.tag[:20]}>, not <annotation>")
+            raise LabelError(f"root element <{root.tag[:20]}>, not <annotation>")
         (sw, sh), warnings = normalising_size(_stated_size(root), shape, "XML", "no usable <size> in the XML")
         ids = {n: i for i, n in enumerate(self.names)}
         rows, unknown = [], Counter()
@@ -180,7 +179,7 @@ class VocReader:
             where = f"object {k} ({name or 'no name'})"
             difficult = (obj.findtext("difficult") or "0").strip()
             if difficult not in ("0", "1"):
-                raise _Corrupt(f"{where}: difficult is {difficult[:20]!r}, not 0 or 1")
+                raise LabelError(f"{where}: difficult is {difficult[:20]!r}, not 0 or 1")
             if difficult == "1" and not self.keep_difficult:
                 continue  # as the converters do; keep_difficult=True keeps them
             if name not in ids:
@@ -210,3 +209,50 @@ class VocReader:
             labels[:, 1:3], labels[:, 3:5] = (xyxy[:, :2] + xyxy[:, 2:]) / 2, xyxy[:, 2:] - xyxy[:, :2]
         labels, _ = without_duplicates(labels.astype(np.float32), None, warnings)
         return labels, None, "ok", warnings
+
+
+def _voc_annotation(im_file: str) -> str:
+    """``.../JPEGImages/<stem>.<suffix>`` -> ``.../Annotations/<stem>.xml``."""
+    head, _, name = im_file.rpartition(os.sep + IMAGES + os.sep)
+    return os.path.join(head, ANNOTATIONS, name.rpartition(".")[0] + ".xml")
+
+
+class VocFormat:
+    """Pascal VOC (labelformat.LabelFormat): a VOC folder or lists in its ImageSets/, several joined
+    (VOC2007 + VOC2012).  The fingerprint covers every image and XML file's stat, the names and
+    ``keep_difficult``; without names they are the sorted object names of every XML file, read only
+    when the split is scanned."""
+    name = "voc"
+    cuts_by_files = False
+
+    def claims(self, entry: Path) -> bool:
+        return voc_root_of(entry) is not None
+
+    def open(self, entries: List[Any], options: SourceOptions) -> SplitSource:
+        im_files, xml_files, problems = [], [], []
+        for e in entries:
+            listing = list_voc(Path(e))
+            im_files += listing.im_files
+            xml_files += listing.xml_files
+            problems += listing.problems
+        if not im_files:
+            raise FileNotFoundError(f"no images listed in {entries[0] if len(entries) == 1 else entries}")
+        names = list(options.names) if options.names else None
+        keep = options.keep_difficult
+        settings = {"format": "voc", "names": names, "keep_difficult": keep, "voc": 1}
+
+        def discover():
+            found = names_in(xml_files)
+            return found, VocReader(tuple(found), keep)
+        return SplitSource(self.name, im_files, xml_files, xml_files, VocReader(tuple(names), keep) if names else None,
+                           names, settings, default_cache_file(entries, xml_files[0]), _voc_annotation, problems,
+                           discover=discover)
+
+    def warm_start(self, entries: List[Any], options: SourceOptions) -> Optional[WarmStart]:
+        return None
+
+    def annotation_file_of(self, first_label_file: Optional[str]) -> Callable[[str], str]:
+        return _voc_annotation
+
+
+FORMAT = VocFormat()
