@@ -106,11 +106,42 @@ def test_no_usable_image_is_a_clear_error(tmp_path):
         create_dataloader(str(yaml), 32, 1, 32, workers=0, split="train")
 
 
-def test_bundled_sample_loads(tmp_path):
+def expected_targets(label_file: Path, k: int, hw0, size: int):
+    """Rows [k, class, x, y, w, h] of ``label_file`` for an image of hw0 (h, w) letterboxed unscaled and
+    centred on size x size, from the text alone: a box row as written, a polygon row by its envelope."""
+    h0, w0 = hw0
+    padw, padh = (size - w0) / 2, (size - h0) / 2  # YOLOv5 offsets boxes by the half pad, .5 included
+    rows = []
+    for line in label_file.read_text().splitlines():
+        cls, *v = (float(s) for s in line.split())
+        if len(v) == 4:
+            x, y, w, h = v
+            x1, y1, x2, y2 = x - w / 2, y - h / 2, x + w / 2, y + h / 2
+        else:
+            x1, x2, y1, y2 = min(v[0::2]), max(v[0::2]), min(v[1::2]), max(v[1::2])
+        x1, x2 = x1 * w0 + padw, x2 * w0 + padw
+        y1, y2 = y1 * h0 + padh, y2 * h0 + padh
+        rows.append([k, cls, (x1 + x2) / 2 / size, (y1 + y2) / 2 / size, (x2 - x1) / size, (y2 - y1) / size])
+    return rows
+
+
+def test_bundled_sample_targets_are_its_label_files_through_the_letterbox(tmp_path):
+    """The first batch of the bundled val split: landscape, portrait, square and an odd padding (213 rows:
+    53.5 px each side), with box and polygon rows of all three classes."""
+    import cv2
     shutil.copytree(SAMPLE.parent, tmp_path / "data")  # the test writes caches: not into the checkout
     loader, ds = create_dataloader(str(tmp_path / "data" / SAMPLE.name), 320, 4, 32, workers=0, split="val")
-    imgs, targets, _, _ = next(iter(loader))
-    assert len(ds) == 8 and imgs.shape == (4, 3, 320, 320) and len(targets) > 0
+    imgs, targets, paths, _ = next(iter(loader))
+    assert len(ds) == 8 and imgs.shape == (4, 3, 320, 320)
+    assert [Path(p).name for p in paths] == ["val_000.jpg", "val_001.jpg", "val_002.jpg", "val_003.jpg"]
+    labels = tmp_path / "data" / "sample" / "labels" / "val"
+    expect = []
+    for k, p in enumerate(paths):
+        hw0 = cv2.imread(p).shape[:2]
+        assert max(hw0) == 320  # long side already imgsz: neither load_image nor the letterbox rescales
+        expect += expected_targets(labels / (Path(p).stem + ".txt"), k, hw0, 320)
+    assert len(expect) == 10
+    torch.testing.assert_close(targets, torch.tensor(expect, dtype=torch.float32), atol=1e-6, rtol=0)
 
 
 def test_coco128_counts(coco128):

@@ -129,14 +129,27 @@ def test_default_partner_group_keeps_mosaics_equal_on_1_and_2_ranks(data, tmp_pa
     assert_same(global_steps(tmp_path, 2), global_steps(tmp_path, 1))
 
 
-def test_a_group_that_does_not_divide_the_rank_batch_changes_the_mosaics(data, tmp_path):
-    """What the README says changes: partners then come from each rank's batch."""
-    cfg = dict(workers=0, group=8)
-    for world in (1, 4):  # 4 per rank: 8 does not divide it
-        run(_rank, world, *data, str(tmp_path), cfg)
-    a, b = global_steps(tmp_path, 1), global_steps(tmp_path, 4)
-    assert [s[2] for s in a] == [s[2] for s in b]  # the same images in every step
-    assert not torch.equal(a[0][0], b[0][0])  # but other mosaics
+def items_of(steps):
+    """Per item of an epoch, in global order: (path, image (3, H, W))."""
+    return [(p[k], im[k]) for im, _, p in steps for k in range(len(im))]
+
+
+def test_a_group_that_does_not_divide_the_rank_batch_takes_partners_from_each_ranks_batch(data, tmp_path):
+    """What the README says changes: partners then come from each rank's batch.  On 4 ranks of 4,
+    partner_group=8 gives exactly the items of groups of 4 on one rank, and none of the items of
+    groups of 8."""
+    runs = {}
+    for world, group in ((4, 8), (1, 4), (1, 8)):
+        out = tmp_path / f"{world}x{group}"
+        out.mkdir()
+        run(_rank, world, *data, str(out), dict(workers=0, group=group))
+        runs[world, group] = global_steps(out, world)
+    assert_same(runs[4, 8], runs[1, 4])
+    fell_back, groups_of_8 = items_of(runs[4, 8]), items_of(runs[1, 8])
+    assert len(fell_back) == 30 and [i[0] for i in fell_back] == [i[0] for i in groups_of_8]
+    # mosaic=1.0 makes every item a mosaic, and every item's partner pool changed (smaller, or in the
+    # last step a group of 2 that borrows from the whole split)
+    assert [k for k, (a, b) in enumerate(zip(fell_back, groups_of_8)) if torch.equal(a[1], b[1])] == []
 
 
 def test_a_state_saved_on_one_rank_resumes_on_two(data, tmp_path):

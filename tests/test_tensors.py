@@ -86,6 +86,8 @@ def test_batches_made_in_workers_arrive_whole_with_either_sharing_strategy(strat
             del whole
     finally:
         torch.multiprocessing.set_sharing_strategy(before)
+
+
 @pytest.mark.parametrize("augment,batch_partners", [(False, True), (True, False), (True, True)])
 def test_a_batch_is_handed_on_without_a_copy_and_equals_its_items(small_dataset, augment, batch_partners, tmp_path):
     ds = LoadImagesAndLabels(str(small_dataset), 64, 4, augment=augment, split="train", cache_dir=tmp_path, seed=3,
@@ -98,7 +100,12 @@ def test_a_batch_is_handed_on_without_a_copy_and_equals_its_items(small_dataset,
             img, t, _, _ = ds[k]
             assert torch.equal(imgs[k], img) and torch.equal(targets[targets[:, 0] == k, 1:], t[:, 1:])
     assert list(paths) == [ds.im_files[k] for k in range(4)]
-    assert sorted(set(targets[:, 0].int().tolist())) <= [0, 1, 2, 3]
+    # column 0: each item's index, once per target of that item, in item order
+    counts = [len(t) for _, t, _, _ in items]
+    assert targets[:, 0].tolist() == [float(k) for k in range(4) for _ in range(counts[k])]
+    assert torch.equal(targets[:, 1:], torch.cat([t[:, 1:] for _, t, _, _ in items]))
+    if not augment:
+        assert counts == [2, 1, 2, 1]  # a.jpg, b.jpg, c.png and d.jpg as labelled
 
 
 def test_items_from_several_threads_equal_items_made_one_by_one(small_dataset, tmp_path):
