@@ -32,4 +32,4 @@ class AlbumentationsStep:
         if self._seedable:
             self.transform.set_random_seed(int(rng.integers(0, 2**31 - 1)))
         img = self.transform(image=sample.img)["image"]
-        return Sample(img, sample.cls, sample.boxes, sample.segments)
+        return Sample(img, sample.cls, sample.boxes, sample.segments, sample.extras)

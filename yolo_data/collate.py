@@ -49,11 +49,22 @@ def stack(tensors) -> torch.Tensor:
 
 def collate_fn(batch):
     """Stack images (B, 3, H, W) uint8; concatenate targets (N, 6) with column 0 set to each image's
-    index in the batch; paths and shapes as tuples."""
-    ims, targets, paths, shapes = zip(*batch)
+    index in the batch; paths and shapes as tuples.  Items with a fifth part (per-object extras: name ->
+    (n, ...) tensor, row i beside target row i; sample.extras_of) give a fifth: name -> (N, ...), the
+    rows in the targets' order."""
+    ims, targets, paths, shapes, *extras = zip(*batch)
     for i, t in enumerate(targets):
         t[:, 0] = i
-    return stack(ims), torch.cat(targets, 0), paths, shapes
+    out = stack(ims), torch.cat(targets, 0), paths, shapes
+    return out + (join_objects(extras[0]),) if extras else out
+
+
+def join_objects(parts) -> dict:
+    """Per-object extras of a batch's items joined by name (every item carries the same names)."""
+    names = sorted(parts[0])
+    if any(sorted(p) != names for p in parts):
+        raise ValueError(f"the items of a batch carry different per-object extras: {[sorted(p) for p in parts]}")
+    return {k: torch.cat([p[k] for p in parts], 0) for k in names}
 
 
 class QuadCollate:
@@ -69,6 +80,9 @@ class QuadCollate:
         self.seed, self.epoch = seed, epoch
 
     def __call__(self, batch):
+        if any(len(item) > 4 for item in batch):
+            raise ValueError("quad=True (YOLOv5's collate_fn4) makes detection batches only: these items "
+                             "carry per-object extras; use quad=False")
         ims, targets, paths, shapes = zip(*batch)
         n = len(ims) // 4
         out_ims, out_targets = [], []

@@ -27,7 +27,7 @@ from .augstate import SharedSettings, TrainSettings
 from .images import ImageReadError, ImageSource
 from .index import SplitIndex
 from .pipeline import draw_finish, flip_boxes, item_rng, mosaic_with_mixup, single_image_geometry
-from .sample import Sample
+from .sample import Sample, extras_of
 from .tensors import BatchImages, Scratch, targets_of, write_letterboxed, write_rgb
 
 LOGGER = logging.getLogger("yolo_data")
@@ -130,7 +130,10 @@ class TrainMapper:
         img, sample = sample.img, flip_boxes(sample, draws)  # pixels are flipped on their way out
         t = out.write(k, img.shape[:2], lambda planes: write_rgb(img, planes, draws.hsv_gains, draws.flip_ud,
                                                                  draws.flip_lr, self.scratch))
-        return t, targets_of(sample.cls, sample.boxes, img.shape[:2]), self.index.store.im_file(i), shapes
+        item = (t, targets_of(sample.cls, sample.boxes, img.shape[:2]), self.index.store.im_file(i), shapes)
+        # per-object extras travel as a fifth part, row i beside target row i (collate.collate_fn)
+        return item + ({k: torch.from_numpy(v) for k, v in extras_of(sample, img.shape[:2]).items()},) \
+            if sample.extras else item
 
     def __call__(self, i: int, key: DrawKey, out: BatchImages, k: int):
         """Item ``i`` on its own (partners from the whole split).  Training goes on when an image vanished

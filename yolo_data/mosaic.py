@@ -35,11 +35,13 @@ def mosaic_centre(rng: np.random.Generator, img_size: int) -> Tuple[int, int]:
 
 
 def _shifted(part: Sample, dx: float, dy: float, size: float) -> Sample:
-    """``part``'s boxes and polygons moved by (dx, dy) and clipped to [0, size] (new arrays)."""
+    """``part``'s boxes and polygons moved by (dx, dy) and clipped to [0, size], its extras moved onto
+    a ``size`` square (new arrays)."""
     shift = np.array([dx, dy], np.float32)
     boxes = (part.boxes + np.array([dx, dy, dx, dy], np.float32)).clip(0, size).astype(np.float32)
     segments = [(s + shift).clip(0, size).astype(np.float32) for s in part.segments]
-    return Sample(part.img, part.cls, boxes, segments)
+    extras = part.moved_extras(lambda p: p + (dx, dy), (size, size)) if part.extras else {}
+    return Sample(part.img, part.cls, boxes, segments, extras)
 
 
 def _canvas(parts: Sequence[Sample], side: int) -> np.ndarray:
@@ -200,6 +202,7 @@ def copy_paste(sample: Sample, p: float, rng: np.random.Generator) -> Sample:
         return sample
     h, w = sample.img.shape[:2]
     cls, boxes, segments = list(sample.cls), list(sample.boxes), list(sample.segments)
+    pasted = []  # the objects copied, whose extras are mirrored with them
     mask = np.zeros((h, w), np.uint8)  # filled source polygons; mirrored below with the image
     for j in rng.choice(n, size=round(p * n), replace=False):
         x1, y1, x2, y2 = sample.boxes[j]
@@ -209,9 +212,11 @@ def copy_paste(sample: Sample, p: float, rng: np.random.Generator) -> Sample:
             boxes.append(box)
             seg = sample.segments[j]
             segments.append(np.stack([w - seg[:, 0], seg[:, 1]], 1).astype(np.float32))
+            pasted.append(j)
             cv2.drawContours(mask, [seg.astype(np.int32)], -1, 1, cv2.FILLED)
     img = sample.img.copy()
     paste = mask[:, ::-1].astype(bool)
     img[paste] = sample.img[:, ::-1][paste]
+    extras = {k: e.joined([e.select(np.array(pasted, np.int64)).mirrored(w)]) for k, e in sample.extras.items()}
     return Sample(img, np.array(cls, np.float32).reshape(-1), np.array(boxes, np.float32).reshape(-1, 4),
-                  segments)
+                  segments, extras)

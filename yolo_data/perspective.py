@@ -21,7 +21,7 @@ import numpy as np
 
 from .boxes import box_corners, clip_xyxy, resample_polygon, transform_points
 from .geometry import PAD_VALUE
-from .sample import Sample
+from .sample import Sample, join_extras
 
 #: Points per polygon before warping: dense enough that the envelope of the points that stay inside
 #: the image is a good box for a polygon cut by the border (YOLOv5's number).
@@ -179,6 +179,7 @@ def warp_sample(sample: Sample, M: np.ndarray, out_hw: Tuple[int, int], border_v
     img = warp_image(sample.img, M, out_hw, border_value) if warped_img is None else warped_img
     if row_blocks is None:
         new_boxes, new_segments = warp_boxes(sample.boxes, sample.segments, M, out_hw)
+        extras = sample.moved_extras(lambda p: transform_points(p, M), out_hw) if sample.extras else {}
     elif not sample.segments and all(is_axis_aligned(m) for _, m in row_blocks):
         # boxes only, each block scaled and shifted: its corners' envelope is the box moved (cheaper)
         counts = [n for n, _ in row_blocks]
@@ -187,6 +188,7 @@ def warp_sample(sample: Sample, M: np.ndarray, out_hw: Tuple[int, int], border_v
         new = sample.boxes.astype(np.float64).reshape(-1, 4) * k.reshape(-1, 4) + t.reshape(-1, 4)
         new_boxes = clip_xyxy(new, out_hw[1], out_hw[0]).astype(np.float32)
         new_segments = []
+        extras = _blocks_moved(sample, row_blocks, out_hw)
     else:
         new_boxes, new_segments, start = [np.zeros((0, 4), np.float32)], [], 0
         for n, block_matrix in row_blocks:
@@ -197,7 +199,8 @@ def warp_sample(sample: Sample, M: np.ndarray, out_hw: Tuple[int, int], border_v
             new_segments += segs
             start += n
         new_boxes = np.concatenate(new_boxes)
-    out = Sample(img, sample.cls.copy(), new_boxes, new_segments)
+        extras = _blocks_moved(sample, row_blocks, out_hw)
+    out = Sample(img, sample.cls.copy(), new_boxes, new_segments, extras)
     if not len(out):
         return out
     if scale is None:
@@ -205,6 +208,18 @@ def warp_sample(sample: Sample, M: np.ndarray, out_hw: Tuple[int, int], border_v
     before = np.stack([sample.boxes[:, 2] - sample.boxes[:, 0], sample.boxes[:, 3] - sample.boxes[:, 1]], 1)
     keep = box_candidates(before * scale, new_boxes, area_thr=0.01 if sample.segments else 0.1)
     return out.select(keep)
+
+
+def _blocks_moved(sample: Sample, row_blocks, out_hw: Tuple[int, int]):
+    """The sample's extras, each block of rows moved by its own matrix (see warp_sample)."""
+    if not sample.extras:
+        return {}
+    parts, start = [], 0
+    for n, m in row_blocks:
+        part = sample.select(np.arange(start, start + n))
+        parts.append(part.moved_extras(lambda p, m=m: transform_points(p, m), out_hw))
+        start += n
+    return join_extras(parts)
 
 
 def random_perspective(sample: Sample, rng: np.random.Generator, degrees: float = 10.0,
@@ -230,7 +245,7 @@ def flip_lr(sample: Sample) -> Sample:
     boxes = sample.boxes.copy()
     boxes[:, 0], boxes[:, 2] = w - sample.boxes[:, 2], w - sample.boxes[:, 0]
     segments = [np.stack([w - s[:, 0], s[:, 1]], 1).astype(np.float32) for s in sample.segments]
-    return Sample(sample.img[:, ::-1], sample.cls.copy(), boxes, segments)
+    return Sample(sample.img[:, ::-1], sample.cls.copy(), boxes, segments, sample.mirrored_extras(w))
 
 
 def flip_ud(sample: Sample) -> Sample:
@@ -239,4 +254,5 @@ def flip_ud(sample: Sample) -> Sample:
     boxes = sample.boxes.copy()
     boxes[:, 1], boxes[:, 3] = h - sample.boxes[:, 3], h - sample.boxes[:, 1]
     segments = [np.stack([s[:, 0], h - s[:, 1]], 1).astype(np.float32) for s in sample.segments]
-    return Sample(sample.img[::-1], sample.cls.copy(), boxes, segments)
+    extras = sample.moved_extras(lambda p: p * (1, -1) + (0, h), sample.img.shape[:2]) if sample.extras else {}
+    return Sample(sample.img[::-1], sample.cls.copy(), boxes, segments, extras)

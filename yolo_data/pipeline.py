@@ -63,7 +63,8 @@ def mosaic_sample(load: LoadFn, pool: Sequence[int], index: int, img_size: int, 
                                 border=mosaic_border(img_size))
     # The canvas is BGRA only for the warp's speed (see mosaic._canvas): every mosaic leaves here BGR,
     # whichever path made it, so the steps after it (mixup, Albumentations) see one format.
-    return Sample(cv2.cvtColor(sample.img, cv2.COLOR_BGRA2BGR), sample.cls, sample.boxes, sample.segments)
+    return Sample(cv2.cvtColor(sample.img, cv2.COLOR_BGRA2BGR), sample.cls, sample.boxes, sample.segments,
+                  sample.extras)
 
 
 def mosaic_with_mixup(load: LoadFn, pool: Sequence[int], index: int, img_size: int, cfg: AugmentConfig,
@@ -117,4 +118,4 @@ def finish(sample: Sample, cfg: AugmentConfig, rng: np.random.Generator, extra=N
     img = sample.img if draws.hsv_gains is None else apply_hsv(sample.img, draws.hsv_gains)
     if img.shape[2] == 4:  # a mosaic canvas is BGRA (see mosaic._canvas) and HSV was off
         img = cv2.cvtColor(img, cv2.COLOR_BGRA2BGR)
-    return flip_boxes(Sample(img, sample.cls, sample.boxes, sample.segments), draws)
+    return flip_boxes(Sample(img, sample.cls, sample.boxes, sample.segments, sample.extras), draws)
