@@ -13,8 +13,10 @@ import ast
 import sys
 from pathlib import Path
 
+# where each entry point lives now, and where it lived before the composition root (build.py)
 ENTRY_POINTS = [
     ("dataset.py", "YoloDataset"), ("dataset.py", "YoloDataset.__init__"),
+    ("dataset.py", "LoadImagesAndLabels.__init__"), ("yolov5.py", "create_dataloader"),
     ("loader.py", "create_dataloader"), ("integrations/ultralytics_loader.py", "create_loader"),
     ("integrations/ultralytics_loader.py", "UltralyticsDataset.__init__"), ("build.py", "build_loader"),
 ]

@@ -184,14 +184,7 @@ class YoloDataset(Dataset):
     def indices(self, value) -> None:
         """Set all n entries at once, as YOLOv5's train.py does with ``random.choices(range(n),
         weights=iw, k=n)``; DataLoader workers (persistent or not) read the new ones from then on."""
-        raw = np.asarray(value)
-        if raw.dtype.kind not in "iub" and not (raw.dtype.kind == "f" and np.array_equal(raw, np.round(raw))):
-            raise ValueError(f"dataset.indices must be {self.n} image indices (whole numbers), got {raw.dtype} "
-                             "values" + (" with fractions" if raw.dtype.kind == "f" else ""))
-        value = raw.astype(np.int64)
-        if value.shape != (self.n,) or (self.n and (value.min() < 0 or value.max() >= self.n)):
-            raise ValueError(f"dataset.indices must be {self.n} image indices in 0..{self.n - 1}, got shape {value.shape}")
-        self._indices.copy_(torch.from_numpy(value))
+        self._indices.copy_(torch.from_numpy(_image_indices(value, self.n)))
         self.indices_version += 1
 
     def __len__(self) -> int:
@@ -285,6 +278,18 @@ class LoadImagesAndLabels(YoloDataset):
             img_size=img_size, batch_size=batch_size, augment=augment, hyp=hyp, rect=rect,
             image_weights=image_weights, cache=cache_images, single_cls=single_cls, stride=stride, pad=pad,
             min_items=min_items), prefix)
+
+
+def _image_indices(value, n: int) -> np.ndarray:
+    """``value`` as (n,) int64 image indices in 0..n-1; ValueError naming what is wrong."""
+    raw = np.asarray(value)
+    if raw.dtype.kind not in "iub" and not (raw.dtype.kind == "f" and np.array_equal(raw, np.round(raw))):
+        raise ValueError(f"dataset.indices must be {n} image indices (whole numbers), got {raw.dtype} "
+                         "values" + (" with fractions" if raw.dtype.kind == "f" else ""))
+    out = raw.astype(np.int64)
+    if out.shape != (n,) or (n and (out.min() < 0 or out.max() >= n)):
+        raise ValueError(f"dataset.indices must be {n} image indices in 0..{n - 1}, got shape {out.shape}")
+    return out
 
 
 def _remember_failure(cache_file, error: ImageDecodeError) -> None:
