@@ -5,8 +5,6 @@ bottom-left) and its centre, with a flip_idx that swaps left and right.  Without
 box is the envelope of its warped corners, so wherever an object's four corner points stay visible
 their envelope must be its box: any step that moves, drops, adds or reorders boxes without doing the
 same to the extras breaks that."""
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest

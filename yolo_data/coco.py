@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .labelfile import normalising_size, without_duplicates
-from .labelformat import SourceOptions, SplitSource, WarmStart
+from .labelformat import LabelFormat, SourceOptions, SplitSource, WarmStart
 from .problems import Problem
 from .sources import default_cache_file, nul_problem
 
@@ -344,7 +344,7 @@ def _settings(entries, options: SourceOptions) -> Dict[str, Any]:
     return {"format": "coco", "names": names, "json": [_file_stat(Path(e)) for e in entries], "coco": 1}
 
 
-class CocoFormat:
+class CocoFormat(LabelFormat):
     """COCO JSON (labelformat.LabelFormat): one or more annotation files, their images joined.  The
     fingerprint covers each JSON's path, size and mtime, the names, and every listed image's stat.
     A warm start needs only the JSONs' stats (a 290 MB JSON takes about 7 s to read; its stat,

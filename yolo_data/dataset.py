@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from functools import partial
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 import torch

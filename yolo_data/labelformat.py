@@ -103,7 +103,7 @@ class WarmStart:
 class LabelFormat(Protocol):
     """One label format (see the module's docstring).  ``name``: its name in caches and messages.
     ``cuts_by_files``: its split entries are image folders or lists, so a ``fraction`` of a split is
-    the list of its first image files."""
+    the list of its first image files.  A format may subclass this for the default ``warm_start``."""
     name: str
     cuts_by_files: bool
 
@@ -111,6 +111,8 @@ class LabelFormat(Protocol):
 
     def open(self, entries: List[Any], options: SourceOptions) -> SplitSource: ...
 
-    def warm_start(self, entries: List[Any], options: SourceOptions) -> Optional[WarmStart]: ...
+    def warm_start(self, entries: List[Any], options: SourceOptions) -> Optional[WarmStart]:
+        """None: the split is listed on every start (its folders or lists are the listing)."""
+        return None
 
     def annotation_file_of(self, first_label_file: Optional[str]) -> Callable[[str], str]: ...

@@ -31,9 +31,9 @@ from typing import Any, Callable, List, Optional, Tuple
 import numpy as np
 
 from .labelfile import NotRegular, normalising_size, open_regular, without_duplicates
-from .labelformat import SourceOptions, SplitSource, WarmStart
+from .labelformat import LabelFormat, SourceOptions, SplitSource
 from .problems import LabelError, Problem
-from .sources import IMG_FORMATS, default_cache_file, img2label_path, list_images, walk_files
+from .sources import IMG_FORMATS, default_cache_file, img2label_path, split_images, walk_files
 
 # LabelMe embeds the image (base64) by default, so its JSONs run to a few times an image's size
 MAX_JSON_BYTES = 64 * 2**20
@@ -197,7 +197,7 @@ class LabelMeReader:
         return labels, segments, "ok", warnings
 
 
-class LabelMeFormat:
+class LabelMeFormat(LabelFormat):
     """LabelMe folders (labelformat.LabelFormat).  The fingerprint covers every image and JSON file's
     stat and the names; without names they are read from every JSON, only when the split is scanned."""
     name = "labelme"
@@ -211,10 +211,8 @@ class LabelMeFormat:
         return bool(beside) and not any(os.path.exists(img2label_path(f)) for f in beside)
 
     def open(self, entries: List[Any], options: SourceOptions) -> SplitSource:
-        listing = list_images(entries)
+        listing = split_images(entries)
         im_files = listing.files
-        if not im_files:
-            raise FileNotFoundError(f"no images found in {entries[0] if len(entries) == 1 else entries}")
         json_files = [json_of(f) for f in im_files]
         problems = listing.problems + _orphans(entries, set(json_files))
         names = list(options.names) if options.names else None
@@ -226,9 +224,6 @@ class LabelMeFormat:
         return SplitSource(self.name, im_files, json_files, json_files, LabelMeReader(tuple(names)) if names else None,
                            names, settings, default_cache_file(entries, json_files[0]), json_of, problems,
                            discover=discover)
-
-    def warm_start(self, entries: List[Any], options: SourceOptions) -> Optional[WarmStart]:
-        return None
 
     def annotation_file_of(self, first_label_file: Optional[str]) -> Callable[[str], str]:
         return json_of

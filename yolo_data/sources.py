@@ -144,6 +144,14 @@ def list_images(path: Union[PathLike, Sequence[PathLike]]) -> ImageListing:
     return ImageListing(sorted(f for f in files if f.rpartition(".")[2].lower() in formats), problems)
 
 
+def split_images(entries: Sequence[PathLike]) -> ImageListing:
+    """``list_images(entries)`` of a split, which must hold images (FileNotFoundError naming it)."""
+    listing = list_images(list(entries))
+    if not listing.files:
+        raise FileNotFoundError(f"no images found in {entries[0] if len(entries) == 1 else list(entries)}")
+    return listing
+
+
 def list_image_files(path: Union[PathLike, Sequence[PathLike]]) -> List[str]:
     """The image files of ``list_images(path)``, without its problems."""
     return list_images(path).files

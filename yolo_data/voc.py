@@ -22,7 +22,7 @@ from xml.parsers import expat
 import numpy as np
 
 from .labelfile import NotRegular, normalising_size, open_regular, read_limited, without_duplicates
-from .labelformat import SourceOptions, SplitSource, WarmStart
+from .labelformat import LabelFormat, SourceOptions, SplitSource
 from .problems import LabelError, Problem
 from .sources import IMG_FORMATS, default_cache_file, read_list
 
@@ -217,7 +217,7 @@ def _voc_annotation(im_file: str) -> str:
     return os.path.join(head, ANNOTATIONS, name.rpartition(".")[0] + ".xml")
 
 
-class VocFormat:
+class VocFormat(LabelFormat):
     """Pascal VOC (labelformat.LabelFormat): a VOC folder or lists in its ImageSets/, several joined
     (VOC2007 + VOC2012).  The fingerprint covers every image and XML file's stat, the names and
     ``keep_difficult``; without names they are the sorted object names of every XML file, read only
@@ -247,9 +247,6 @@ class VocFormat:
         return SplitSource(self.name, im_files, xml_files, xml_files, VocReader(tuple(names), keep) if names else None,
                            names, settings, default_cache_file(entries, xml_files[0]), _voc_annotation, problems,
                            discover=discover)
-
-    def warm_start(self, entries: List[Any], options: SourceOptions) -> Optional[WarmStart]:
-        return None
 
     def annotation_file_of(self, first_label_file: Optional[str]) -> Callable[[str], str]:
         return _voc_annotation

@@ -14,9 +14,9 @@ import numpy as np
 
 from .boxes import polygon_to_xyxy, xyxy_to_xywh
 from .labelfile import COORD_TOLERANCE, MAX_CLASS_ID, NotRegular, open_regular, read_limited, without_duplicates
-from .labelformat import SourceOptions, SplitSource, WarmStart
+from .labelformat import LabelFormat, SourceOptions, SplitSource
 from .problems import LabelError
-from .sources import default_cache_file, img2label_path, list_images
+from .sources import default_cache_file, img2label_path, split_images
 
 # Numbers in label files: what float() reads minus underscores ('1_0' is 10 to float()), 'nan', 'inf',
 # 'infinity' and non-ASCII digits.  A text made only of the characters below holds nothing else that
@@ -139,7 +139,7 @@ class YoloReader:
         return label
 
 
-class YoloFormat:
+class YoloFormat(LabelFormat):
     """YOLO labels (labelformat.LabelFormat).  The fingerprint covers every image and label file's
     stat and ``nc``; a split is listed on every start (its folders are the listing)."""
     name = "yolo"
@@ -149,18 +149,13 @@ class YoloFormat:
         return True  # the registry asks it last
 
     def open(self, entries: List[Any], options: SourceOptions) -> SplitSource:
-        listing = list_images(entries)
+        listing = split_images(entries)
         im_files = listing.files
-        if not im_files:
-            raise FileNotFoundError(f"no images found in {entries[0] if len(entries) == 1 else entries}")
         lb_files = [img2label_path(f) for f in im_files]
         names = list(options.names) if options.names else None
         nc = len(names) if names else options.nc
         return SplitSource(self.name, im_files, lb_files, lb_files, YoloReader(nc), names or [], {},
                            default_cache_file(entries, lb_files[0]), img2label_path, listing.problems, nc=nc)
-
-    def warm_start(self, entries: List[Any], options: SourceOptions) -> Optional[WarmStart]:
-        return None
 
     def annotation_file_of(self, first_label_file: Optional[str]) -> Callable[[str], str]:
         return img2label_path
