@@ -175,7 +175,7 @@ def demo_main(argv=None) -> int:
     status = report(build_caches(args.data))
     if status:
         return status
-    from .loader import create_dataloader
+    from .yolov5 import create_dataloader
     loader, dataset = create_dataloader(args.data, args.imgsz, args.batch_size, 32, rect=args.rect, workers=0,
                                         split="train" if is_dataset_yaml(args.data) else None)
     imgs, targets, paths, shapes = next(iter(loader))

@@ -42,6 +42,11 @@ def format_of(entry) -> LabelFormat:
     return next(f for f in FORMATS if f.claims(p))
 
 
+def kind_of(entry) -> str:
+    """The name of the format that reads one split entry."""
+    return format_of(entry).name
+
+
 def _entries(path) -> List[Any]:
     return list(path) if isinstance(path, (list, tuple)) else [path]
 

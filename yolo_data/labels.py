@@ -22,6 +22,10 @@ from .labelformat import LabelReader
 from .problems import LabelError, Problem
 from .sources import IMG_FORMATS
 from .yolotxt import YoloReader
+# where these were imported from before each format had its module
+from .labelfile import (ASPECT_TOLERANCE, COORD_TOLERANCE, MAX_CLASS_ID, MAX_LABEL_BYTES,  # noqa: F401,E402
+                        normalising_size, without_duplicates)
+from .yolotxt import read_labels  # noqa: F401,E402
 
 MIN_IMAGE_SIDE = 10  # YOLOv5 leaves out images below 10 px a side
 _MAX_EXIF_BYTES = 16 * 2**20
