@@ -110,7 +110,7 @@ def decode(out: Path, count: int, imgsz: int, repeats: int) -> None:
     diffs, sizes = [], set()
     try:
         for f in files:
-            (w0, h0), _ = image_size(str(f))
+            (h0, w0), _ = image_size(str(f))
             sizes.add(f"{max(w0, h0)}x{min(w0, h0)}")
             for _ in range(repeats):
                 for dec, reduced in times:

@@ -5,7 +5,7 @@
 
 No image files are involved.  A synthetic split is built directly as a yolo_data ``LabelStore``
 (vectorised, no per-image Python objects): paths ``/data/coco/images/train/000000123456.jpg`` (unique,
-increasing ids), COCO-like (w, h) shapes, 1-15 boxes per image with random classes and coordinates,
+increasing ids), COCO-like (h, w) shapes, 1-15 boxes per image with random classes and coordinates,
 and ``--poly-frac`` of the images (default 1 %) with polygons (3-12 points a row, the row's box being
 the polygon's envelope).  It is written with ``yolo_data.cache.save`` (the same atomic write a scan
 does) into a temporary folder, deleted at the end.
@@ -62,8 +62,8 @@ from yolo_data.store import ImageFiles, Labels, LabelStore  # noqa: E402
 
 PREFIX = "/data/coco/images/train/"
 DIGITS = 12
-SHAPES = np.array([[640, 480], [640, 427], [480, 640], [500, 375], [640, 640], [612, 612], [427, 640]],
-                  np.int32)
+SHAPES_HW = np.array([[480, 640], [427, 640], [640, 480], [375, 500], [640, 640], [612, 612], [640, 427]],
+                     np.int32)
 TARGET_S = 0.5
 
 
@@ -125,12 +125,12 @@ def build_store(n: int, seed: int, poly_frac: float) -> Tuple[LabelStore, np.nda
     rng = np.random.default_rng(seed)
     ids = np.cumsum(rng.integers(1, 600, n, dtype=np.int64))
     path_bytes, path_offsets = image_paths(ids)
-    shapes = SHAPES[rng.integers(0, len(SHAPES), n)]
+    shapes_hw = SHAPES_HW[rng.integers(0, len(SHAPES_HW), n)]
     per_image = rng.integers(1, 16, n)
     label_offsets = np.concatenate([[0], np.cumsum(per_image)]).astype(np.int64)
     labels = random_boxes(rng, int(label_offsets[-1]))
     seg_points, seg_offsets = add_polygons(rng, labels, label_offsets, poly_frac)
-    store = LabelStore(path_bytes, path_offsets, shapes, labels, label_offsets, seg_points, seg_offsets)
+    store = LabelStore(path_bytes, path_offsets, shapes_hw, labels, label_offsets, seg_points, seg_offsets)
     store.validate()
     return store, ids, int(np.count_nonzero(np.diff(seg_offsets)))
 
@@ -263,7 +263,7 @@ def records_of(store: LabelStore, n: int) -> List[PairRecord]:
     recs = []
     for i in range(n):
         segs = store.segments_of(i)
-        recs.append(PairRecord(store.im_file(i), tuple(int(v) for v in store.shapes[i]),
+        recs.append(PairRecord(store.im_file(i), tuple(int(v) for v in store.shapes_hw[i]),
                                store.labels_of(i).copy(), [s.copy() for s in segs] or None))
     return recs
 

@@ -74,7 +74,7 @@ def test_each_odd_file_is_kept_warned_or_left_out_with_its_reason(zoo):
         hits = [p for p in s.problems if Path(p.file).stem == stem]
         assert len(hits) == 1 and not hits[0].dropped and reason in hits[0].reason, (stem, hits)
     i = [Path(s.store.im_file(k)).stem for k in range(len(s.store))].index("rotated")
-    assert tuple(s.store.shapes[i]) == (30, 60)  # EXIF 6: OpenCV decodes it 30 wide, 60 high
+    assert tuple(s.store.shapes_hw[i]) == (60, 30)  # (h, w) after EXIF 6: OpenCV decodes it 30 wide, 60 high
     after = tree_digest(zoo.parent)
     after.pop("labels/train.yolo_data.cache")
     assert after == before  # byte for byte, nothing repaired

@@ -29,7 +29,7 @@ def cache_file(yaml_path):
 def same_labels(a, b):
     sa, sb = a.store, b.store
     return (len(sa) == len(sb) and all(sa.im_file(i) == sb.im_file(i) for i in range(len(sa)))
-            and np.array_equal(sa.labels, sb.labels) and np.array_equal(sa.shapes, sb.shapes)
+            and np.array_equal(sa.labels, sb.labels) and np.array_equal(sa.shapes_hw, sb.shapes_hw)
             and np.array_equal(sa.label_offsets, sb.label_offsets) and np.array_equal(sa.seg_points, sb.seg_points))
 
 
@@ -154,7 +154,7 @@ def _craft_offset(name, value):
 CRAFTED = {  # each with a valid checksum: only the checks of offsets and values can catch it
     "array offset negative": dict(header=_craft_offset("labels", lambda h: -64)),
     "array offset inside the header": dict(header=_craft_offset("path_bytes", lambda h: 64)),
-    "arrays overlapping": dict(header=_craft_offset("labels", lambda h: h["arrays"]["shapes"]["offset"])),
+    "arrays overlapping": dict(header=_craft_offset("labels", lambda h: h["arrays"]["shapes_hw"]["offset"])),
     "array past the end": dict(header=_craft_offset("labels", lambda h: 1 << 40)),
     "object dtype": dict(header=lambda h: h["arrays"]["labels"].update(dtype="|O")),
     "payload size wrong": dict(header=lambda h: h.update(payload=[h["payload"][0], 64])),
@@ -166,7 +166,7 @@ CRAFTED = {  # each with a valid checksum: only the checks of offsets and values
     "segment offsets decreasing": dict(arrays=lambda a: a["seg_offsets"].__setitem__(1, -1)),
     "class negative": dict(arrays=lambda a: a["labels"].__setitem__((0, 0), -1)),
     "class infinite": dict(arrays=lambda a: a["labels"].__setitem__((0, 0), np.inf)),
-    "image size zero": dict(arrays=lambda a: a["shapes"].__setitem__((0, 0), 0)),
+    "image size zero": dict(arrays=lambda a: a["shapes_hw"].__setitem__((0, 0), 0)),
     "kept flags not one row": dict(header=lambda h: h["arrays"]["kept"].update(shape=[2, 3])),
 }
 

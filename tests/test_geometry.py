@@ -8,7 +8,7 @@ from yolo_data.images import resize_long_side
 
 def test_500x375_at_640_becomes_640x480_content_padded_to_square():
     im = np.full((375, 500, 3), 7, np.uint8)
-    r = resize_long_side(im, 640, augment=False)
+    r = resize_long_side(im, 640, linear=False)
     assert r.shape == (480, 640, 3)
     lb = letterbox(r, 640, auto=False, scaleup=False)
     assert lb.img.shape == (640, 640, 3) and lb.ratio == (1.0, 1.0) and lb.pad == (0.0, 80.0)
@@ -45,14 +45,14 @@ def test_letterbox_then_inverse_gives_boxes_back():
 
 
 def test_rect_plan_known_case():
-    # widths x heights: two landscape, two portrait, one square; batch 2
-    shapes = np.array([[640, 480], [480, 640], [640, 640], [640, 320], [300, 600]])
-    plan = rect_plan(shapes, batch_size=2, img_size=640, stride=32, pad=0.0)
+    # [h, w]: two landscape, two portrait, one square; batch 2
+    shapes_hw = np.array([[480, 640], [640, 480], [640, 640], [320, 640], [600, 300]])
+    plan = rect_plan(shapes_hw, batch_size=2, img_size=640, stride=32, pad=0.0)
     np.testing.assert_array_equal(plan.order, [3, 0, 2, 1, 4])  # sorted by h / w
     np.testing.assert_array_equal(plan.batch_index, [0, 0, 1, 1, 2])
     # batch 0: h/w 0.5 and 0.75 -> [0.75, 1]; batch 1: 1 and 1.33 -> square; batch 2: h/w 2 -> [1, 0.5]
     np.testing.assert_array_equal(plan.batch_shapes, [[480, 640], [640, 640], [640, 320]])
-    padded = rect_plan(shapes, 2, 640, 32, pad=0.5)
+    padded = rect_plan(shapes_hw, 2, 640, 32, pad=0.5)
     np.testing.assert_array_equal(padded.batch_shapes, [[512, 672], [672, 672], [672, 352]])
 
 

@@ -53,6 +53,16 @@ def test_disk_cache_is_one_file_beside_the_labels_reused_then_rebuilt_after_an_e
     assert abs(int(ds2.load_image(i)[0].mean()) - 7) <= 1  # the new pixels, from the rebuilt cache
 
 
+def test_a_linear_resize_disk_cache_is_named_for_it(small_dataset):
+    """The name says what its pixels depend on: '-linear' for linear interpolation, also for an
+    evaluation that resizes linearly (as Ultralytics validates), not for the augmentation."""
+    ds = LoadImagesAndLabels(str(small_dataset), 64, split="train", cache_images="disk", linear_resize=True)
+    assert not ds.augment and ds.image_cache.path.name == "train-images-64-linear.imgcache"
+    cached = [ds.load_image(i)[0] for i in range(len(ds))]
+    plain = LoadImagesAndLabels(str(small_dataset), 64, split="train", linear_resize=True)
+    assert all(np.array_equal(c, plain.load_image(i)[0]) for i, c in enumerate(cached))
+
+
 def test_ram_cache_has_no_name_and_lives_in_the_shared_memory_folder(small_dataset, tmp_path, monkeypatch):
     ram = tmp_path / "shm"
     ram.mkdir()
@@ -77,7 +87,7 @@ def test_not_enough_memory_falls_back_to_reading_files(small_dataset, monkeypatc
 def test_only_some_images_fit_then_those_are_cached_and_the_rest_read_from_files(small_dataset, monkeypatch,
                                                                                   caplog, tmp_path):
     plain = LoadImagesAndLabels(str(small_dataset), 64, split="train")
-    sizes = imagecache.planned_sizes(plain.store.shapes, 64)
+    sizes = imagecache.planned_sizes(plain.store.shapes_hw, 64)
     budget = int(sizes[:4].prod(1).sum() * 3) + 100  # the first four images and a little more
     monkeypatch.setattr(room, "free_bytes", lambda folder, ram=False: int(budget / (1 - imagecache.SAFETY)) + 1)
     with caplog.at_level(logging.WARNING, logger="yolo_data"):
@@ -95,7 +105,7 @@ def test_unreadable_image_at_build_is_marked_and_read_from_its_file_later(small_
     data = victim.read_bytes()
     victim.write_bytes(b"garbage")  # broken after the scan, before the cache is built
     with caplog.at_level(logging.WARNING, logger="yolo_data"):
-        spec = imagecache.ImageCacheSpec("disk", 64, False, (tmp_path / "x.imgcache",), workers=2)
+        spec = imagecache.ImageCacheSpec("disk", 64, linear=False, disk_files=(tmp_path / "x.imgcache",), workers=2)
         cache = imagecache.open_or_build(spec, ds.store, "fp")
     assert [bool(v) for v in cache.ok] == [k != i for k in range(len(ds))]
     assert cache.get(i) is None and any("b.jpg" in r.message and "not cached" in r.message for r in caplog.records)
@@ -175,7 +185,7 @@ def test_room_taken_between_planning_and_reserving_is_planned_again(small_datase
     the sizes, the plan is made again with the room left, and what fits is cached."""
     from yolo_data import container
     plain = LoadImagesAndLabels(str(small_dataset), 64, split="train")
-    sizes = imagecache.planned_sizes(plain.store.shapes, 64).prod(1) * 3
+    sizes = imagecache.planned_sizes(plain.store.shapes_hw, 64).prod(1) * 3
     frees = iter([10 ** 9, int((sizes[:3].sum() + 100) / (1 - imagecache.SAFETY)) + 1])
     monkeypatch.setattr(room, "free_bytes", lambda folder, ram=False: next(frees))
     real_reserve, calls = container.reserve, []

@@ -11,14 +11,14 @@ from yolo_data.mapping import EvalMapper, DrawKey, TrainMapper, TrainSettings
 from yolo_data.store import LabelStore
 from yolo_data.tensors import BatchImages
 
-# (w, h), boxes [class, x, y, w, h] normalised
-IMAGES = [((80, 40), [[0, 0.5, 0.5, 0.5, 0.5]]), ((40, 80), [[1, 0.25, 0.25, 0.2, 0.2], [2, 0.7, 0.7, 0.2, 0.2]]),
-          ((60, 60), []), ((100, 50), [[3, 0.5, 0.5, 1.0, 1.0]])]
+# (h, w), boxes [class, x, y, w, h] normalised
+IMAGES = [((40, 80), [[0, 0.5, 0.5, 0.5, 0.5]]), ((80, 40), [[1, 0.25, 0.25, 0.2, 0.2], [2, 0.7, 0.7, 0.2, 0.2]]),
+          ((60, 60), []), ((50, 100), [[3, 0.5, 0.5, 1.0, 1.0]])]
 
 
 def store():
-    return LabelStore.from_records([PairRecord(f"/nowhere/{i}.jpg", wh, np.array(b, np.float32).reshape(-1, 5))
-                                    for i, (wh, b) in enumerate(IMAGES)])
+    return LabelStore.from_records([PairRecord(f"/nowhere/{i}.jpg", hw, np.array(b, np.float32).reshape(-1, 5))
+                                    for i, (hw, b) in enumerate(IMAGES)])
 
 
 class Solid:
@@ -29,8 +29,8 @@ class Solid:
 
     def __call__(self, i):
         self.calls.append(i)
-        w0, h0 = (int(v) for v in self.st.shapes[i])
-        r = self.img_size / max(w0, h0)
+        h0, w0 = (int(v) for v in self.st.shapes_hw[i])
+        r = self.img_size / max(h0, w0)
         h, w = round(h0 * r), round(w0 * r)
         return LoadedImage(np.full((h, w, 3), 10 * (i + 1), np.uint8), (h0, w0), (h, w))
 
@@ -112,8 +112,8 @@ def test_rect_boxes_are_scaled_in_float64_as_yolov5_scales_them():
     rng = np.random.default_rng(0)
     xywh = np.concatenate([rng.uniform(0.3, 0.7, (200, 2)), rng.uniform(0.01, 0.3, (200, 2))], 1)
     labels = np.concatenate([np.zeros((200, 1)), xywh], 1).astype(np.float32)
-    st = LabelStore.from_records([PairRecord("/nowhere/a.jpg", (333, 251), labels),
-                                  PairRecord("/nowhere/b.jpg", (333, 250), labels[:1])])
+    st = LabelStore.from_records([PairRecord("/nowhere/a.jpg", (251, 333), labels),
+                                  PairRecord("/nowhere/b.jpg", (250, 333), labels[:1])])
     ix = build_index(st, [], Settings.evaluation(img_size=320, rect=True, stride=32), 2)
     k = [ix.store.im_file(i) for i in range(2)].index("/nowhere/a.jpg")
     solid = Solid(ix.store, 320)

@@ -106,7 +106,7 @@ def test_a_folder_with_yolo_labels_stays_yolo(folder):
 def read(tmp_path, shapes, w=80, h=64, names=("cat", "dog"), **extra):
     write_image(tmp_path / "x.jpg", w, h)
     labelme(tmp_path / "x.json", shapes, w, h, **extra)
-    return LabelMeReader(tuple(names)).read(str(tmp_path / "x.json"), (w, h))
+    return LabelMeReader(tuple(names)).read(str(tmp_path / "x.json"), (h, w))  # the image's (h, w)
 
 
 def test_shapes_that_cannot_be_boxes_are_named_problems(tmp_path):

@@ -20,7 +20,7 @@ def check(tmp_path, text, nc=3, size=(64, 48), name="im.jpg"):
 
 def test_good_pair(tmp_path):
     r = check(tmp_path, "0 0.5 0.5 0.2 0.4\n2 0.1 0.2 0.1 0.1\n")
-    assert r.status == "ok" and r.shape == (64, 48) and not r.problems
+    assert r.status == "ok" and r.shape == (48, 64) and not r.problems  # (h, w): 64 wide, 48 high
     np.testing.assert_array_equal(r.labels, np.array([[0, .5, .5, .2, .4], [2, .1, .2, .1, .1]], np.float32))
     assert r.labels.dtype == np.float32 and r.segments is None
 
@@ -103,11 +103,11 @@ def test_jpeg_tail_problems_are_reported_and_file_untouched(tmp_path):
 def test_png_named_jpg_is_kept_with_a_warning(tmp_path):
     im = write_image(tmp_path / "images" / "p.jpg", 32, 24, ext=".png")
     r = verify_pair(str(im), str(tmp_path / "labels" / "p.txt"))
-    assert r.status == "missing" and r.shape == (32, 24) and "PNG data in a .jpg" in r.problems[0].reason
+    assert r.status == "missing" and r.shape == (24, 32) and "PNG data in a .jpg" in r.problems[0].reason
 
 
-@pytest.mark.parametrize("orientation,shape", [(1, (60, 40)), (3, (60, 40)), (6, (40, 60)), (8, (40, 60)),
-                                               (5, (40, 60)), (0, (60, 40)), (42, (60, 40))])
+@pytest.mark.parametrize("orientation,shape", [(1, (40, 60)), (3, (40, 60)), (6, (60, 40)), (8, (60, 40)),
+                                               (5, (60, 40)), (0, (40, 60)), (42, (40, 60))])  # (h, w)
 def test_exif_orientation_gives_the_decoded_shape(tmp_path, orientation, shape):
     im = tmp_path / "images" / "e.jpg"
     im.parent.mkdir()
@@ -116,6 +116,5 @@ def test_exif_orientation_gives_the_decoded_shape(tmp_path, orientation, shape):
     Image.new("RGB", (60, 40), (10, 200, 30)).save(im, exif=exif)
     r = verify_pair(str(im), str(tmp_path / "labels" / "e.txt"))
     assert r.shape == shape
-    h, w = cv2.imread(str(im)).shape[:2]
-    assert (w, h) == shape  # the scan agrees with what OpenCV will decode
+    assert cv2.imread(str(im)).shape[:2] == shape  # the scan agrees with what OpenCV will decode
     assert ("invalid EXIF orientation" in " ".join(p.reason for p in r.problems)) == (orientation in (0, 42))

@@ -59,7 +59,7 @@ def test_two_nodes_on_one_shared_folder(tmp_path):
 def _job(img_dir, start_at, out):
     time.sleep(max(0.0, start_at - time.time()))
     s = load_split(img_dir, nc=3)
-    np.save(out, np.concatenate([s.store.labels.ravel(), s.store.shapes.ravel().astype(np.float32)]))
+    np.save(out, np.concatenate([s.store.labels.ravel(), s.store.shapes_hw.ravel().astype(np.float32)]))
 
 
 def test_six_jobs_start_together_on_a_fresh_dataset(tmp_path):

@@ -188,7 +188,7 @@ IMAGES = {  # the label file of each is GOOD
     "good_bmp.bmp": (lambda p: write_image(p, 64, 48), "kept", ""),
     "good.png": (lambda p: write_image(p, 64, 48), "kept", ""),
 }
-SHAPES = {"exif6.png": (48, 64), "exif6_after_idat.png": (48, 64), "exif3_then_6.png": (64, 48)}  # (w, h)
+SHAPES = {"exif6.png": (64, 48), "exif6_after_idat.png": (64, 48), "exif3_then_6.png": (48, 64)}  # (h, w)
 
 LABELS = {  # name of the label file's stem -> its image is a good 48x48 JPEG; nc=3
     "lb_fifo": (fifo, "left out", "label file is not a regular file (a FIFO)"),
@@ -263,8 +263,7 @@ def test_odd_image_gets_a_clear_answer(tmp_path, name):
     if stat.S_ISREG(os.stat(im).st_mode):  # never hand a FIFO to cv2.imread: it would block
         assert cv2_reads(im) == (expected != "left out")  # the scan agrees with the training decoder
         if expected != "left out":
-            h, w = cv2.imread(str(im)).shape[:2]
-            assert rec.shape == (w, h) == SHAPES.get(name, (64, 48))
+            assert rec.shape == cv2.imread(str(im)).shape[:2] == SHAPES.get(name, (48, 64))
 
 
 @pytest.mark.parametrize("stem", list(LABELS))
@@ -353,7 +352,7 @@ def test_png_check_never_decodes_the_image(tmp_path, monkeypatch):
     def no_decoding(self, *a, **k):
         raise AssertionError("the scan decoded a PNG")
     monkeypatch.setattr(ImageFile.ImageFile, "load", no_decoding)
-    assert image_size(str(p)) == ((48, 64), [])
+    assert image_size(str(p)) == ((64, 48), [])  # (h, w): the 64 x 48 PNG turned by orientation 8
     p.write_bytes(p.read_bytes()[:-6])
     with pytest.raises(LabelError, match="truncated PNG"):
         image_size(str(p))
@@ -364,7 +363,7 @@ def _scan_and_load(im_dir: Path):
     """In the child: scan with load_split, then one pass of the evaluation loader over what was kept."""
     s = load_split(str(im_dir), nc=3)
     kept = [Path(s.store.im_file(i)).name for i in range(len(s.store))]
-    shapes = {n: tuple(int(v) for v in s.store.shapes[i]) for i, n in enumerate(kept)}
+    shapes = {n: tuple(int(v) for v in s.store.shapes_hw[i]) for i, n in enumerate(kept)}
     problems = [(p.file, p.reason, p.dropped) for p in s.problems]
     loader, ds = create_dataloader(str(im_dir.parents[1] / "data.yaml"), 64, 4, 32, workers=0, split="train")
     ds_labels = {Path(f).name: ds.labels[i].tolist() for i, f in enumerate(ds.im_files)}
@@ -393,8 +392,8 @@ def test_load_split_over_every_odd_case_keeps_the_good_ones(tmp_path):
         assert hits[0][0] == str((lb_dir / f"{stem}.txt") if is_label else (im_dir / name)), (name, hits)
     # the good files are used: decodable by the training decoder, at the scanned size, with their boxes
     for name in kept:
-        h, w = cv2.imread(str(im_dir / name)).shape[:2]
-        assert shapes[name] == (w, h) == SHAPES.get(name, (48, 48) if name.rsplit(".", 1)[0] in LABELS else (64, 48))
+        assert shapes[name] == cv2.imread(str(im_dir / name)).shape[:2] == \
+            SHAPES.get(name, (48, 48) if name.rsplit(".", 1)[0] in LABELS else (48, 64))
     assert ds_labels["cls_2.0.jpg"] == [[2.0, 0.5, 0.5, pytest.approx(0.1), pytest.approx(0.1)]]
     assert ds_labels["good.png"] == [[0.0, 0.5, 0.5, pytest.approx(0.4), pytest.approx(0.4)]]
     assert counts["corrupt"] == len(IMAGES) + len(LABELS) - len(expected_kept)

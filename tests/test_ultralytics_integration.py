@@ -62,7 +62,7 @@ def test_val_batch_dict_matches_the_dataset_and_scales_back_exactly(sample):
         H, W = img.shape[2:]
         for i, f in enumerate(b["im_file"]):
             k = ds.im_files.index(f)
-            w0, h0 = ds.store.shapes[k]
+            h0, w0 = ds.store.shapes_hw[k]
             assert b["ori_shape"][i] == (h0, w0)
             mine = b["batch_idx"] == i
             ref = ds.store.labels_of(k)
@@ -238,7 +238,7 @@ def test_labels_are_dicts_over_the_store(sample):
     for i, lb in enumerate(labels):
         ref = store.labels_of(i)
         assert lb["im_file"] == store.im_file(i) == ds.im_files[i]
-        assert lb["shape"] == (int(store.shapes[i, 1]), int(store.shapes[i, 0]))
+        assert lb["shape"] == (int(store.shapes_hw[i, 0]), int(store.shapes_hw[i, 1]))
         assert lb["cls"].shape == (len(ref), 1) and lb["bboxes"].shape == (len(ref), 4)
         np.testing.assert_array_equal(lb["cls"][:, 0], ref[:, 0])
         np.testing.assert_array_equal(lb["bboxes"], ref[:, 1:])

@@ -100,10 +100,11 @@ def open_images(labels: SplitLabels, store, settings: Settings, run: RunState, p
     cache, part = None, settings.images
     if part.cache:
         mode = normalise_mode(part.cache)
-        spec = ImageCacheSpec(mode, settings.img_size, settings.linear_resize,
-                              disk_candidates(labels.default_file, settings.img_size, settings.linear_resize,
-                                              settings.rect, settings.source.cache_dir, user_cache_dir(),
-                                              settings.reduced_decode),
+        spec = ImageCacheSpec(mode, settings.img_size, linear=settings.linear_resize,
+                              disk_files=disk_candidates(labels.default_file, settings.img_size,
+                                                         settings.linear_resize, settings.rect,
+                                                         settings.source.cache_dir, user_cache_dir(),
+                                                         settings.reduced_decode),
                               ram_dir=None if part.ram_dir is None else Path(part.ram_dir),
                               reserve_bytes=int(run.shm_reserve_bytes) if mode == "ram" else 0,
                               workers=settings.source.scan_workers or 8, prefix=prefix, reduced=settings.reduced_decode)
@@ -172,8 +173,10 @@ class YoloDataset(Dataset):
                       doc="Per image an (n, 5) float32 read-only array [class, x, y, w, h] normalised.")
     segments = property(lambda self: Segments(self.store),
                         doc="Per image a list of (k, 2) float32 normalised polygons (empty when it has none).")
-    shapes = property(lambda self: self.store.shapes.astype(np.int64),
-                      doc="(n, 2) int64 [w, h] of each image as stored (EXIF orientation applied): YOLOv5's order.")
+    # YOLOv5's name, so YOLOv5's order: the one place sizes are [w, h] (inside, they are [h, w])
+    shapes = property(lambda self: np.ascontiguousarray(self.store.shapes_hw[:, ::-1], dtype=np.int64),
+                      doc="(n, 2) int64 [w, h] of each image as decoded (EXIF orientation applied): YOLOv5's "
+                          "name and order (``store.shapes_hw`` holds [h, w]).")
 
     @property
     def indices(self) -> np.ndarray:

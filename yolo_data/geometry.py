@@ -25,10 +25,10 @@ class LetterboxResult:
 
 @dataclass
 class LetterboxPlan:
-    """Where an image goes in its letterbox: ``new_unpad`` (w, h) size after resizing, ``ratio`` and
-    ``pad`` as in `LetterboxResult`, and the whole pixels of border ``top``, ``bottom``, ``left``,
-    ``right`` around the resized image."""
-    new_unpad: Tuple[int, int]
+    """Where an image goes in its letterbox: ``resized_hw`` (h, w) size after resizing, ``ratio`` and
+    ``pad`` as in `LetterboxResult` ((x, y) pairs: they scale and move points), and the whole pixels of
+    border ``top``, ``bottom``, ``left``, ``right`` around the resized image."""
+    resized_hw: Tuple[int, int]
     ratio: Tuple[float, float]
     pad: Tuple[float, float]
     top: int
@@ -39,7 +39,7 @@ class LetterboxPlan:
     @property
     def shape(self) -> Tuple[int, int]:
         """(h, w) of the letterboxed image."""
-        return self.top + self.new_unpad[1] + self.bottom, self.left + self.new_unpad[0] + self.right
+        return self.top + self.resized_hw[0] + self.bottom, self.left + self.resized_hw[1] + self.right
 
 
 def letterbox_plan(shape: Tuple[int, int], new_shape: Union[int, Tuple[int, int]] = 640, auto: bool = True,
@@ -52,13 +52,13 @@ def letterbox_plan(shape: Tuple[int, int], new_shape: Union[int, Tuple[int, int]
     if not scaleup:
         r = min(r, 1.0)
     ratio = r, r
-    new_unpad = int(round(shape[1] * r)), int(round(shape[0] * r))
-    dw, dh = new_shape[1] - new_unpad[0], new_shape[0] - new_unpad[1]
+    resized_hw = int(round(shape[0] * r)), int(round(shape[1] * r))
+    dw, dh = new_shape[1] - resized_hw[1], new_shape[0] - resized_hw[0]
     if auto:
         dw, dh = np.mod(dw, stride), np.mod(dh, stride)
     elif scale_fill:
         dw, dh = 0.0, 0.0
-        new_unpad = (new_shape[1], new_shape[0])
+        resized_hw = (new_shape[0], new_shape[1])
         ratio = new_shape[1] / shape[1], new_shape[0] / shape[0]
     dw, dh = float(dw), float(dh)
     if center:
@@ -67,14 +67,15 @@ def letterbox_plan(shape: Tuple[int, int], new_shape: Union[int, Tuple[int, int]
     # The +-0.1 splits an odd padding as YOLOv5 does (one more pixel bottom/right).
     top, bottom = (int(round(dh - 0.1)), int(round(dh + 0.1))) if center else (0, int(round(dh)))
     left, right = (int(round(dw - 0.1)), int(round(dw + 0.1))) if center else (0, int(round(dw)))
-    return LetterboxPlan(new_unpad, ratio, (dw, dh) if center else (0.0, 0.0), top, bottom, left, right)
+    return LetterboxPlan(resized_hw, ratio, (dw, dh) if center else (0.0, 0.0), top, bottom, left, right)
 
 
 def resize_to(im: np.ndarray, plan: LetterboxPlan) -> np.ndarray:
-    """``im`` resized (bilinear) to ``plan.new_unpad``, or ``im`` itself when it has that size already."""
-    if im.shape[1::-1] == plan.new_unpad:
+    """``im`` resized (bilinear) to ``plan.resized_hw``, or ``im`` itself when it has that size already."""
+    if im.shape[:2] == plan.resized_hw:
         return im
-    return cv2.resize(im, plan.new_unpad, interpolation=cv2.INTER_LINEAR)
+    h, w = plan.resized_hw
+    return cv2.resize(im, dsize=(w, h), interpolation=cv2.INTER_LINEAR)  # OpenCV's dsize is (width, height)
 
 
 def letterbox_image(im: np.ndarray, plan: LetterboxPlan, color=(PAD_VALUE,) * 3) -> np.ndarray:
@@ -117,22 +118,23 @@ def rect_max_side(img_size: int, stride: int, pad: float) -> int:
     return int(np.ceil(1.0 * img_size / stride + pad)) * int(stride)
 
 
-def rect_plan(shapes_wh: np.ndarray, batch_size: int, img_size: int, stride: int, pad: float) -> RectPlan:
+def rect_plan(shapes_hw: np.ndarray, batch_size: int, img_size: int, stride: int, pad: float) -> RectPlan:
     """Batch images of similar aspect ratio and give each batch the smallest stride-multiple shape
-    that holds all of them at ``img_size`` long side (plus ``pad`` strides).  O(n log n): one sort, then
-    one pass over the batches (``reduceat``), so a million images take well under a second."""
-    s = np.asarray(shapes_wh, dtype=np.float64)
-    ar = s[:, 1] / s[:, 0]
+    that holds all of them at ``img_size`` long side (plus ``pad`` strides).  ``shapes_hw``: (n, 2)
+    [h, w] of the images.  O(n log n): one sort, then one pass over the batches (``reduceat``), so a
+    million images take well under a second."""
+    s = np.asarray(shapes_hw, dtype=np.float64)
+    ar = s[:, 0] / s[:, 1]  # h / w, as YOLOv5's
     order = ar.argsort()  # the default kind, as YOLOv5 sorts: equal ratios come in the same order
     ar = ar[order]
     n = len(s)
     bi = np.arange(n, dtype=np.int64) // batch_size
     starts = np.arange(0, n, batch_size)
-    shapes = np.ones((len(starts), 2))
+    batch_hw = np.ones((len(starts), 2))  # [h, w] of each batch as a share of img_size
     if n:
         mini, maxi = np.minimum.reduceat(ar, starts), np.maximum.reduceat(ar, starts)
         tall, wide = maxi < 1, mini > 1  # every image of the batch wider than tall, or taller than wide
-        shapes[tall, 0] = maxi[tall]
-        shapes[wide, 1] = 1 / mini[wide]
-    batch_shapes = (np.ceil(shapes * img_size / stride + pad).astype(np.int64) * stride)
+        batch_hw[tall, 0] = maxi[tall]
+        batch_hw[wide, 1] = 1 / mini[wide]
+    batch_shapes = (np.ceil(batch_hw * img_size / stride + pad).astype(np.int64) * stride)
     return RectPlan(order.astype(np.int64), bi, batch_shapes)

@@ -9,8 +9,9 @@ and the kernel frees it when the last process holding it ends, however that happ
 SIGTERM, SIGKILL): no signal handler and no clean-up pass are needed.  Linux only (``/proc``).
 
 ``cache='disk'``: a named file, found like the label cache: in ``cache_dir`` when given, else beside
-the labels (``labels/train-images-640.imgcache``), else the per-user cache folder (a read-only dataset).
-Reused across runs; checked, and rebuilt when damaged or made for other images or settings.
+the labels (``labels/train-images-640.imgcache``, ``train-images-640-linear.imgcache`` for a linear
+resize), else the per-user cache folder (a read-only dataset).  Reused across runs; checked, and
+rebuilt when damaged or made for other images or settings.
 
 Space is reserved before any pixel is written (``posix_fallocate``), after leaving room for the
 DataLoader's shared-memory batches: a full /dev/shm or disk gives a message naming the size needed and
@@ -56,11 +57,12 @@ class ImageCacheSpec:
     """What to cache and where.  ``mode``: 'ram' or 'disk'.  ``disk_files``: candidate files for
     'disk', in order (see :func:`disk_candidates`).  ``ram_dir``: folder of the RAM cache (None:
     :func:`shm_dir`).  ``reserve_bytes``: room to leave free for the DataLoader's shared-memory
-    batches.  ``augment`` picks the interpolation, as in ``images.resize_long_side``; ``reduced``: JPEGs
-    decoded at a reduced scale where they shrink 2x or more (``images.load_image``)."""
+    batches.  ``linear``: resize with linear interpolation also when shrinking (else area, as YOLOv5's
+    evaluation), as in ``images.resize_long_side``; ``reduced``: JPEGs decoded at a reduced scale where
+    they shrink 2x or more (``images.load_image``)."""
     mode: str
     img_size: int
-    augment: bool
+    linear: bool
     disk_files: Tuple[Path, ...] = ()
     ram_dir: Optional[Path] = None
     reserve_bytes: int = 0
@@ -82,32 +84,34 @@ def normalise_mode(mode) -> str:
     raise ValueError(f"cache={mode!r}: use False, True/'ram' or 'disk'")
 
 
-def disk_candidates(default_labels_cache: Path, img_size: int, augment: bool, rect: bool, cache_dir,
+def disk_candidates(default_labels_cache: Path, img_size: int, linear: bool, rect: bool, cache_dir,
                     user_dir: Path, reduced: bool = False) -> Tuple[Path, ...]:
     """The disk image cache's files, in the label cache's order: only ``cache_dir`` when given, else
-    beside the labels, then the per-user folder.  Named after the split and the settings; in a shared
-    folder also after the split's full path, so two datasets never share a name."""
+    beside the labels, then the per-user folder.  Named after the split and the settings
+    (``train2017-images-640-linear.imgcache`` for a linear resize); in a shared folder also after the
+    split's full path, so two datasets never share a name."""
     from .cache import folder_cache_file
     d = Path(default_labels_cache)
-    settings = f"{img_size}{'-train' if augment else ''}{'-rect' if rect else ''}{'-reduced' if reduced else ''}"
+    settings = f"{img_size}{'-linear' if linear else ''}{'-rect' if rect else ''}{'-reduced' if reduced else ''}"
     beside = d.with_name(f"{cache_stem(d)}-images-{settings}.imgcache")  # labels/train2017-images-640.imgcache
     shared = [folder_cache_file(beside, Path(f), ".imgcache") for f in ([cache_dir] if cache_dir else [user_dir])]
     return tuple(shared) if cache_dir else (beside, *shared)
 
 
-def cache_key(store: LabelStore, labels_fingerprint: str, img_size: int, augment: bool, reduced: bool = False) -> str:
+def cache_key(store: LabelStore, labels_fingerprint: str, img_size: int, linear: bool, reduced: bool = False) -> str:
     """What the cached pixels depend on: the image files (through the label cache's fingerprint of
-    their sizes and times), their order, the target size, the interpolation (augment picks it) and
-    whether JPEGs were decoded at a reduced scale."""
-    h = hashlib.sha256(f"{VERSION}|{labels_fingerprint}|{img_size}|{bool(augment)}|{'reduced|' if reduced else ''}".encode())
+    their sizes and times), their order, the target size, the interpolation (``linear``) and whether
+    JPEGs were decoded at a reduced scale."""
+    h = hashlib.sha256(f"{VERSION}|{labels_fingerprint}|{img_size}|{bool(linear)}|{'reduced|' if reduced else ''}".encode())
     h.update(store.path_bytes.tobytes())
     h.update(store.path_offsets.tobytes())
     return h.hexdigest()
 
 
-def planned_sizes(shapes_wh: np.ndarray, img_size: int) -> np.ndarray:
-    """(n, 2) int64 [h, w] each image will have after ``resize_long_side`` (sizes rounded up)."""
-    w0, h0 = shapes_wh[:, 0].astype(np.int64), shapes_wh[:, 1].astype(np.int64)
+def planned_sizes(shapes_hw: np.ndarray, img_size: int) -> np.ndarray:
+    """(n, 2) int64 [h, w] each image of decoded size ``shapes_hw`` (n, 2) [h, w] will have after
+    ``resize_long_side`` (sizes rounded up)."""
+    h0, w0 = shapes_hw[:, 0].astype(np.int64), shapes_hw[:, 1].astype(np.int64)
     r = img_size / np.maximum(h0, w0)
     h = np.where(r == 1, h0, np.ceil(h0 * r)).astype(np.int64)
     w = np.where(r == 1, w0, np.ceil(w0 * r)).astype(np.int64)
@@ -223,9 +227,9 @@ def _fill(payload: memoryview, store: LabelStore, hw: np.ndarray, offsets: np.nd
     ok = np.zeros(n, np.uint8)
 
     def one(i: int) -> None:
-        w_scan, h_scan = store.shapes[i]
+        h_scan, w_scan = store.shapes_hw[i]
         try:  # as ImageSource reads a file, so cached and uncached pixels are the same
-            li = load_image(store.im_file(i), spec.img_size, spec.augment, (int(h_scan), int(w_scan)), spec.reduced)
+            li = load_image(store.im_file(i), spec.img_size, spec.linear, (int(h_scan), int(w_scan)), spec.reduced)
         except ImageReadError as e:
             LOGGER.warning(f"{spec.prefix}{e}; not cached, it will be read from its file when needed")
             return
@@ -233,7 +237,7 @@ def _fill(payload: memoryview, store: LabelStore, hw: np.ndarray, offsets: np.nd
         im = li.img
         h, w = int(hw[i, 0]), int(hw[i, 1])
         if im.shape[:2] != (h, w):  # the header and the decoder disagree (rare, odd EXIF)
-            im = cv2.resize(im, (w, h), interpolation=cv2.INTER_LINEAR)
+            im = cv2.resize(im, dsize=(w, h), interpolation=cv2.INTER_LINEAR)  # OpenCV's dsize: (width, height)
         np.frombuffer(payload, np.uint8, h * w * 3, int(offsets[i])).reshape(h, w, 3)[...] = im
         ok[i] = 1
 
@@ -396,8 +400,8 @@ def _open_disk(store: LabelStore, key: str, spec: ImageCacheSpec, planned_hw: np
 def open_or_build(spec: ImageCacheSpec, store: LabelStore, labels_fingerprint: str) -> Optional[ImageCache]:
     """The image cache of ``store`` as ``spec`` asks: reuse a valid one, else build one.  Returns None
     (with a warning saying why) when none can be had; the images are then read from their files."""
-    key = cache_key(store, labels_fingerprint, spec.img_size, spec.augment, spec.reduced)
-    planned_hw = planned_sizes(store.shapes, spec.img_size)
+    key = cache_key(store, labels_fingerprint, spec.img_size, spec.linear, spec.reduced)
+    planned_hw = planned_sizes(store.shapes_hw, spec.img_size)
     if normalise_mode(spec.mode) == "ram":
         return _open_ram(store, key, spec, planned_hw)
     return _open_disk(store, key, spec, planned_hw)

@@ -41,34 +41,38 @@ def target_size(hw0: Tuple[int, int], img_size: int) -> Tuple[int, int]:
     return (h0, w0) if r == 1 else (math.ceil(h0 * r), math.ceil(w0 * r))
 
 
-def resize_long_side(im: np.ndarray, img_size: int, augment: bool) -> np.ndarray:
-    """Scale so the long side is ``img_size``.  Interpolation as YOLOv5: linear when training or
-    enlarging, area when shrinking for evaluation; sizes rounded up."""
+def resize_long_side(im: np.ndarray, img_size: int, linear: bool) -> np.ndarray:
+    """Scale so the long side is ``img_size`` (sizes rounded up, see ``target_size``).  Interpolation
+    as YOLOv5: linear when enlarging, and when shrinking too with ``linear`` (YOLOv5 does for training),
+    else area."""
     h0, w0 = im.shape[:2]
     r = img_size / max(h0, w0)
     if r == 1:
         return im
-    interp = cv2.INTER_LINEAR if (augment or r > 1) else cv2.INTER_AREA
-    return cv2.resize(im, (math.ceil(w0 * r), math.ceil(h0 * r)), interpolation=interp)
+    interp = cv2.INTER_LINEAR if (linear or r > 1) else cv2.INTER_AREA
+    h, w = math.ceil(h0 * r), math.ceil(w0 * r)
+    return cv2.resize(im, dsize=(w, h), interpolation=interp)  # OpenCV's dsize: (width, height)
 
 
-def load_image(path: str, img_size: int, augment: bool, hw0: Optional[Tuple[int, int]] = None,
+def load_image(path: str, img_size: int, linear: bool, hw0: Optional[Tuple[int, int]] = None,
                reduced: bool = False) -> LoadedImage:
-    """Decode and resize ``path`` (see resize_long_side).  ``reduced`` with ``hw0`` (the size a full
-    decode gives, as the scan recorded it): a JPEG is decoded at 1/f scale (see ``reduction``) and
-    resized from there to the same target size; anything else, or a scaled decode of another size than
-    libjpeg's ceil(side / f) (not JPEG data after all), is decoded in full."""
+    """Decode and resize ``path`` (see resize_long_side; ``linear`` picks the interpolation).
+    ``reduced`` with ``hw0`` (the (h0, w0) a full decode gives, as the scan recorded it): a JPEG is
+    decoded at 1/f scale (see ``reduction``) and resized from there to the same target size; anything
+    else, or a scaled decode of another size than libjpeg's ceil(side / f) (not JPEG data after all),
+    is decoded in full."""
     if reduced and hw0 is not None and path.rpartition(".")[2].lower() in JPEG_SUFFIXES:
         f = reduction(hw0, img_size)
         if f > 1:
             im = imread_bgr(path, REDUCED_FLAGS[f])
             if im.shape[:2] == (-(-hw0[0] // f), -(-hw0[1] // f)):
                 h, w = target_size(hw0, img_size)
-                interp = cv2.INTER_LINEAR if augment else cv2.INTER_AREA  # as resize_long_side when shrinking
-                return LoadedImage(cv2.resize(im, (w, h), interpolation=interp), tuple(hw0), (h, w))
+                interp = cv2.INTER_LINEAR if linear else cv2.INTER_AREA  # as resize_long_side when shrinking
+                resized = cv2.resize(im, dsize=(w, h), interpolation=interp)  # OpenCV's dsize: (width, height)
+                return LoadedImage(resized, tuple(hw0), (h, w))
     im = imread_bgr(path)
     hw0 = im.shape[:2]
-    im = resize_long_side(im, img_size, augment)
+    im = resize_long_side(im, img_size, linear)
     return LoadedImage(im, hw0, im.shape[:2])
 
 
@@ -96,7 +100,7 @@ class ImageSource:
             if cached is not None:
                 return LoadedImage(*cached)
         path = self.store.im_file(i)
-        w0, h0 = self.store.shapes[i]
+        h0, w0 = self.store.shapes_hw[i]
         try:
             return load_image(path, self.img_size, self.linear, (int(h0), int(w0)), self.reduced)
         except ImageDecodeError as e:

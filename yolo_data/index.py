@@ -64,7 +64,7 @@ def build_index(store: LabelStore, names: List[str], settings: Settings, rect_ba
     batch = np.arange(n, dtype=np.int64) // rect_batch
     shapes = None
     if settings.rect:
-        plan = rect_plan(store.shapes, rect_batch, settings.img_size, settings.stride, part.pad)
+        plan = rect_plan(store.shapes_hw, rect_batch, settings.img_size, settings.stride, part.pad)
         store = store.subset(plan.order)
         batch, shapes = plan.batch_index, plan.batch_shapes
     return SplitIndex(store, list(names), batch, shapes, settings.img_size)

@@ -92,11 +92,11 @@ def without_duplicates(labels: np.ndarray, segments: Optional[List[np.ndarray]],
 
 def normalising_size(stated: Optional[Tuple[float, float]], shape: Tuple[int, int], source: str,
                      missing: str) -> Tuple[Tuple[float, float], List[str]]:
-    """The (w, h) an annotation file's pixel boxes are normalised by, and warnings: its ``stated`` size
-    (as converters use it; None when it gives none: then the image's, with the warning ``missing``),
-    checked against the image's ``shape`` (w, h).  ``source`` names the file in messages ('XML',
-    'JSON').  Raises LabelError when the aspects differ."""
-    w, h = shape
+    """The (width, height) an annotation file's pixel boxes are normalised by, and warnings: its
+    ``stated`` (width, height), as the file states it and converters use it (None when it gives none:
+    then the image's, with the warning ``missing``), checked against the image's ``shape`` (h, w).
+    ``source`` names the file in messages ('XML', 'JSON').  Raises LabelError when the aspects differ."""
+    h, w = shape  # the image's (h, w); annotation files state width x height
     if stated is None:
         return (float(w), float(h)), [f"{missing}; the image's {w}x{h} is used"]
     sw, sh = stated

@@ -31,7 +31,7 @@ class LabelReader(Protocol):
     """Reads one image's labels in a scan worker (picklable: it travels with each chunk of pairs).
 
     ``read(label, shape)``: ``label`` is what the format lists beside the image (a label file's path,
-    or the annotations a COCO JSON gives for it); ``shape`` the image's (w, h) in pixels, EXIF
+    or the annotations a COCO JSON gives for it); ``shape`` the image's (h, w) in pixels, EXIF
     orientation applied (labels.image_size).  Returns (labels (n, 5) float32 [class, x, y, w, h]
     normalised to the image, segments: None or one (k, 2) float32 normalised polygon per row (an empty
     (0, 2) array for a plain box), status 'ok' / 'missing' / 'empty', warnings: list of str).  Raises

@@ -39,7 +39,8 @@ _PNG_TRUNCATED = "truncated PNG (ends before its IEND chunk)"
 class PairRecord:
     """What the scan learns about one image/label pair.
 
-    ``shape``: (w, h) in pixels after EXIF orientation.  ``labels``: (n, 5) float32
+    ``shape``: (h, w) in pixels after EXIF orientation (NumPy's order, the decoded image's
+    ``shape[:2]``).  ``labels``: (n, 5) float32
     [class, x, y, w, h] normalised.  ``segments``: None, or one (k, 2) float32 normalised polygon per
     label row (an empty (0, 2) array for plain box rows).  ``status``: 'ok', 'missing' (no label file),
     'empty' (label file without rows) or 'corrupt' (left out).
@@ -61,7 +62,8 @@ def _pread(f: BinaryIO, n: int, pos: int) -> bytes:
 
 
 def image_size(im_file: str) -> Tuple[Tuple[int, int], List[str]]:
-    """(w, h) of an image as OpenCV decodes it (EXIF orientation applied), plus warnings.  Raises LabelError.
+    """(h, w) of an image as OpenCV decodes it (its ``shape[:2]``, EXIF orientation applied), plus
+    warnings.  Raises LabelError.
 
     JPEG and PNG from their headers and structure only; other formats are decoded with the training
     decoder (rare in detection datasets, and Pillow reads TIFFs that OpenCV cannot).
@@ -78,7 +80,7 @@ def image_size(im_file: str) -> Tuple[Tuple[int, int], List[str]]:
         try:
             with Image.open(f) as im:
                 fmt = (im.format or "").lower()
-                w, h = im.size
+                w, h = im.size  # Pillow's size is (width, height)
                 if fmt != "png":  # Pillow's PNG getexif() decodes the whole image to look past IDAT
                     try:
                         orientation = im.getexif().get(_EXIF_ORIENTATION)
@@ -121,7 +123,7 @@ def image_size(im_file: str) -> Tuple[Tuple[int, int], List[str]]:
                                "image (Pillow reads its header)") from None
     if w < MIN_IMAGE_SIDE or h < MIN_IMAGE_SIDE:
         raise LabelError(f"image size {w}x{h} is below {MIN_IMAGE_SIDE} pixels a side")
-    return (w, h), warnings
+    return (h, w), warnings
 
 
 def _png_exif(f: BinaryIO, size: int) -> Optional[bytes]:
@@ -162,7 +164,8 @@ def verify_pair(im_file: str, lb_file, nc: Optional[int] = None, reader: Optiona
     """Check one image and its labels.  Never raises for bad data: problems are recorded on the result.
 
     ``reader``: how the labels are read (default: a YOLO label file, with ``nc`` the number of class
-    names, or None when unknown: then class ids are only checked to be below MAX_CLASS_ID).
+    names, or None when unknown: then class ids are only checked to be below MAX_CLASS_ID); it is
+    given the image's (h, w) as ``shape``.
     """
     reader = YoloReader(nc) if reader is None else reader
     rec = PairRecord(im_file=im_file)

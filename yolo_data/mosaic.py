@@ -141,7 +141,7 @@ def mosaic4_resized(parts: List[Sample], img_size: int, centre: Tuple[int, int],
             continue
         (c1, c2, u1, u2, kx, tx), (r1, r2, v1, v2, ky, ty) = cols, rows
         src = part.img[v1 - top:v2 - top, u1 - left:u2 - left, :3]
-        cv2.resize(src, (c2 - c1, r2 - r1), dst=out[r1:r2, c1:c2], interpolation=cv2.INTER_LINEAR)
+        cv2.resize(src, dsize=(c2 - c1, r2 - r1), dst=out[r1:r2, c1:c2], interpolation=cv2.INTER_LINEAR)  # (cols, rows)
         blocks.append((len(part), np.array([[kx, 0.0, tx], [0.0, ky, ty], [0.0, 0.0, 1.0]])))
     return Sample.concat(placed, out), blocks
 

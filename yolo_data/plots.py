@@ -32,7 +32,7 @@ def draw_batch(imgs: torch.Tensor, targets: torch.Tensor, paths: Sequence[str], 
     t = targets.cpu().numpy()
     for i in range(b):
         img = np.ascontiguousarray(imgs[i].cpu().numpy().transpose(1, 2, 0)[..., ::-1])  # RGB -> BGR
-        img = cv2.resize(img, (tw, th), interpolation=cv2.INTER_AREA) if scale < 1 else img.copy()
+        img = cv2.resize(img, dsize=(tw, th), interpolation=cv2.INTER_AREA) if scale < 1 else img.copy()
         for _, cls, x, y, bw, bh in t[t[:, 0] == i]:
             x1, y1 = int((x - bw / 2) * tw), int((y - bh / 2) * th)
             x2, y2 = int((x + bw / 2) * tw), int((y + bh / 2) * th)

@@ -25,8 +25,8 @@ LOGGER = logging.getLogger("yolo_data")
 IMG_FORMATS = ("bmp", "dng", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp", "pfm")
 # Cache file names: the suffix adds 16 bytes, a shared cache folder's hash 17, the temporary
 # '.<host>.<pid>.<random>.yolo_data.tmp' up to 97 and a disk image cache
-# '-images-<size>-train-rect.imgcache' 33; names longer than this keep a prefix and a hash, so every
-# one stays under 255 bytes.
+# '-images-<size>-linear-rect-reduced.imgcache' 42 (a 5-digit size); names longer than this keep a
+# prefix and a hash, so every one stays under 255 bytes.
 MAX_CACHE_STEM = 100
 # Our label cache's suffix.  YOLOv5 and Ultralytics both write '<labels folder>.cache' (a pickle) beside
 # the labels; a name of our own means switching loaders never makes either rescan the other's split.

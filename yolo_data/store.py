@@ -39,14 +39,15 @@ class LabelStore:
 
     path_bytes uint8 (B,) / path_offsets int64 (n+1,): image paths as the filesystem's bytes (``os.fsencode``:
     UTF-8, with the bytes of a name that is not UTF-8 kept as they are), concatenated.
-    shapes int32 (n, 2): [w, h] in pixels, EXIF orientation applied.
+    shapes_hw int32 (n, 2): [h, w] in pixels as decoded (NumPy's order, EXIF orientation applied); the
+    dataset's ``shapes`` gives them in YOLOv5's [w, h].
     labels float32 (L, 5): [class, x, y, w, h] normalised; label_offsets int64 (n+1,) per image.
     seg_points float32 (P, 2): normalised polygon points; seg_offsets int64 (L+1,) per label row
     (a row without a polygon owns no points).
     """
     path_bytes: np.ndarray
     path_offsets: np.ndarray
-    shapes: np.ndarray
+    shapes_hw: np.ndarray
     labels: np.ndarray
     label_offsets: np.ndarray
     seg_points: np.ndarray
@@ -73,7 +74,7 @@ class LabelStore:
         return cls(
             path_bytes=np.frombuffer(b"".join(encoded), dtype=np.uint8).copy(),
             path_offsets=_offsets(len(e) for e in encoded),
-            shapes=np.array([r.shape for r in good], dtype=np.int32).reshape(-1, 2),
+            shapes_hw=np.array([r.shape for r in good], dtype=np.int32).reshape(-1, 2),
             labels=np.concatenate([r.labels for r in good] + [np.zeros((0, 5), np.float32)]).astype(np.float32),
             label_offsets=_offsets(len(r.labels) for r in good),
             seg_points=np.concatenate(seg_arrays + [np.zeros((0, 2), np.float32)]).astype(np.float32),
@@ -95,12 +96,12 @@ class LabelStore:
         its checksum may still be crafted or from another writer: every offset array must start at 0,
         never decrease and end at the length of what it indexes, so no item reads outside its rows or
         another item's.  Vectorised; about 10 ms for a million images."""
-        n = len(self.shapes)
+        n = len(self.shapes_hw)
         shapes_ok = (self.path_offsets.shape == (n + 1,) and self.label_offsets.shape == (n + 1,)
                      and self.labels.ndim == 2 and self.labels.shape[1] == 5
                      and self.seg_offsets.shape == (len(self.labels) + 1,)
                      and self.seg_points.ndim == 2 and self.seg_points.shape[1] == 2
-                     and self.shapes.ndim == 2 and self.shapes.shape[1] == 2)
+                     and self.shapes_hw.ndim == 2 and self.shapes_hw.shape[1] == 2)
         if not shapes_ok:
             raise ValueError("label store arrays have inconsistent shapes")
         for name, offsets, total in (("path_offsets", self.path_offsets, len(self.path_bytes)),
@@ -109,7 +110,7 @@ class LabelStore:
             # a bool per entry, not an int64 difference: 8x less temporary memory at a million images
             if offsets[0] != 0 or offsets[-1] != total or not np.all(offsets[1:] >= offsets[:-1]):
                 raise ValueError(f"{name} do not run from 0 to {total} without decreasing")
-        if n and self.shapes.min() < 1:
+        if n and self.shapes_hw.min() < 1:
             raise ValueError("image sizes must be positive")
         # one float64 sum is finite exactly when every value is (no temporary array of flags)
         if len(self.labels) and not (np.isfinite(self.labels.sum(dtype=np.float64))
@@ -118,7 +119,7 @@ class LabelStore:
 
     # -- access ------------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self.shapes)
+        return len(self.shapes_hw)
 
     def im_file(self, i: int) -> str:
         return os.fsdecode(self.path_bytes[self.path_offsets[i]:self.path_offsets[i + 1]].tobytes())
@@ -172,7 +173,7 @@ class LabelStore:
         labels, label_offsets = _gather(self.labels, self.label_offsets, index)
         rows, _ = _gather(np.arange(len(self.labels)), self.label_offsets, index)
         seg_points, seg_offsets = _gather(self.seg_points, self.seg_offsets, rows)
-        return LabelStore(path_bytes, path_offsets, self.shapes[index], labels, label_offsets,
+        return LabelStore(path_bytes, path_offsets, self.shapes_hw[index], labels, label_offsets,
                           seg_points, seg_offsets)
 
     def num_boxes(self) -> int:

@@ -34,7 +34,7 @@ def _writer(img_dir):
 
 def fingerprint_of(split):
     s = split.store
-    return (s.labels.tobytes(), s.shapes.tobytes(), s.path_bytes.tobytes(), s.label_offsets.tobytes())
+    return (s.labels.tobytes(), s.shapes_hw.tobytes(), s.path_bytes.tobytes(), s.label_offsets.tobytes())
 
 
 def main(argv=None) -> int:
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
                 stats["finished"] += p.exitcode == 0
             if cache_file.exists():  # whatever is there must be whole and right
                 contents = cache.load(cache_file)
-                assert (contents.store.labels.tobytes(), contents.store.shapes.tobytes()) == reference[:2]
+                assert (contents.store.labels.tobytes(), contents.store.shapes_hw.tobytes()) == reference[:2]
             stats["max_tmp"] = max(stats["max_tmp"], len(list(cache_file.parent.glob("*.tmp"))))
             after = load_split(img_dir, nc=3)
             stats["rebuilt" if after.built else "reused"] += 1

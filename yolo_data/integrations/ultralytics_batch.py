@@ -102,7 +102,7 @@ class LabelDicts(LazySequence):
 
     def _item(self, i: int) -> dict:
         labels = self._store.labels_of(i)
-        w, h = (int(v) for v in self._store.shapes[i])
+        h, w = (int(v) for v in self._store.shapes_hw[i])
         return {
             "im_file": self._store.im_file(i),
             "shape": (h, w),
