@@ -16,7 +16,7 @@ import torch
 from torch.multiprocessing.reductions import shared_cache
 
 import yolo_data.batchmemory as bm
-import yolo_data.loader
+import yolo_data.build
 import yolo_data.room
 from yolo_data import create_dataloader
 from yolo_data.collate import collate_fn
@@ -385,7 +385,7 @@ def test_the_shared_memory_estimate_holds_the_largest_rect_batch_of_a_large_pad(
         return n
 
     monkeypatch.setattr(yolo_data.room, "shm_bytes_for_batches", recorded)  # fit_workers_to_shm's
-    monkeypatch.setattr(yolo_data.loader, "shm_bytes_for_batches", recorded)  # the RAM cache reserve's
+    monkeypatch.setattr(yolo_data.build, "shm_bytes_for_batches", recorded)  # the RAM cache reserve's
     shapes = [(64, 48), (48, 64), (64, 64), (64, 32)]
     data = make_dataset(tmp_path / "ds", [(f"{k}.jpg", shapes[k % 4], "0 0.5 0.5 0.2 0.2\n") for k in range(8)])
     loader, ds = create_dataloader(str(data), 64, 4, 32, rect=True, pad=2.0, workers=1, split="train",

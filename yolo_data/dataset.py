@@ -221,6 +221,9 @@ class YoloDataset(Dataset):
                    doc="The hyperparameters as given; assigning re-derives the augmentation (hyp.load_hyp).")
     cfg = property(lambda self: self.control.shared.given().cfg, doc="The current hyp's AugmentConfig.")
     batch_partners = property(lambda self: self.settings.augmentation.batch_partners)
+    # attributes of the dataset before Settings, read from where they live now
+    seed, reduced_decode = property(lambda self: self.settings.seed), property(lambda self: self.settings.reduced_decode)
+    partner_group, shared_epoch = property(lambda self: self.run.partner_group), property(lambda self: self.run.epoch)
 
     def refresh_settings(self) -> None:
         """Take in a hyp dict changed in place (``dataset.hyp['mosaic'] = 0``); a YoloDataLoader calls
