@@ -297,3 +297,33 @@ def test_local_world_size_set_by_torchrun_is_taken_as_it_is(monkeypatch):
     assert local_world_size() == 8
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
     assert local_world_size() == 1
+
+
+def _sharded_eval_worker(rank, world, port, yaml, out_dir):
+    os.environ["LOCAL_RANK"] = str(rank)
+    init(rank, world, port)
+    try:
+        from yolo_data import Settings
+        from yolo_data.build import build_loader
+        loader = build_loader(yaml, Settings.evaluation(img_size=64, batch_size=3, rect=True, each_image_once=True, split="train",
+                                                        workers=0), rank=rank)
+        passes = [[p for _, _, paths, _ in loader for p in paths] for _ in range(2)]  # two epochs' validation
+        Path(out_dir, f"{rank}.json").write_text(json.dumps(passes))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_evaluation_under_ddp_gives_each_image_once_to_one_rank_every_pass(small_dataset, tmp_path):
+    """Settings.evaluation(each_image_once=True) under 2 gloo ranks: each rank's whole batches, every image
+    exactly once over the ranks, on every pass (Ultralytics' validator runs one per epoch)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    run(_sharded_eval_worker, 2, str(small_dataset), str(out))
+    passes = [json.loads((out / f"{r}.json").read_text()) for r in range(2)]
+    from yolo_data import Settings, YoloDataset
+    every = sorted(YoloDataset(str(small_dataset), Settings.evaluation(img_size=64, split="train")).im_files)
+    for k in range(2):
+        seen = passes[0][k] + passes[1][k]
+        assert sorted(seen) == every and passes[0][k] and passes[1][k]
+        assert passes[0][k] == passes[0][0] and passes[1][k] == passes[1][0]

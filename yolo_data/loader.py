@@ -54,8 +54,10 @@ class YoloDataLoader(DataLoader):
 
     def _settings(self):
         items = getattr(self.dataset, "item_settings", None)  # also takes in a hyp dict changed in place
-        return (self.sampler.epoch, self.sampler.version, getattr(self.dataset, "indices_version", 0),
-                items() if items is not None else None)
+        # any sampler may drive the loader (ShardSampler under DDP evaluation, a script's own): only the
+        # YoloSampler has an epoch and a version
+        return (getattr(self.sampler, "epoch", None), getattr(self.sampler, "version", None),
+                getattr(self.dataset, "indices_version", 0), items() if items is not None else None)
 
     def __iter__(self):
         early, self._early = self._early, None
