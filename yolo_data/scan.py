@@ -7,6 +7,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, List, Optional, Sequence
 
+from PIL import Image
+
 from .labels import LabelReader, PairRecord, verify_pair
 
 Progress = Callable[[int, int], None]  # (done, total)
@@ -46,6 +48,11 @@ def scan_pairs(im_files: Sequence[str], lb_files: Sequence, nc: Optional[int] = 
     else:
         # fork (Linux only): the children run nothing but verify_pair, never CUDA, so forking a
         # process that already initialised CUDA is safe here, as it is for DataLoader workers.
+        # labels.image_size gives Pillow an open file, not a name, so Pillow's first open in a process
+        # imports its five common plugins (Image.preinit: BMP, GIF, JPEG, PPM, PNG, and what they
+        # import) instead of the one the name's extension asks for.  Done here, once per process, the
+        # workers inherit them; else each worker of each scan imported them again (~25M instructions).
+        Image.preinit()
         pool_cm = mp.get_context("fork").Pool(workers)
         results = pool_cm.imap(_verify_chunk, jobs)
     with pool_cm:
