@@ -101,6 +101,11 @@ def test_a_folder_with_yolo_labels_stays_yolo(folder):
     (folder / "c.txt").unlink()
     assert formats.format_of(folder).name == "labelme"
     assert formats.format_of(folder / "a.jpg").name == "yolo"  # an image alone: YOLO's rules
+    images = folder.parent / "ds" / "images" / "train"  # YOLO's layout: labels/train beside images/train
+    shutil.copytree(folder, images)
+    assert formats.format_of(images).name == "labelme"
+    (folder.parent / "ds" / "labels" / "train").mkdir(parents=True)
+    assert formats.format_of(images).name == "yolo"
 
 
 def read(tmp_path, shapes, w=80, h=64, names=("cat", "dog"), **extra):

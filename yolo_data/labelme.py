@@ -47,22 +47,39 @@ def json_of(im_file: str) -> str:
     return im_file.rpartition(".")[0] + ".json"
 
 
-def _top_level(folder: Path) -> Tuple[List[str], set]:
-    """(image files, JSON stems) directly in ``folder`` (hidden names skipped)."""
-    images, jsons = [], set()
+def _annotated_images(folder: Path) -> List[str]:
+    """Up to CLAIM_PROBES images directly in ``folder`` with a JSON of their name beside them; [] as
+    soon as an image has a ``.txt`` of its name beside it (YOLO labels there), so a YOLO folder is
+    rarely read far.  Hidden names are skipped."""
+    images: dict = {}  # stem -> path
+    jsons, texts, found = set(), set(), []
     try:
-        names = sorted(os.listdir(folder))
+        entries = os.scandir(folder)
     except OSError:
-        return [], set()
-    for name in names:
-        stem, _, suffix = name.rpartition(".")
-        if name.startswith(".") or not stem:
-            continue
-        if suffix.lower() in _IMAGE_SUFFIXES:
-            images.append(os.path.join(folder, name))
-        elif suffix.lower() == "json":
-            jsons.add(stem)
-    return images, jsons
+        return []
+    with entries:
+        for e in entries:
+            stem, _, suffix = e.name.rpartition(".")
+            if e.name.startswith(".") or not stem:
+                continue
+            suffix = suffix.lower()
+            if suffix in _IMAGE_SUFFIXES:
+                if stem in texts:
+                    return []
+                images[stem] = e.path
+                if stem in jsons:
+                    found.append(e.path)
+            elif suffix == "txt":
+                if stem in images:
+                    return []
+                texts.add(stem)
+            elif suffix == "json":
+                jsons.add(stem)
+                if stem in images:
+                    found.append(images[stem])
+            if len(found) >= CLAIM_PROBES:
+                break
+    return found
 
 
 def _parse(json_file: str) -> Optional[dict]:
@@ -206,8 +223,11 @@ class LabelMeFormat(LabelFormat):
     def claims(self, entry: Path) -> bool:
         if not entry.is_dir():
             return False
-        images, jsons = _top_level(entry)
-        beside = [f for f in images if os.path.basename(f).rpartition(".")[0] in jsons][:CLAIM_PROBES]
+        # YOLO's images/ -> labels/ folder, when it exists, decides with one stat: no listing
+        yolo_labels = Path(img2label_path(str(entry / "x.jpg"))).parent
+        if yolo_labels != entry and yolo_labels.is_dir():
+            return False
+        beside = _annotated_images(entry)
         return bool(beside) and not any(os.path.exists(img2label_path(f)) for f in beside)
 
     def open(self, entries: List[Any], options: SourceOptions) -> SplitSource:
