@@ -168,7 +168,7 @@ class YoloDataset(Dataset):
                             doc="(nb, 2) int64 [h, w] letterbox shape of each rect batch, or None without rect.")
     im_files = property(lambda self: ImageFiles(self.store))
     label_files = property(lambda self: LabelFiles(self.store, self.split_labels.label_file_of),
-                           doc="Per image its annotation file (YOLO .txt, VOC .xml, or the COCO JSON).")
+                           doc="Per image its annotation file (YOLO .txt, VOC .xml, LabelMe .json, the COCO JSON).")
     labels = property(lambda self: Labels(self.store),
                       doc="Per image an (n, 5) float32 read-only array [class, x, y, w, h] normalised.")
     segments = property(lambda self: Segments(self.store),
