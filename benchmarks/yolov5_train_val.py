@@ -170,6 +170,13 @@ def main(argv=None) -> int:
         print(f"\nmetrics identical: {bool(same)}; saved boxes identical ({len(val['yolov5'][3])} label files, "
               f"{boxes:,} boxes): "
               f"{bool(same_boxes)}; train runs failed: {failed or 'none'}")
+        # YOLOv5's NMS stops at a wall-clock limit (0.5 s + 0.05 s per image of the batch) and keeps only
+        # the images it reached: on a slow or busy host which boxes survive then depends on timing
+        limited = {lib: (tmp / f"val_{lib}.log").read_text().count("NMS time limit") for lib in val}
+        if any(limited.values()):
+            print("YOLOv5's NMS hit its time limit (" + ", ".join(f"{k}: {v} batches" for k, v in limited.items())
+                  + "): the boxes kept depend on timing, so a difference says nothing about the loaders; "
+                  "rerun on a quieter host or with a higher --val-conf")
         print("\n" + common.footer())
         return 0 if same and same_boxes and not failed else 1
 
