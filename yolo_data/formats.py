@@ -14,10 +14,10 @@ lists, or two JSONs).  Nothing is converted and nothing is written here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, List
 
 from . import coco, labelme, voc, yolotxt
-from .labelformat import LabelFormat, SourceOptions, SplitSource, WarmStart
+from .labelformat import LabelFormat, SourceOptions, SplitSource
 
 # asked in this order; YOLO claims everything, so it stays last
 FORMATS: List[LabelFormat] = [coco.FORMAT, voc.FORMAT, labelme.FORMAT, yolotxt.FORMAT]
@@ -47,18 +47,19 @@ def kind_of(entry) -> str:
     return format_of(entry).name
 
 
-def _entries(path) -> List[Any]:
+def entries(path) -> List[Any]:
+    """The split entries ``path`` names: itself, or the items of a list or tuple."""
     return list(path) if isinstance(path, (list, tuple)) else [path]
 
 
 def split_format(path) -> LabelFormat:
     """The one format of every entry of ``path`` (an entry or a list of them).  Raises ValueError for
     a split that mixes formats."""
-    entries = _entries(path)
-    found = [format_of(e) for e in entries]
+    listed = entries(path)
+    found = [format_of(e) for e in listed]
     if len({f.name for f in found}) > 1:
         raise ValueError(f"a split mixes label formats ({', '.join(sorted({f.name for f in found}))}): "
-                         + ", ".join(f"{e} ({f.name})" for e, f in zip(entries, found))
+                         + ", ".join(f"{e} ({f.name})" for e, f in zip(listed, found))
                          + "; give each format its own split")
     return found[0]
 
@@ -66,12 +67,4 @@ def split_format(path) -> LabelFormat:
 def open_source(path, options: SourceOptions = SourceOptions()) -> SplitSource:
     """The :class:`SplitSource` of what ``path`` names (an entry or a list of entries of one format).
     Raises FileNotFoundError / ValueError naming the entry."""
-    return split_format(path).open(_entries(path), options)
-
-
-def warm_start(path, options: SourceOptions) -> Optional[Tuple[str, WarmStart]]:
-    """(format name, its WarmStart) where the split's format can find its cache without listing the
-    split, else None."""
-    fmt = split_format(path)
-    found = fmt.warm_start(_entries(path), options)
-    return None if found is None else (fmt.name, found)
+    return split_format(path).open(entries(path), options)

@@ -33,7 +33,7 @@ import numpy as np
 from .labelfile import NotRegular, normalising_size, open_regular, without_duplicates
 from .labelformat import LabelFormat, SourceOptions, SplitSource
 from .problems import LabelError, Problem
-from .sources import IMG_FORMATS, default_cache_file, img2label_path, split_images, walk_files
+from .sources import IMG_FORMATS, default_cache_file, img2label_path, walk_files
 
 # LabelMe embeds the image (base64) by default, so its JSONs run to a few times an image's size
 MAX_JSON_BYTES = 64 * 2**20
@@ -120,6 +120,11 @@ def _stated_size(data: dict) -> Optional[Tuple[float, float]]:
     return None
 
 
+def _shape_type(shape: dict):
+    """A shape's ``shape_type``; LabelMe writes 'polygon' when it gives none."""
+    return shape.get("shape_type") or "polygon"
+
+
 def _points(shape: dict) -> Optional[np.ndarray]:
     """A shape's points as (k, 2) float64, or None when they are not a list of finite x, y pairs."""
     pts = shape.get("points")
@@ -142,7 +147,7 @@ def labels_in(json_files: List[str]) -> List[str]:
         except LabelError:
             continue
         for s in (data or {}).get("shapes", []):
-            if isinstance(s, dict) and s.get("shape_type") in (None,) + SHAPES and isinstance(s.get("label"), str):
+            if isinstance(s, dict) and _shape_type(s) in SHAPES and isinstance(s.get("label"), str):
                 found.add(s["label"].strip())
     found.discard("")
     return sorted(found)
@@ -173,7 +178,7 @@ class LabelMeReader:
                 warnings.append(f"shape {k} is not an object; left out")
                 continue
             label = s.get("label").strip() if isinstance(s.get("label"), str) else ""
-            kind = s.get("shape_type") or "polygon"
+            kind = _shape_type(s)
             where = f"shape {k} ({label or 'no label'})"
             if kind not in SHAPES:
                 other[str(kind)[:20]] += 1
@@ -231,10 +236,13 @@ class LabelMeFormat(LabelFormat):
         return bool(beside) and not any(os.path.exists(img2label_path(f)) for f in beside)
 
     def open(self, entries: List[Any], options: SourceOptions) -> SplitSource:
-        listing = split_images(entries)
-        im_files = listing.files
+        # one walk of each folder (claims takes folders only) gives the images and the JSONs alike
+        files = [f for e in entries for f in walk_files(str(e))]
+        im_files = sorted(f for f in files if f.rpartition(".")[2].lower() in _IMAGE_SUFFIXES)  # as list_images
+        if not im_files:
+            raise FileNotFoundError(f"no images found in {entries[0] if len(entries) == 1 else entries}")
         json_files = [json_of(f) for f in im_files]
-        problems = listing.problems + _orphans(entries, set(json_files))
+        problems = _orphans(files, set(json_files))
         names = list(options.names) if options.names else None
         settings = {"format": "labelme", "names": names, "labelme": 1}
 
@@ -249,15 +257,12 @@ class LabelMeFormat(LabelFormat):
         return json_of
 
 
-def _orphans(entries: List[Any], paired: set) -> List[Problem]:
-    """A problem for each JSON with no image of its name beside it (its annotations cannot be used)."""
-    out = []
-    for e in entries:
-        for f in walk_files(str(e)):
-            if f.rpartition(".")[2].lower() == "json" and f not in paired:
-                out.append(Problem(f, "a LabelMe file with no image of its name beside it (an image embedded "
-                                      "as imageData is not read); left out", True))
-    return out
+def _orphans(files: List[str], paired: set) -> List[Problem]:
+    """A problem for each JSON of ``files`` with no image of its name beside it (its annotations cannot
+    be used)."""
+    return [Problem(f, "a LabelMe file with no image of its name beside it (an image embedded as imageData "
+                       "is not read); left out", True)
+            for f in files if f.rpartition(".")[2].lower() == "json" and f not in paired]
 
 
 FORMAT = LabelMeFormat()

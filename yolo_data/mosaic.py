@@ -40,8 +40,7 @@ def _shifted(part: Sample, dx: float, dy: float, size: float) -> Sample:
     shift = np.array([dx, dy], np.float32)
     boxes = (part.boxes + np.array([dx, dy, dx, dy], np.float32)).clip(0, size).astype(np.float32)
     segments = [(s + shift).clip(0, size).astype(np.float32) for s in part.segments]
-    extras = part.moved_extras(lambda p: p + (dx, dy), (size, size)) if part.extras else {}
-    return Sample(part.img, part.cls, boxes, segments, extras)
+    return Sample(part.img, part.cls, boxes, segments, part.moved_extras(lambda p: p + (dx, dy), (size, size)))
 
 
 def _canvas(parts: Sequence[Sample], side: int) -> np.ndarray:

@@ -179,7 +179,7 @@ def warp_sample(sample: Sample, M: np.ndarray, out_hw: Tuple[int, int], border_v
     img = warp_image(sample.img, M, out_hw, border_value) if warped_img is None else warped_img
     if row_blocks is None:
         new_boxes, new_segments = warp_boxes(sample.boxes, sample.segments, M, out_hw)
-        extras = sample.moved_extras(lambda p: transform_points(p, M), out_hw) if sample.extras else {}
+        extras = sample.moved_extras(lambda p: transform_points(p, M), out_hw)
     elif not sample.segments and all(is_axis_aligned(m) for _, m in row_blocks):
         # boxes only, each block scaled and shifted: its corners' envelope is the box moved (cheaper)
         counts = [n for n, _ in row_blocks]
@@ -212,14 +212,13 @@ def warp_sample(sample: Sample, M: np.ndarray, out_hw: Tuple[int, int], border_v
 
 def _blocks_moved(sample: Sample, row_blocks, out_hw: Tuple[int, int]):
     """The sample's extras, each block of rows moved by its own matrix (see warp_sample)."""
-    if not sample.extras:
-        return {}
     parts, start = [], 0
     for n, m in row_blocks:
-        part = sample.select(np.arange(start, start + n))
-        parts.append(part.moved_extras(lambda p, m=m: transform_points(p, m), out_hw))
+        rows = np.arange(start, start + n)
+        parts.append({k: e.select(rows).moved(lambda p, m=m: transform_points(p, m), out_hw)
+                      for k, e in sample.extras.items()})
         start += n
-    return join_extras(parts)
+    return join_extras(parts) if sample.extras else {}
 
 
 def random_perspective(sample: Sample, rng: np.random.Generator, degrees: float = 10.0,
@@ -254,5 +253,5 @@ def flip_ud(sample: Sample) -> Sample:
     boxes = sample.boxes.copy()
     boxes[:, 1], boxes[:, 3] = h - sample.boxes[:, 3], h - sample.boxes[:, 1]
     segments = [np.stack([s[:, 0], h - s[:, 1]], 1).astype(np.float32) for s in sample.segments]
-    extras = sample.moved_extras(lambda p: p * (1, -1) + (0, h), sample.img.shape[:2]) if sample.extras else {}
+    extras = sample.moved_extras(lambda p: p * (1, -1) + (0, h), sample.img.shape[:2])
     return Sample(sample.img[::-1], sample.cls.copy(), boxes, segments, extras)

@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional, Union
 import numpy as np
 
 from . import cache, distributed, failures, formats
-from .labelformat import SourceOptions
+from .labelformat import LabelFormat, SourceOptions
 from .problems import Problem
 from .scan import Progress, scan_pairs
 from .sources import img2label_path
@@ -96,7 +96,7 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
                            "default": str(s.default_file), "failed_bytes": nbytes, "kind": s.kind,
                            "label_file": s.label_file_of(s.store.im_file(0)) if len(s.store) else None})
 
-    tag = "labels-" + hashlib.sha256(json.dumps([str(p) for p in _as_list(path)] + [nc, names, keep_difficult]).encode(
+    tag = "labels-" + hashlib.sha256(json.dumps([str(p) for p in formats.entries(path)] + [nc, names, keep_difficult]).encode(
         "utf-8", "surrogateescape")).hexdigest()[:16]
     value, here = distributed.share_from_local_rank_0(tag, on_rank_0)
     if here:
@@ -122,19 +122,15 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
     return failures.leave_out(s, failures.read(s.cache_file)[0])
 
 
-def _as_list(path) -> List:
-    return list(path) if isinstance(path, (list, tuple)) else [path]
-
-
-def _warm_start(path, options: SourceOptions, cache_dir, t0: float) -> Optional[SplitLabels]:
-    """A fresh cache found without listing the split, for formats that can (formats.warm_start: a COCO
-    JSON is not read): the format's settings equal the cache's, and the fingerprint of the images the
-    cache says the split listed equals the cache's.  None otherwise (then the split is listed and
+def _warm_start(fmt: LabelFormat, entries: List, options: SourceOptions, cache_dir,
+                t0: float) -> Optional[SplitLabels]:
+    """A fresh cache found without listing the split, for formats that can (LabelFormat.warm_start: a
+    COCO JSON is not read): the format's settings equal the cache's, and the fingerprint of the images
+    the cache says the split listed equals the cache's.  None otherwise (then the split is listed and
     checked as usual)."""
-    found = formats.warm_start(path, options)
-    if found is None:
+    warm = fmt.warm_start(entries, options)
+    if warm is None:
         return None
-    kind, warm = found
     settings = json.loads(json.dumps(warm.settings))  # as the cache holds it (lists, not tuples)
     for cfile in _candidates(warm.default_cache, cache_dir):
         try:
@@ -151,16 +147,17 @@ def _warm_start(path, options: SourceOptions, cache_dir, t0: float) -> Optional[
                 continue  # the usual path below reports it
             cache.remove_stale_temps(cfile)
             return SplitLabels(contents.store, cfile, False, time.perf_counter() - t0, contents.counts,
-                               contents.problems, fp, warm.default_cache, contents.names, kind, warm.label_file_of)
+                               contents.problems, fp, warm.default_cache, contents.names, fmt.name, warm.label_file_of)
     return None
 
 
 def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progress, save) -> SplitLabels:
     t0 = time.perf_counter()
-    quick = None if force else _warm_start(path, options, cache_dir, t0)
+    fmt, listed = formats.split_format(path), formats.entries(path)  # asked once: a claim may list a folder
+    quick = None if force else _warm_start(fmt, listed, options, cache_dir, t0)
     if quick is not None:
         return quick
-    source = formats.open_source(path, options)
+    source = fmt.open(listed, options)
     im_files = source.im_files
     default = source.default_cache
     fp = cache.fingerprint(im_files, source.label_files, source.nc, settings=source.settings)
