@@ -238,6 +238,42 @@ def test_ranks_of_different_nodes_with_the_same_data_agree(tmp_path):
     assert all(json.loads((tmp_path / f"{k}.json").read_text())["error"] is None for k in range(2))
 
 
+def _slow_reader_worker(rank, world, port, yamls, out_dir):
+    """Rank 1 reads the compared values slowly; rank 0, which hosts the store, ends as soon as its
+    loader is built.  Rank 1 must still get its loader, not lose the store under its feet."""
+    import yolo_data.distributed as yd
+    os.environ.update(LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+    init(rank, world, port)
+    if rank == 1:
+        real = yd._default_store
+
+        class SlowGets:
+            def __init__(self, store):
+                self.store = store
+
+            def __getattr__(self, name):
+                return getattr(self.store, name)
+
+            def get(self, key):
+                if "/agree/" in key:
+                    time.sleep(1.0)
+                return self.store.get(key)
+
+        yd._default_store = lambda: SlowGets(real())
+    from yolo_data import create_dataloader
+    create_dataloader(yamls[rank], 64, 2, 32, rank=0, workers=0, split="train")
+    Path(out_dir, f"{rank}.json").write_text("{}")
+    dist.destroy_process_group()  # rank 0 leaves at once, without a barrier
+
+
+def test_rank_0_does_not_leave_while_another_rank_still_reads_the_compared_values(tmp_path):
+    from conftest import make_dataset
+    items = [(f"{c}.jpg", (64, 48), "0 0.5 0.5 0.2 0.2\n") for c in "abcde"]
+    yamls = [str(make_dataset(tmp_path / f"node{k}", items)) for k in range(2)]
+    run(_slow_reader_worker, 2, yamls, str(tmp_path))
+    assert all((tmp_path / f"{k}.json").exists() for k in range(2))
+
+
 # -- how many ranks share this node, where the launcher does not say (srun, mpirun) ------------------------
 def _node_worker(rank, world, port, out_dir, hosts):
     """Started like srun or mpirun start ranks: MASTER_ADDR/PORT, no LOCAL_WORLD_SIZE or LOCAL_RANK.

@@ -38,6 +38,7 @@ _nodes = weakref.WeakKeyDictionary()  # process group -> NodeRanks: learnt once,
 _active = threading.local()  # the key local rank 0 reports progress under, while inside a block
 POLL_SECONDS = (0.01, 0.5)  # first and longest pause between store checks
 LOG_EVERY_SECONDS = 30.0
+READ_ACK_SECONDS = 30.0  # how long rank 0 waits for the others to have read the values compared
 ACK_SECONDS = 10.0  # how long a failing rank 0 waits for the others to read its error
 
 
@@ -227,6 +228,14 @@ def check_ranks_agree(values: dict, what: str) -> None:
                 LOGGER.info(f"rank {rank}: waiting for ranks {missing[:8]} to build {what} "
                             f"({time.monotonic() - start:.0f} s)")
         got = [json.loads(store.get(k).decode("utf-8")) for k in keys]
+        # Rank 0 usually hosts the store: if it went on and ended (a short script, a failing check)
+        # while another rank was still reading, that rank would lose the store.  So every rank says
+        # it has read, and rank 0 waits for those words, briefly (they follow within a round trip).
+        store.add(f"{key}/read", 1)
+        if rank == 0:
+            deadline = time.monotonic() + READ_ACK_SECONDS
+            while store.add(f"{key}/read", 0) < world and time.monotonic() < deadline:
+                time.sleep(POLL_SECONDS[0])
     except (RuntimeError, OSError) as e:
         raise ZeroFirstError(f"rank {rank} lost the process group's store while comparing {what} "
                              f"with the other ranks ({e})") from None
