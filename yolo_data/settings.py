@@ -7,6 +7,8 @@
       images:       ImageSettings    how pixels are read (cache, ram_dir, linear_resize, reduced_decode, scale_up)
       augmentation: AugmentSettings  training augmentation (hyp, batch_partners, partner_group)
       loader:       LoaderOptions    the DataLoader (workers, shuffle, quad, early_start, each_image_once)
+      targets:      TargetSettings   what a label row holds and the batch carries besides boxes (task,
+                                     kpt_shape, flip_idx, mask_ratio, overlap_mask)
 
 Every field has one name across the parts, so a setting is given by its name alone:
 ``Settings.training(cache="ram", split="train")``, ``settings.replace(rect=True)``.
@@ -114,8 +116,43 @@ class LoaderOptions:
     each_image_once: bool = False
 
 
+TASKS = ("detect", "segment", "pose", "obb")
+
+
+@dataclass(frozen=True)
+class TargetSettings:
+    """What each label row holds, and what the batch carries besides boxes.  ``task``: 'detect' (a row
+    is a box, or a polygon whose envelope is the box), 'segment' (polygons, and instance masks in the
+    batch), 'pose' (a box and ``kpt_shape`` keypoints) or 'obb' (four corners of a rotated box); None:
+    'pose' where ``kpt_shape`` is known (given, or in the dataset yaml), else 'detect'.  ``kpt_shape``:
+    (K, 2) or (K, 3) keypoints per row, with a visibility column in the second form (None: the dataset
+    yaml's).  ``flip_idx``: the keypoint that takes each one's place in a left-right flip (None: the
+    dataset yaml's; without one, pose data is not flipped left-right).  ``mask_ratio``: segment masks are
+    1/mask_ratio of the image's height and width.  ``overlap_mask``: one mask per image, each pixel
+    holding the 1-based index of its instance (the smaller instance on top), as YOLOv5's and
+    Ultralytics' default; else one 0/1 mask per instance."""
+    task: Optional[str] = None
+    kpt_shape: Optional[Sequence[int]] = None
+    flip_idx: Optional[Sequence[int]] = None
+    mask_ratio: int = 4
+    overlap_mask: bool = True
+
+    def __post_init__(self):
+        if self.task is not None and self.task not in TASKS:
+            raise ValueError(f"settings: task must be one of {', '.join(TASKS)} (or None), got {self.task!r}")
+        if self.kpt_shape is not None:
+            shape = tuple(int(v) for v in self.kpt_shape)
+            if len(shape) != 2 or shape[0] < 1 or shape[1] not in (2, 3):
+                raise ValueError(f"settings: kpt_shape must be [keypoints, 2 or 3], got {self.kpt_shape!r}")
+            object.__setattr__(self, "kpt_shape", shape)
+        if self.flip_idx is not None:
+            object.__setattr__(self, "flip_idx", tuple(int(v) for v in self.flip_idx))
+        if isinstance(self.mask_ratio, bool) or int(self.mask_ratio) != self.mask_ratio or self.mask_ratio < 1:
+            raise ValueError(f"settings: mask_ratio must be a positive whole number, got {self.mask_ratio!r}")
+
+
 _PARTS = {"source": SourceSettings, "index": IndexSettings, "images": ImageSettings,
-          "augmentation": AugmentSettings, "loader": LoaderOptions}
+          "augmentation": AugmentSettings, "loader": LoaderOptions, "targets": TargetSettings}
 _TOP = ("augment", "img_size", "batch_size", "stride", "seed")
 # names the entry points used before the settings object existed
 ALIASES = {"imgsz": "img_size", "cache_images": "cache", "ram_cache_dir": "ram_dir", "linear_eval": "linear_resize"}
@@ -158,6 +195,7 @@ class Settings:
     images: ImageSettings = field(default_factory=ImageSettings)
     augmentation: AugmentSettings = field(default_factory=AugmentSettings)
     loader: LoaderOptions = field(default_factory=LoaderOptions)
+    targets: TargetSettings = field(default_factory=TargetSettings)
 
     def __init__(self, **fields):
         parts = {part: fields.pop(part) for part in _PARTS if part in fields}
