@@ -37,9 +37,9 @@ LOGGER = logging.getLogger("yolo_data")
 
 KIND = "labels"
 # Of the contents (4: class names; 5: a format's settings and listed images; 6: which listed images
-# the store kept; 7: image sizes as shapes_hw [h, w], no longer shapes [w, h]); the container's own
-# format is container.FORMAT.
-FORMAT_VERSION = 7
+# the store kept; 7: image sizes as shapes_hw [h, w], no longer shapes [w, h]; 8: keypoints); the
+# container's own format is container.FORMAT.
+FORMAT_VERSION = 8
 CACHE_DIR_ENV = "YOLO_DATA_CACHE_DIR"
 __all__ = ["CacheError", "CacheContents", "fingerprint", "check_listing", "load", "save", "user_cache_dir",
            "folder_cache_file"]

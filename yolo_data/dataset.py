@@ -35,7 +35,8 @@ from .sampling import ItemKey
 from .settings import Settings, as_settings, fraction_count
 from .sources import list_image_files
 from .split import SplitLabels, load_split
-from .store import ImageFiles, LabelFiles, Labels, Segments
+from .store import ImageFiles, Keypoints, LabelFiles, Labels, Segments
+from .task import LabelTask, resolve_task
 from .tensors import BatchImages, Scratch
 from .workers import guard_opencv_pool
 
@@ -43,15 +44,16 @@ LOGGER = logging.getLogger("yolo_data")
 
 
 def resolve_split(path, split: Optional[str], augment: bool):
-    """(paths, names) for what ``path`` names.  A dataset yaml gives its ``split`` ('train' when
-    augmenting, else 'val', when not given) and its class names; anything else has no names."""
+    """(paths, names, spec) for what ``path`` names.  A dataset yaml gives its ``split`` ('train' when
+    augmenting, else 'val', when not given), its class names and its DatasetSpec (kpt_shape, ...);
+    anything else has no names and no spec (None)."""
     if not is_dataset_yaml(path):
-        return path, []
+        return path, [], None
     spec = load_dataset_yaml(path)
     split = split or ("train" if augment else "val")
     if split not in spec.splits:
         raise ValueError(f"{path}: no '{split}' split (it has {', '.join(spec.splits) or 'none'})")
-    return spec.splits[split], spec.names
+    return spec.splits[split], spec.names, spec
 
 
 def _progress_bar(prefix: str, enabled: bool):
@@ -71,12 +73,14 @@ def _progress_bar(prefix: str, enabled: bool):
     return update
 
 
-def read_labels(path, settings: Settings, prefix: str = "") -> Tuple[SplitLabels, List[str]]:
-    """The split's verified labels (cache or scan) and its class names, with the split's summary line.
-    ``path``: image folder, .txt list, list of them, dataset yaml (``settings.split_name`` picks), or a
-    split of another label format (formats.py: COCO .json, Pascal VOC folder/list, LabelMe folder); ``settings.source.fraction`` < 1 keeps the first images in file
+def read_labels(path, settings: Settings, prefix: str = "") -> Tuple[SplitLabels, List[str], LabelTask]:
+    """The split's verified labels (cache or scan), its class names and the task it was read for, with
+    the split's summary line.  ``path``: image folder, .txt list, list of them, dataset yaml
+    (``settings.split_name`` picks), or a split of another label format (formats.py: COCO .json, Pascal
+    VOC folder/list, LabelMe folder); ``settings.source.fraction`` < 1 keeps the first images in file
     order."""
-    paths, names = resolve_split(path, settings.split_name, settings.augment)
+    paths, names, spec = resolve_split(path, settings.split_name, settings.augment)
+    task = resolve_task(settings.targets, spec and spec.kpt_shape, spec and spec.flip_idx, str(path))
     part = settings.source
     if part.fraction != 1.0:
         fmt = split_format(paths)
@@ -87,11 +91,12 @@ def read_labels(path, settings: Settings, prefix: str = "") -> Tuple[SplitLabels
         paths = files[:fraction_count(len(files), part.fraction)]
     names = list(part.names) if part.names else names
     labels = load_split(paths, cache_dir=part.cache_dir, workers=part.scan_workers, names=names or None,
-                        progress=_progress_bar(prefix, summary.printing_rank()), keep_difficult=part.keep_difficult)
+                        progress=_progress_bar(prefix, summary.printing_rank()), keep_difficult=part.keep_difficult,
+                        task=task.name, kpt_shape=task.kpt_shape)
     summary.log_split_summary(labels, prefix, path)  # every run, cache or scan (rank 0 only)
     if not len(labels.store):
         raise RuntimeError(f"{prefix}no usable images in {path}: " + "; ".join(str(p) for p in labels.problems[:5]))
-    return labels, labels.names or names  # a COCO JSON's categories, VOC's object names
+    return labels, labels.names or names, task  # a COCO JSON's categories, VOC's object names
 
 
 def open_images(labels: SplitLabels, store, settings: Settings, run: RunState, prefix: str = "") -> ImageSource:
@@ -146,7 +151,7 @@ class YoloDataset(Dataset):
         self.control = AugmentControl(settings.augmentation.hyp, self.img_size, settings.mosaic_possible,
                                       settings.seed, self.augment)
         guard_opencv_pool()  # before any thread of ours uses OpenCV's pool: workers fork from here
-        self.split_labels, names = read_labels(path, settings, prefix)
+        self.split_labels, names, self.task = read_labels(path, settings, prefix)
         self.index: SplitIndex = build_index(self.split_labels.store, names, settings, self.run.rect_batch, prefix)
         self.n = len(self.index)
         # shared memory: YOLOv5's train.py sets dataset.indices each epoch (--image-weights) in the main
@@ -157,8 +162,12 @@ class YoloDataset(Dataset):
         self.image_cache = self.images.cache
         self._scratch = Scratch()
         self.mapper = (TrainMapper(self.index, self.images, self.control.shared, self.control.albumentations,
-                                   self._scratch, prefix, scale_up=settings.scale_up) if self.augment
-                       else EvalMapper(self.index, self.images, scale_up=settings.scale_up))
+                                   self._scratch, prefix, scale_up=settings.scale_up, task=self.task) if self.augment
+                       else EvalMapper(self.index, self.images, scale_up=settings.scale_up, task=self.task))
+        if self.augment and not self.task.flips_lr and self.control.shared.given().cfg.fliplr:
+            LOGGER.warning(f"{prefix}{path}: no flip_idx for the keypoints (which one takes each one's place in "
+                           "a mirror image), so images are not flipped left-right; add flip_idx to the dataset "
+                           "yaml to flip them")
 
     # -- YOLOv5's attributes, as views over the index -----------------------------------------------
     store = property(lambda self: self.index.store)
@@ -173,6 +182,9 @@ class YoloDataset(Dataset):
                       doc="Per image an (n, 5) float32 read-only array [class, x, y, w, h] normalised.")
     segments = property(lambda self: Segments(self.store),
                         doc="Per image a list of (k, 2) float32 normalised polygons (empty when it has none).")
+    keypoints = property(lambda self: Keypoints(self.store),
+                         doc="Per image an (n, K, 3) float32 read-only array [x, y, visibility], x and y "
+                             "normalised (K = 0 unless the task is pose).")
     # YOLOv5's name, so YOLOv5's order: the one place sizes are [w, h] (inside, they are [h, w])
     shapes = property(lambda self: np.ascontiguousarray(self.store.shapes_hw[:, ::-1], dtype=np.int64),
                       doc="(n, 2) int64 [w, h] of each image as decoded (EXIF orientation applied): YOLOv5's "

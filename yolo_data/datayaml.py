@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import yaml
 
@@ -31,11 +31,15 @@ class DatasetSpec:
 
     ``splits`` maps 'train'/'val'/'test' to what that split names (a folder, a .txt list or a list of
     those), already made absolute against ``root``.  ``names`` is a list indexed by class id.
+    ``kpt_shape``: (K, 2 or 3) keypoints per object of a pose dataset, else None; ``flip_idx``: the
+    keypoint that takes each one's place in a left-right flip, or None.
     """
     yaml_file: Path
     root: Path
     splits: Dict[str, List[str]] = field(default_factory=dict)
     names: List[str] = field(default_factory=list)
+    kpt_shape: Optional[Tuple[int, int]] = None
+    flip_idx: Optional[Tuple[int, ...]] = None
 
     @property
     def nc(self) -> int:
@@ -217,4 +221,28 @@ def load_dataset_yaml(yaml_file: PathLike) -> DatasetSpec:
     names = _names_list(data.get("names"), yaml_file)
     if nc is not None and names and nc != len(names):
         raise ValueError(f"{yaml_file}: nc={nc} but {len(names)} names are given")
-    return DatasetSpec(yaml_file=yaml_file, root=root, splits=splits, names=names)
+    kpt_shape, flip_idx = _keypoint_keys(data, yaml_file)
+    return DatasetSpec(yaml_file=yaml_file, root=root, splits=splits, names=names, kpt_shape=kpt_shape,
+                       flip_idx=flip_idx)
+
+
+def _whole_numbers(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+
+
+def _keypoint_keys(data: dict, yaml_file: Path):
+    """(kpt_shape, flip_idx) of a pose dataset yaml (None, None without them), checked."""
+    shape, flip = data.get("kpt_shape"), data.get("flip_idx")
+    if shape is None:
+        if flip is not None:
+            raise ValueError(f"{yaml_file}: 'flip_idx' without 'kpt_shape' (a pose dataset gives both)")
+        return None, None
+    if not (_whole_numbers(shape) and len(shape) == 2 and shape[0] >= 1 and shape[1] in (2, 3)):
+        raise ValueError(f"{yaml_file}: 'kpt_shape' must be [keypoints, 2 or 3] (3: with a visibility "
+                         f"column), got {shape!r}")
+    if flip is None:
+        return tuple(shape), None
+    if not (_whole_numbers(flip) and sorted(flip) == list(range(shape[0]))):
+        raise ValueError(f"{yaml_file}: 'flip_idx' must list each of the {shape[0]} keypoints once "
+                         f"(0..{shape[0] - 1}, the one taking each one's place in a left-right flip), got {flip!r}")
+    return tuple(shape), tuple(flip)

@@ -16,6 +16,9 @@ import numpy as np
 from .problems import LabelError
 
 COORD_TOLERANCE = 1e-4  # label writers round; 1.00001 is still "inside the image"
+# The corners of a rotated box near the image's edge may lie past it: up to 1% of the image, as
+# Ultralytics reads oriented boxes (beyond that a row is taken as not normalised).
+OBB_TOLERANCE = 0.01
 MAX_LABEL_BYTES = 16 * 2**20  # about 500,000 box rows; a larger "label file" is the wrong file
 MAX_CLASS_ID = 2**24  # class ids are stored as float32, which holds every integer below 2**24 exactly
 # A size stated in an annotation file and the image's may differ by rounding when a tool resized the

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
+from .labelfile import OBB_TOLERANCE
 from .problems import LabelError, Problem
 
 __all__ = ["LabelFormat", "LabelReader", "LabelError", "SourceOptions", "SplitSource", "WarmStart", "Problem"]
@@ -34,7 +35,8 @@ class LabelReader(Protocol):
     or the annotations a COCO JSON gives for it); ``shape`` the image's (h, w) in pixels, EXIF
     orientation applied (labels.image_size).  Returns (labels (n, 5) float32 [class, x, y, w, h]
     normalised to the image, segments: None or one (k, 2) float32 normalised polygon per row (an empty
-    (0, 2) array for a plain box), status 'ok' / 'missing' / 'empty', warnings: list of str).  Raises
+    (0, 2) array for a plain box), status 'ok' / 'missing' / 'empty', warnings: list of str, and for
+    pose a fifth: keypoints (n, K, 3) float32 [x, y, visibility], x and y normalised).  Raises
     :class:`LabelError` when the image must be left out.  ``describe(label)``: the file named in
     messages about ``label``.
     """
@@ -49,10 +51,21 @@ class SourceOptions:
     """Settings of a split's labels that are not files (the fingerprint covers them through each
     format's ``settings``).  ``names``: the dataset yaml's class names (index = class id), or None;
     ``keep_difficult``: keep VOC objects marked difficult; ``nc``: the number of classes when only
-    that is known (YOLO)."""
+    that is known (YOLO); ``task`` and ``kpt_shape``: what a row holds (task.LabelTask: 'detect',
+    'segment', 'pose' with (K, 2 or 3) keypoints, or 'obb')."""
     names: Optional[Sequence[str]] = None
     keep_difficult: bool = False
     nc: Optional[int] = None
+    task: str = "detect"
+    kpt_shape: Optional[Tuple[int, int]] = None
+
+    def task_settings(self) -> Dict[str, Any]:
+        """What the fingerprint covers of the task ({} for detection of boxes and polygons, so those
+        caches stay valid; a pose dataset read for boxes has its kpt_shape covered)."""
+        if self.task == "detect" and not self.kpt_shape:
+            return {}
+        out = {"task": self.task, **({"kpt_shape": list(self.kpt_shape)} if self.kpt_shape else {})}
+        return {**out, "obb_tolerance": OBB_TOLERANCE} if self.task == "obb" else out
 
 
 @dataclass

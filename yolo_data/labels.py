@@ -42,13 +42,15 @@ class PairRecord:
     ``shape``: (h, w) in pixels after EXIF orientation (NumPy's order, the decoded image's
     ``shape[:2]``).  ``labels``: (n, 5) float32
     [class, x, y, w, h] normalised.  ``segments``: None, or one (k, 2) float32 normalised polygon per
-    label row (an empty (0, 2) array for plain box rows).  ``status``: 'ok', 'missing' (no label file),
+    label row (an empty (0, 2) array for plain box rows).  ``keypoints``: None, or (n, K, 3) float32
+    [x, y, visibility] per label row, x and y normalised (pose).  ``status``: 'ok', 'missing' (no label file),
     'empty' (label file without rows) or 'corrupt' (left out).
     """
     im_file: str
     shape: Optional[Tuple[int, int]] = None
     labels: np.ndarray = field(default_factory=lambda: np.zeros((0, 5), np.float32))
     segments: Optional[List[np.ndarray]] = None
+    keypoints: Optional[np.ndarray] = None
     status: str = "ok"
     problems: List[Problem] = field(default_factory=list)
 
@@ -174,14 +176,15 @@ def verify_pair(im_file: str, lb_file, nc: Optional[int] = None, reader: Optiona
         rec.shape, warnings = image_size(im_file)
         rec.problems += [Problem(im_file, w, dropped=False) for w in warnings]
         current = reader.describe(lb_file)
-        rec.labels, rec.segments, rec.status, warnings = reader.read(lb_file, rec.shape)
+        rec.labels, rec.segments, rec.status, warnings, *points = reader.read(lb_file, rec.shape)
+        rec.keypoints = points[0] if points else None
         rec.problems += [Problem(current, w, dropped=False) for w in warnings]
     except LabelError as e:
         rec.status = "corrupt"
-        rec.labels, rec.segments = np.zeros((0, 5), np.float32), None
+        rec.labels, rec.segments, rec.keypoints = np.zeros((0, 5), np.float32), None, None
         rec.problems.append(Problem(current, str(e), dropped=True))
     except Exception as e:  # one bad file must never stop a scan of a million
         rec.status = "corrupt"
-        rec.labels, rec.segments = np.zeros((0, 5), np.float32), None
+        rec.labels, rec.segments, rec.keypoints = np.zeros((0, 5), np.float32), None, None
         rec.problems.append(Problem(current, f"unexpected {type(e).__name__}: {e}", dropped=True))
     return rec

@@ -13,6 +13,7 @@ None for mosaics.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -27,7 +28,8 @@ from .augstate import SharedSettings, TrainSettings
 from .images import ImageReadError, ImageSource
 from .index import SplitIndex
 from .pipeline import draw_finish, flip_boxes, item_rng, mosaic_with_mixup, single_image_geometry
-from .sample import Sample, extras_of
+from .sample import Sample
+from .task import LabelTask, batch_extras, object_extras
 from .tensors import BatchImages, Scratch, targets_of, write_letterboxed, write_rgb
 
 LOGGER = logging.getLogger("yolo_data")
@@ -47,12 +49,32 @@ def _boxes_on(index: SplitIndex, i: int, plan: LetterboxPlan, hw: Tuple[int, int
                          padw=plan.pad[0], padh=plan.pad[1])
 
 
-class EvalMapper:
-    """Letterbox each image to its shape (img_size, or its rect batch's), polygons ignored; ``scale_up``:
-    may enlarge (Settings.scale_up; YOLOv5's evaluation never does)."""
+def _letterboxed_objects(index: SplitIndex, task: LabelTask, i: int, plan: LetterboxPlan, hw: Tuple[int, int]):
+    """(polygons, extras) of item ``i`` on its letterbox: pixel polygons where the task needs them
+    (else []), and the task's per-object extras (task.object_extras)."""
+    h, w = hw
+    scaled = (plan.ratio[1] * h, plan.ratio[0] * w)
+    segments = []
+    if task.polygons:
+        scale = np.array([scaled[1], scaled[0]], np.float32)
+        segments = [seg * scale + np.array(plan.pad, np.float32) for seg in index.store.segments_of(i)]
+    return segments, object_extras(task, index.store.keypoints_of(i), scaled, plan.pad)
 
-    def __init__(self, index: SplitIndex, images: ImageSource, scale_up: bool = False):
-        self.index, self.images, self.scale_up = index, images, scale_up
+
+def _with_extras(item: tuple, task: LabelTask, sample: Sample, hw: Tuple[int, int]) -> tuple:
+    """The item, with the task's per-object extras as a fifth part (collate.collate_fn joins them):
+    name -> tensor, row i beside target row i; detection items stay 4 parts."""
+    extras = batch_extras(task, sample, hw)
+    return item + ({k: torch.from_numpy(v) for k, v in extras.items()},) if extras else item
+
+
+class EvalMapper:
+    """Letterbox each image to its shape (img_size, or its rect batch's); ``scale_up``: may enlarge
+    (Settings.scale_up; YOLOv5's evaluation never does).  ``task``: what the items carry besides
+    boxes (task.py)."""
+
+    def __init__(self, index: SplitIndex, images: ImageSource, scale_up: bool = False, task: LabelTask = LabelTask()):
+        self.index, self.images, self.scale_up, self.task = index, images, scale_up, task
 
     def __call__(self, i: int, key: DrawKey, out: BatchImages, k: int):
         """Item ``i`` into slot ``k`` of ``out`` (``key``: unused, evaluation has no randomness)."""
@@ -60,8 +82,12 @@ class EvalMapper:
         # the file; in a worker it reaches the main process, nothing hangs).
         img, plan, (h0, w0), (h, w) = _letterbox(self.index, self.images, i, scaleup=self.scale_up)
         t = out.write(k, plan.shape, lambda planes: write_letterboxed(img, plan, planes))
-        targets = targets_of(self.index.store.labels_of(i)[:, 0], _boxes_on(self.index, i, plan, (h, w)), plan.shape)
-        return t, targets, self.index.store.im_file(i), ((h0, w0), ((h / h0, w / w0), plan.pad))
+        cls, boxes = self.index.store.labels_of(i)[:, 0], _boxes_on(self.index, i, plan, (h, w))
+        item = t, targets_of(cls, boxes, plan.shape), self.index.store.im_file(i), ((h0, w0), ((h / h0, w / w0), plan.pad))
+        if self.task.name == "detect":
+            return item
+        segments, extras = _letterboxed_objects(self.index, self.task, i, plan, (h, w))
+        return _with_extras(item, self.task, Sample(img, cls, boxes, segments, extras), plan.shape)
 
 
 @dataclass(frozen=True)
@@ -80,8 +106,9 @@ class TrainMapper:
     here, in the process that needs it, when not given)."""
 
     def __init__(self, index: SplitIndex, images: ImageSource, settings, extra: Optional[Callable] = None,
-                 scratch: Optional[Scratch] = None, prefix: str = "", scale_up: bool = True):
-        self.index, self.images, self.extra, self.scale_up = index, images, extra, scale_up
+                 scratch: Optional[Scratch] = None, prefix: str = "", scale_up: bool = True,
+                 task: LabelTask = LabelTask()):
+        self.index, self.images, self.extra, self.scale_up, self.task = index, images, extra, scale_up, task
         self.shared = settings if isinstance(settings, SharedSettings) else SharedSettings(settings)
         self.scratch = scratch or Scratch()
         self.prefix = prefix
@@ -98,7 +125,8 @@ class TrainMapper:
         h, w = li.hw
         labels = self.index.store.labels_of(i)
         segments = [seg * np.array([w, h], np.float32) for seg in self.index.store.segments_of(i)]
-        return Sample(li.img, labels[:, 0].copy(), xywhn_to_xyxy(labels[:, 1:], w, h), segments)
+        return Sample(li.img, labels[:, 0].copy(), xywhn_to_xyxy(labels[:, 1:], w, h), segments,
+                      object_extras(self.task, self.index.store.keypoints_of(i), (h, w)))
 
     def letterboxed(self, i: int):
         """Item ``i`` letterboxed to its shape: (Sample with pixel boxes, YOLOv5 shapes)."""
@@ -106,8 +134,9 @@ class TrainMapper:
         scale = np.array([plan.ratio[0] * w, plan.ratio[1] * h], np.float32)
         segments = [seg * scale + np.array(plan.pad, np.float32) for seg in self.index.store.segments_of(i)]
         shapes = (h0, w0), ((h / h0, w / w0), plan.pad)
+        extras = object_extras(self.task, self.index.store.keypoints_of(i), (scale[1], scale[0]), plan.pad)
         return Sample(letterbox_image(img, plan), self.index.store.labels_of(i)[:, 0].copy(),
-                      _boxes_on(self.index, i, plan, (h, w)), segments), shapes
+                      _boxes_on(self.index, i, plan, (h, w)), segments, extras), shapes
 
     def attempt(self, i: int, rng: np.random.Generator, out: BatchImages, k: int,
                 load: Optional[Callable[[int], Sample]] = None, pool: Optional[Sequence[int]] = None):
@@ -127,13 +156,13 @@ class TrainMapper:
                 self.extra = AlbumentationsStep()
             sample = self.extra(sample, rng)
         draws = draw_finish(cfg, rng)
+        if draws.flip_lr and not self.task.flips_lr:  # keypoints without flip_idx: drawn, not applied
+            draws = dataclasses.replace(draws, flip_lr=False)
         img, sample = sample.img, flip_boxes(sample, draws)  # pixels are flipped on their way out
         t = out.write(k, img.shape[:2], lambda planes: write_rgb(img, planes, draws.hsv_gains, draws.flip_ud,
                                                                  draws.flip_lr, self.scratch))
         item = (t, targets_of(sample.cls, sample.boxes, img.shape[:2]), self.index.store.im_file(i), shapes)
-        # per-object extras travel as a fifth part, row i beside target row i (collate.collate_fn)
-        return item + ({k: torch.from_numpy(v) for k, v in extras_of(sample, img.shape[:2]).items()},) \
-            if sample.extras else item
+        return _with_extras(item, self.task, sample, img.shape[:2])
 
     def __call__(self, i: int, key: DrawKey, out: BatchImages, k: int):
         """Item ``i`` on its own (partners from the whole split).  Training goes on when an image vanished

@@ -11,7 +11,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from . import cache, distributed, failures, formats
 from .labelformat import LabelFormat, SourceOptions
 from .problems import Problem
 from .scan import Progress, scan_pairs
-from .sources import img2label_path
+from .sources import LABEL_CACHE_SUFFIX, img2label_path
 from .store import LabelStore
 
 LOGGER = logging.getLogger("yolo_data")
@@ -70,14 +70,16 @@ def _candidates(default: Path, cache_dir: Optional[Union[str, Path]]) -> List[Pa
 
 def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional[int] = None,
                force: bool = False, progress: Optional[Progress] = None, save: bool = True,
-               names: Optional[List[str]] = None, keep_difficult: bool = False) -> SplitLabels:
+               names: Optional[List[str]] = None, keep_difficult: bool = False, task: str = "detect",
+               kpt_shape: Optional[Tuple[int, int]] = None) -> SplitLabels:
     """Labels of the images named by ``path``: a split entry of any label format (formats.py: a folder,
     .txt list or image with YOLO labels, a COCO .json, a Pascal VOC folder or ImageSets list, a folder
     of images with LabelMe JSONs), or a list of entries of one format.
 
     ``names``: the class names when known (YOLO class ids beyond them are then errors; the other
     formats' class names map onto them by name); ``nc``: their number, when only that is known.
-    ``keep_difficult``: keep VOC objects marked difficult.  ``force``: rescan even if a fresh cache
+    ``keep_difficult``: keep VOC objects marked difficult.  ``task``, ``kpt_shape``: what a label row
+    holds (labelformat.SourceOptions; a task other than 'detect' has its own cache file).  ``force``: rescan even if a fresh cache
     exists.  ``save=False`` scans without writing a cache.
 
     Inside ``torch_distributed_zero_first`` the other local ranks do not look at the files again: they
@@ -86,7 +88,8 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
     them another label set, and so other numbers of steps per epoch, than rank 0.
     """
     made = {}
-    options = SourceOptions(tuple(names) if names else None, bool(keep_difficult), nc)
+    options = SourceOptions(tuple(names) if names else None, bool(keep_difficult), nc, task,
+                            tuple(kpt_shape) if kpt_shape else None)
 
     def on_rank_0() -> str:
         s = _load_or_scan(path, options, cache_dir, workers, force, progress, save)
@@ -96,7 +99,7 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
                            "default": str(s.default_file), "failed_bytes": nbytes, "kind": s.kind,
                            "label_file": s.label_file_of(s.store.im_file(0)) if len(s.store) else None})
 
-    tag = "labels-" + hashlib.sha256(json.dumps([str(p) for p in formats.entries(path)] + [nc, names, keep_difficult]).encode(
+    tag = "labels-" + hashlib.sha256(json.dumps([str(p) for p in formats.entries(path)] + [nc, names, keep_difficult, task, kpt_shape]).encode(
         "utf-8", "surrogateescape")).hexdigest()[:16]
     value, here = distributed.share_from_local_rank_0(tag, on_rank_0)
     if here:
@@ -131,8 +134,10 @@ def _warm_start(fmt: LabelFormat, entries: List, options: SourceOptions, cache_d
     warm = fmt.warm_start(entries, options)
     if warm is None:
         return None
-    settings = json.loads(json.dumps(warm.settings))  # as the cache holds it (lists, not tuples)
-    for cfile in _candidates(warm.default_cache, cache_dir):
+    # as the cache holds them (lists, not tuples)
+    settings = json.loads(json.dumps({**warm.settings, **options.task_settings()}))
+    default = _for_task(warm.default_cache, options)
+    for cfile in _candidates(default, cache_dir):
         try:
             contents = cache.load(cfile)
         except (OSError, cache.CacheError):
@@ -147,8 +152,17 @@ def _warm_start(fmt: LabelFormat, entries: List, options: SourceOptions, cache_d
                 continue  # the usual path below reports it
             cache.remove_stale_temps(cfile)
             return SplitLabels(contents.store, cfile, False, time.perf_counter() - t0, contents.counts,
-                               contents.problems, fp, warm.default_cache, contents.names, fmt.name, warm.label_file_of)
+                               contents.problems, fp, default, contents.names, fmt.name, warm.label_file_of)
     return None
+
+
+def _for_task(default: Path, options: SourceOptions) -> Path:
+    """The default cache file of a split read for ``options.task``: detection's keeps its name, another
+    task's gets the task in it (``train2017.pose.yolo_data.cache``), so reading one dataset for two
+    tasks does not rebuild one file back and forth."""
+    if not options.task_settings() or not default.name.endswith(LABEL_CACHE_SUFFIX):
+        return default
+    return default.with_name(default.name[:-len(LABEL_CACHE_SUFFIX)] + f".{options.task}{LABEL_CACHE_SUFFIX}")
 
 
 def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progress, save) -> SplitLabels:
@@ -158,8 +172,9 @@ def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progr
     if quick is not None:
         return quick
     source = fmt.open(listed, options)
+    source.settings = {**source.settings, **options.task_settings()}  # the fingerprint covers the task
     im_files = source.im_files
-    default = source.default_cache
+    default = _for_task(source.default_cache, options)
     fp = cache.fingerprint(im_files, source.label_files, source.nc, settings=source.settings)
     candidates = _candidates(default, cache_dir)
 

@@ -43,7 +43,9 @@ class LabelStore:
     dataset's ``shapes`` gives them in YOLOv5's [w, h].
     labels float32 (L, 5): [class, x, y, w, h] normalised; label_offsets int64 (n+1,) per image.
     seg_points float32 (P, 2): normalised polygon points; seg_offsets int64 (L+1,) per label row
-    (a row without a polygon owns no points).
+    (a row without a polygon owns no points).  An oriented box's four corners are its polygon.
+    keypoints float32 (L, K, 3): per label row K keypoints [x, y, visibility], x and y normalised
+    (K = 0 for a split without keypoints: no bytes).
     """
     path_bytes: np.ndarray
     path_offsets: np.ndarray
@@ -52,6 +54,7 @@ class LabelStore:
     label_offsets: np.ndarray
     seg_points: np.ndarray
     seg_offsets: np.ndarray
+    keypoints: np.ndarray
 
     def __post_init__(self):
         # Views handed to users must not write through into a store shared by workers and ranks.
@@ -65,6 +68,10 @@ class LabelStore:
         encoded = [os.fsencode(r.im_file) for r in good]  # a Latin-1 name round-trips via surrogateescape
         seg_counts = []
         seg_arrays = []
+        k = max((r.keypoints.shape[1] for r in good if r.keypoints is not None), default=0)
+        for r in good:
+            if r.keypoints is not None and r.keypoints.shape[1] != k:
+                raise ValueError(f"{r.im_file}: {r.keypoints.shape[1]} keypoints per object, others have {k}")
         for r in good:
             if r.segments is None:
                 seg_counts.extend([0] * len(r.labels))
@@ -79,6 +86,8 @@ class LabelStore:
             label_offsets=_offsets(len(r.labels) for r in good),
             seg_points=np.concatenate(seg_arrays + [np.zeros((0, 2), np.float32)]).astype(np.float32),
             seg_offsets=_offsets(seg_counts),
+            keypoints=np.concatenate([r.keypoints if r.keypoints is not None else np.zeros((len(r.labels), k, 3))
+                                      for r in good] + [np.zeros((0, k, 3))]).astype(np.float32),
         )
 
     # -- serialisation helpers -------------------------------------------------------------------
@@ -101,7 +110,9 @@ class LabelStore:
                      and self.labels.ndim == 2 and self.labels.shape[1] == 5
                      and self.seg_offsets.shape == (len(self.labels) + 1,)
                      and self.seg_points.ndim == 2 and self.seg_points.shape[1] == 2
-                     and self.shapes_hw.ndim == 2 and self.shapes_hw.shape[1] == 2)
+                     and self.shapes_hw.ndim == 2 and self.shapes_hw.shape[1] == 2
+                     and self.keypoints.ndim == 3 and self.keypoints.shape[0] == len(self.labels)
+                     and self.keypoints.shape[2] == 3)
         if not shapes_ok:
             raise ValueError("label store arrays have inconsistent shapes")
         for name, offsets, total in (("path_offsets", self.path_offsets, len(self.path_bytes)),
@@ -116,6 +127,8 @@ class LabelStore:
         if len(self.labels) and not (np.isfinite(self.labels.sum(dtype=np.float64))
                                      and self.labels[:, 0].min() >= 0):
             raise ValueError("labels hold non-finite numbers or negative classes")
+        if self.keypoints.size and not np.isfinite(self.keypoints.sum(dtype=np.float64)):
+            raise ValueError("keypoints hold non-finite numbers")
 
     # -- access ------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -146,6 +159,15 @@ class LabelStore:
         """(n, 5) float32 read-only view [class, x, y, w, h] normalised."""
         return self.labels[self.label_offsets[i]:self.label_offsets[i + 1]]
 
+    @property
+    def kpt_count(self) -> int:
+        """Keypoints per object (0: the split has none)."""
+        return self.keypoints.shape[1]
+
+    def keypoints_of(self, i: int) -> np.ndarray:
+        """(n, K, 3) float32 read-only view [x, y, visibility], x and y normalised."""
+        return self.keypoints[self.label_offsets[i]:self.label_offsets[i + 1]]
+
     def segments_of(self, i: int) -> List[np.ndarray]:
         """Per label row a (k, 2) float32 normalised polygon, or [] when the image has no polygons.
 
@@ -174,7 +196,7 @@ class LabelStore:
         rows, _ = _gather(np.arange(len(self.labels)), self.label_offsets, index)
         seg_points, seg_offsets = _gather(self.seg_points, self.seg_offsets, rows)
         return LabelStore(path_bytes, path_offsets, self.shapes_hw[index], labels, label_offsets,
-                          seg_points, seg_offsets)
+                          seg_points, seg_offsets, self.keypoints[rows])
 
     def num_boxes(self) -> int:
         return len(self.labels)
@@ -229,3 +251,8 @@ class Labels(LazySequence):
 class Segments(LazySequence):
     def _item(self, i):
         return self._store.segments_of(i)
+
+
+class Keypoints(LazySequence):
+    def _item(self, i):
+        return self._store.keypoints_of(i)

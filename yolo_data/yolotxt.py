@@ -1,7 +1,15 @@
-"""The YOLO label format: image folders, ``.txt`` image lists or images, each image's boxes in
+"""The YOLO label format: image folders, ``.txt`` image lists or images, each image's objects in
 ``labels/<stem>.txt`` (YOLOv5's ``/images/`` -> ``/labels/`` rule, sources.img2label_path), one row per
-object: ``class x y w h`` normalised to the image, or ``class x1 y1 x2 y2 ...`` a normalised polygon
-(its box is the polygon's envelope).  The format every split entry no other format claims is in.
+object, all coordinates normalised to the image.  What a row holds depends on the task:
+
+    detect    class x y w h, or class x1 y1 x2 y2 ... (a polygon: its box is its envelope)
+    segment   class x1 y1 x2 y2 ... (3 or more points; a plain box row gets its rectangle, with a warning)
+    pose      class x y w h, then K keypoints: px py (kpt_shape [K, 2]) or px py v ([K, 3])
+    obb       class x1 y1 x2 y2 x3 y3 x4 y4 (the 4 corners of a rotated box; its box is their envelope)
+
+A row that does not fit the task leaves its image out, naming the line.  Detection of a pose dataset
+(a ``kpt_shape`` known, task 'detect') keeps each row's box, as Ultralytics does.  The format every
+split entry no other format claims is in.
 """
 from __future__ import annotations
 
@@ -13,7 +21,7 @@ from typing import Any, Callable, List, Optional, Tuple
 import numpy as np
 
 from .boxes import polygon_to_xyxy, xyxy_to_xywh
-from .labelfile import COORD_TOLERANCE, MAX_CLASS_ID, NotRegular, open_regular, read_limited, without_duplicates
+from .labelfile import COORD_TOLERANCE, MAX_CLASS_ID, OBB_TOLERANCE, NotRegular, open_regular, read_limited, without_duplicates
 from .labelformat import LabelFormat, SourceOptions, SplitSource
 from .problems import LabelError
 from .sources import default_cache_file, img2label_path, split_images
@@ -30,8 +38,28 @@ _NON_FINITE = re.compile(r"[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
 _CLASS_ID = re.compile(r"[0-9]+(?:\.0*)?")  # '3' or '3.0' (some exporters write floats)
 
 
-def _parse_rows(text: str, nc: Optional[int]) -> Tuple[np.ndarray, Optional[List[np.ndarray]]]:
-    """Label text -> (n, 5) float32 rows and optional per-row polygons.  Raises LabelError.
+def _columns_problem(n: int, task: str, kpt_shape: Optional[Tuple[int, int]]) -> Optional[str]:
+    """Why a row of ``n`` numbers does not fit ``task``, or None."""
+    if task == "pose":
+        want = 5 + kpt_shape[0] * kpt_shape[1]
+        if n != want:
+            point = "x y" if kpt_shape[1] == 2 else "x y visibility"
+            return (f"{n} columns (pose rows with kpt_shape {list(kpt_shape)} are class x y w h and "
+                    f"{kpt_shape[0]} keypoints {point}: {want} columns)")
+    elif task == "obb":
+        if n != 9:
+            return (f"{n} columns (an oriented box row is a class and its 4 corners x1 y1 x2 y2 x3 y3 x4 y4: "
+                    "9 columns)")
+    elif n != 5 and (n < 7 or n % 2 == 0):
+        if task == "detect" and kpt_shape and n == 5 + kpt_shape[0] * kpt_shape[1]:
+            return None  # a pose row read for its box
+        return f"{n} columns (expected 5: class x y w h, or a class and 3 or more x y points)"
+    return None
+
+
+def _parse_rows(text: str, nc: Optional[int], task: str = "detect", kpt_shape: Optional[Tuple[int, int]] = None):
+    """Label text -> ((n, 5) float32 rows, per-row polygons or None, (n, K, 3) keypoints or None, warnings)
+    for ``task`` (see the module's docstring).  Raises LabelError.
 
     Numbers are plain decimals (exponents allowed); class ids are digits ('3', or '3.0'), below
     ``nc`` when given and always below MAX_CLASS_ID.
@@ -49,10 +77,11 @@ def _parse_rows(text: str, nc: Optional[int]) -> Tuple[np.ndarray, Optional[List
         except ValueError:
             bad = next(x for x in words if not _NUMBER.fullmatch(x))
             raise LabelError(f"line {lineno}: {bad[:20]!r} is not a number") from None
-        n = len(values)
-        if n != 5 and (n < 7 or n % 2 == 0):
-            raise LabelError(f"line {lineno}: {n} columns (expected 5: class x y w h, "
-                           "or a class and 3 or more x y points)")
+        problem = _columns_problem(len(values), task, kpt_shape)
+        if problem:
+            raise LabelError(f"line {lineno}: {problem}")
+        if task == "detect" and kpt_shape and len(values) == 5 + kpt_shape[0] * kpt_shape[1]:
+            values, words = values[:5], words[:5]
         cls = values[0]
         if not _CLASS_ID.fullmatch(words[0]):
             raise LabelError(f"line {lineno}: class {words[0][:20]!r} is not a non-negative integer "
@@ -62,32 +91,75 @@ def _parse_rows(text: str, nc: Optional[int]) -> Tuple[np.ndarray, Optional[List
                            f"{MAX_CLASS_ID:,}, the integers float32 holds exactly)")
         if nc is not None and cls >= nc:
             raise LabelError(f"line {lineno}: class {int(cls)} but the dataset has {nc} names (0..{nc - 1})")
-        coords = values[1:]
-        if not all(np.isfinite(coords)):  # only an overflowing exponent or digits get here ('1e999')
-            bad = next(w for w, v in zip(words[1:], coords) if not np.isfinite(v))
+        if not all(np.isfinite(values[1:])):  # only an overflowing exponent or digits get here ('1e999')
+            bad = next(w for w, v in zip(words[1:], values[1:]) if not np.isfinite(v))
             raise LabelError(f"line {lineno}: non-finite value {bad[:20]!r}")
-        if min(coords) < -COORD_TOLERANCE or max(coords) > 1 + COORD_TOLERANCE:
+        coords = values[1:]
+        if task == "pose" and kpt_shape[1] == 3:  # visibilities are not coordinates
+            vis = values[7::3]
+            if min(vis) < 0:
+                raise LabelError(f"line {lineno}: negative keypoint visibility {min(vis):g}")
+            coords = values[1:5] + [v for k, v in enumerate(values[5:]) if k % 3 != 2]
+        tolerance = OBB_TOLERANCE if task == "obb" else COORD_TOLERANCE
+        if min(coords) < -tolerance or max(coords) > 1 + tolerance:
             raise LabelError(f"line {lineno}: coordinates must be normalised to [0, 1], "
                            f"got min {min(coords):g} max {max(coords):g}")
         rows.append(values)
+    if task == "pose":
+        return _pose_rows(rows, kpt_shape)
     if not rows:
-        return np.zeros((0, 5), np.float32), None
+        return np.zeros((0, 5), np.float32), None, None, []
     if not any(len(r) > 5 for r in rows):
         labels = np.array(rows, dtype=np.float32)
         labels[:, 1:] = labels[:, 1:].clip(0, 1)  # only moves values within COORD_TOLERANCE
-        return labels, None
+        if task == "segment":  # every object of a segment task has a polygon: the box's rectangle
+            return labels, box_polygons_normalised(labels), None, [_BOX_ROWS.format(len(labels))]
+        return labels, None, None, []
     # Polygon rows: keep the polygon, derive the box from its envelope (float32, as YOLOv5 does).
     classes = np.array([r[0] for r in rows], dtype=np.float32)
-    segments, boxes = [], []
+    segments, boxes, box_rows = [], [], 0
     for r in rows:
         if len(r) > 5:
-            pts = np.clip(np.array(r[1:], dtype=np.float32).reshape(-1, 2), 0, 1)
+            pts = np.array(r[1:], dtype=np.float32).reshape(-1, 2)
+            if task != "obb":  # a rotated box's corner may lie past the edge: kept, its box clipped
+                pts = pts.clip(0, 1)
             segments.append(pts)
-            boxes.append(xyxy_to_xywh(polygon_to_xyxy(pts)[None])[0])
+            boxes.append(xyxy_to_xywh(polygon_to_xyxy(pts.clip(0, 1))[None])[0])
         else:
-            segments.append(np.zeros((0, 2), np.float32))
-            boxes.append(np.clip(np.array(r[1:], dtype=np.float32), 0, 1))
-    return np.concatenate([classes[:, None], np.stack(boxes)], 1).astype(np.float32), segments
+            box = np.clip(np.array(r[1:], dtype=np.float32), 0, 1)
+            box_rows += 1
+            segments.append(box_polygons_normalised(box[None])[0] if task == "segment" else np.zeros((0, 2), np.float32))
+            boxes.append(box)
+    labels = np.concatenate([classes[:, None], np.stack(boxes)], 1).astype(np.float32)
+    return labels, segments, None, [_BOX_ROWS.format(box_rows)] if task == "segment" and box_rows else []
+
+
+_BOX_ROWS = "{} rows are boxes without a polygon: each one's mask is its box"
+
+
+def box_polygons_normalised(labels: np.ndarray) -> List[np.ndarray]:
+    """(n, 4+) rows whose columns -4: are normalised x y w h -> n (4, 2) float32 rectangles."""
+    x, y, w, h = (labels[:, -4:].astype(np.float32).T if len(labels) else np.zeros((4, 0), np.float32))
+    return [np.array([[a - c / 2, b - d / 2], [a + c / 2, b - d / 2], [a + c / 2, b + d / 2], [a - c / 2, b + d / 2]],
+                     np.float32).clip(0, 1) for a, b, c, d in zip(x, y, w, h)]
+
+
+def _pose_rows(rows: List[List[float]], kpt_shape: Tuple[int, int]):
+    """Pose rows -> (labels (n, 5), None, keypoints (n, K, 3), warnings).  Without a visibility
+    column a keypoint is visible unless a coordinate is negative (as Ultralytics makes it)."""
+    k, ndim = kpt_shape
+    if not rows:
+        return np.zeros((0, 5), np.float32), None, np.zeros((0, k, 3), np.float32), []
+    a = np.array(rows, dtype=np.float32)
+    points = a[:, 5:].reshape(-1, k, ndim)
+    if ndim == 2:
+        visible = ((points[..., 0] >= 0) & (points[..., 1] >= 0)).astype(np.float32)
+        points = np.concatenate([points, visible[..., None]], -1)
+    points = points.copy()
+    points[..., :2] = points[..., :2].clip(0, 1)
+    labels = a[:, :5].copy()
+    labels[:, 1:] = labels[:, 1:].clip(0, 1)
+    return labels, None, points, []
 
 
 def _check_numbers(words: List[str], lineno: int) -> None:
@@ -100,19 +172,21 @@ def _check_numbers(words: List[str], lineno: int) -> None:
         raise LabelError(f"line {lineno}: {w[:20]!r} is not a number")
 
 
-def read_labels(lb_file: str, nc: Optional[int]):
-    """Read one label file -> (labels (n, 5) float32, segments or None, status, warnings).
+def read_labels(lb_file: str, nc: Optional[int], task: str = "detect", kpt_shape: Optional[Tuple[int, int]] = None):
+    """Read one label file -> (labels (n, 5) float32, segments or None, status, warnings) and, for
+    pose, a fifth: keypoints (n, K, 3) float32.
 
     status is 'ok', 'missing' or 'empty'.  Raises LabelError for a file that cannot be trusted.
     """
-    warnings = []
+    none = (np.zeros((0, kpt_shape[0], 3), np.float32),) if task == "pose" else ()
     try:
         f, st = open_regular(lb_file)
     except FileNotFoundError:
-        return np.zeros((0, 5), np.float32), None, "missing", []
+        return (np.zeros((0, 5), np.float32), None, "missing", []) + none
     except NotRegular as e:
         if e.kind == "a folder":
-            return np.zeros((0, 5), np.float32), None, "missing", ["a folder stands where the label file should be"]
+            return (np.zeros((0, 5), np.float32), None, "missing",
+                    ["a folder stands where the label file should be"]) + none
         raise LabelError(f"label file is not a regular file ({e.kind})") from None
     except OSError as e:
         raise LabelError(f"cannot read label file ({e})") from None
@@ -124,19 +198,38 @@ def read_labels(lb_file: str, nc: Optional[int]):
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise LabelError("label file is not UTF-8 text") from None
-    labels, segments = _parse_rows(text, nc)
+    labels, segments, keypoints, warnings = _parse_rows(text, nc, task, kpt_shape)
     if not len(labels):
-        return labels, None, "empty", warnings
+        return (labels, None, "empty", warnings) + none
+    if task == "pose":  # a duplicate is the same box with the same keypoints
+        keep = _first_unique(np.concatenate([labels, keypoints.reshape(len(labels), -1)], 1), warnings)
+        return labels[keep], None, "ok", warnings, keypoints[keep]
+    if task == "obb":  # and the same corners (two boxes may share an envelope)
+        keep = _first_unique(np.concatenate([labels, np.stack(segments).reshape(len(labels), -1)], 1), warnings)
+        return labels[keep], [segments[i] for i in keep], "ok", warnings
     return (*without_duplicates(labels, segments, warnings), "ok", warnings)
+
+
+def _first_unique(rows: np.ndarray, warnings: List[str]) -> np.ndarray:
+    """Indices of ``rows`` without repeats, in sorted order as YOLOv5 and Ultralytics keep them; a
+    warning is added when any were removed."""
+    if len({row.tobytes() for row in rows + 0.0}) == len(rows):  # + 0.0: -0.0 equals 0.0
+        return np.arange(len(rows))
+    _, first = np.unique(rows, axis=0, return_index=True)
+    warnings.append(f"{len(rows) - len(first)} duplicate label rows removed")
+    return first
 
 
 @dataclass(frozen=True)
 class YoloReader:
-    """YOLO ``.txt`` label files (formats.LabelReader); ``nc``: number of names, or None when unknown."""
+    """YOLO ``.txt`` label files (formats.LabelReader); ``nc``: number of names, or None when unknown;
+    ``task`` and ``kpt_shape``: what a row holds (see the module's docstring)."""
     nc: Optional[int] = None
+    task: str = "detect"
+    kpt_shape: Optional[Tuple[int, int]] = None
 
     def read(self, label: str, shape: Tuple[int, int]):
-        return read_labels(label, self.nc)
+        return read_labels(label, self.nc, self.task, self.kpt_shape)
 
     def describe(self, label: str) -> str:
         return label
@@ -157,7 +250,8 @@ class YoloFormat(LabelFormat):
         lb_files = [img2label_path(f) for f in im_files]
         names = list(options.names) if options.names else None
         nc = len(names) if names else options.nc
-        return SplitSource(self.name, im_files, lb_files, lb_files, YoloReader(nc), names or [], {},
+        return SplitSource(self.name, im_files, lb_files, lb_files, YoloReader(nc, options.task, options.kpt_shape),
+                           names or [], {},
                            default_cache_file(entries, lb_files[0]), img2label_path, listing.problems, nc=nc)
 
     def annotation_file_of(self, first_label_file: Optional[str]) -> Callable[[str], str]:

@@ -1,0 +1,103 @@
+"""The task a split is read for, decided once per dataset: what a label row holds, and what each item
+carries besides its boxes.
+
+    detect    boxes (polygon rows: their envelope)
+    segment   boxes and a polygon each; items carry instance masks (masks.py)
+    pose      boxes and K keypoints each (x, y, visibility); items carry ``keypoints`` (n, K, 3)
+    obb       boxes and the 4 corners of a rotated box each, kept as a polygon; items carry ``corners``
+              (n, 4, 2), each object's rotated rectangle after every geometric step
+
+The task comes from the settings (``Settings.targets``), else from the dataset yaml: a ``kpt_shape``
+there makes a pose dataset.  Nothing here reads files.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import cv2
+import numpy as np
+
+from .sample import Points, Sample
+from .settings import TargetSettings
+
+LOGGER = logging.getLogger("yolo_data")
+
+
+@dataclass(frozen=True)
+class LabelTask:
+    """``name``: 'detect', 'segment', 'pose' or 'obb'.  ``kpt_shape``: (K, 2 or 3) for pose (also kept
+    for detection of a pose dataset, whose rows are then read for their boxes), else None.
+    ``flip_idx``: per keypoint the one taking its place in a left-right flip, or None."""
+    name: str = "detect"
+    kpt_shape: Optional[Tuple[int, int]] = None
+    flip_idx: Optional[Tuple[int, ...]] = None
+
+    @property
+    def polygons(self) -> bool:
+        """Whether every object carries a polygon that the batch needs (masks, or rotated corners)."""
+        return self.name in ("segment", "obb")
+
+    @property
+    def flips_lr(self) -> bool:
+        """Whether left-right flips keep the labels right: not for keypoints without a flip_idx (a
+        left eye would become a right one)."""
+        return self.name != "pose" or self.flip_idx is not None
+
+
+def resolve_task(targets: TargetSettings, kpt_shape=None, flip_idx=None, where: str = "") -> LabelTask:
+    """The task of ``targets`` (TargetSettings), completed by the dataset yaml's ``kpt_shape`` and
+    ``flip_idx`` (the settings' own win).  Raises ValueError when pose has no kpt_shape or a
+    flip_idx does not fit it; ``where`` names the dataset in the message."""
+    shape = targets.kpt_shape or (tuple(kpt_shape) if kpt_shape else None)
+    flip = targets.flip_idx or (tuple(flip_idx) if flip_idx else None)
+    name = targets.task or ("pose" if shape else "detect")
+    if name == "pose" and shape is None:
+        raise ValueError(f"{where}: task 'pose' needs the keypoints per object: kpt_shape: [K, 2 or 3] in the "
+                         "dataset yaml, or kpt_shape=[K, 2 or 3] in the settings")
+    if name == "pose" and flip is not None and sorted(flip) != list(range(shape[0])):
+        raise ValueError(f"{where}: flip_idx must list each of the {shape[0]} keypoints once, got {list(flip)}")
+    if name not in ("pose", "detect"):
+        shape = flip = None
+    return LabelTask(name, shape, flip if name == "pose" else None)
+
+
+def object_extras(task: LabelTask, keypoints: np.ndarray, hw: Tuple[float, float],
+                  pad: Tuple[float, float] = (0.0, 0.0)) -> Dict[str, Points]:
+    """The per-object extras of an image's objects for ``task`` (sample.Sample.extras): for pose,
+    ``keypoints``: Points from (n, K, 3) normalised keypoints on an (h, w) image placed at ``pad``
+    (x, y) pixels.  Empty for the other tasks."""
+    if task.name != "pose":
+        return {}
+    xyv = np.array(keypoints, np.float32, copy=True)
+    xyv[..., 0] = xyv[..., 0] * hw[1] + pad[0]
+    xyv[..., 1] = xyv[..., 1] * hw[0] + pad[1]
+    return {"keypoints": Points(xyv, task.flip_idx)}
+
+
+def rotated_corners(segments: List[np.ndarray]) -> np.ndarray:
+    """(n, 4, 2) float32 pixel corners of each object's rotated rectangle: a polygon of 4 points is
+    its own corners (as read, even where a corner lies past the image's edge); a longer one, which a
+    warp resampled and clamped to the image (perspective.warp_boxes), gets its smallest enclosing
+    rotated rectangle (cv2.minAreaRect, as Ultralytics finds it)."""
+    out = np.zeros((len(segments), 4, 2), np.float32)
+    for k, seg in enumerate(segments):
+        if len(seg) == 4:
+            out[k] = seg
+        elif len(seg):
+            out[k] = cv2.boxPoints(cv2.minAreaRect(np.asarray(seg, np.float32)))
+    return out
+
+
+def batch_extras(task: LabelTask, sample: Sample, hw: Tuple[int, int]) -> Dict[str, np.ndarray]:
+    """What the item carries besides its targets for ``task``, as float32 arrays normalised to an
+    (h, w) image, row i beside target row i: ``keypoints`` (n, K, 3) for pose, ``corners`` (n, 4, 2)
+    for obb.  (Masks are made by masks.py.)"""
+    out = {k: e.normalised(hw) for k, e in sample.extras.items()}
+    if task.name == "obb":
+        corners = rotated_corners(sample.segments) if sample.segments else np.zeros((len(sample), 4, 2), np.float32)
+        corners[..., 0] /= hw[1]
+        corners[..., 1] /= hw[0]
+        out["corners"] = corners
+    return out
