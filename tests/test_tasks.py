@@ -16,9 +16,8 @@ import torch
 
 from yolo_data import Settings, YoloDataset, create_dataloader
 from yolo_data.datayaml import load_dataset_yaml
-from yolo_data.labels import verify_pair
 from yolo_data.settings import TargetSettings
-from yolo_data.task import resolve_task
+from yolo_data.task import polygons_of, resolve_task
 from yolo_data.yolotxt import YoloReader
 
 COLOURS = [(0, 0, 255), (0, 255, 0), (255, 0, 0)]  # BGR: keypoint 0 red, 1 green, 2 blue
@@ -149,13 +148,22 @@ def test_oriented_box_rows_must_have_four_corners_and_may_reach_past_the_edge(tm
 
 
 def test_a_segment_task_gives_box_rows_their_rectangle_with_a_warning(tmp_path):
-    lb = tmp_path / "a.txt"
-    lb.write_text("0 0.5 0.5 0.2 0.4\n1 0.1 0.1 0.3 0.1 0.2 0.3\n")
-    labels, segments, status, warnings = YoloReader(2, "segment").read(str(lb), (100, 100))
-    np.testing.assert_allclose(segments[0], [[0.4, 0.3], [0.6, 0.3], [0.6, 0.7], [0.4, 0.7]], atol=1e-6)
-    assert len(segments[1]) == 3 and warnings == ["1 rows are boxes without a polygon: each one's mask is its box"]
-    _, segments, _, warnings = YoloReader(2, "detect").read(str(lb), (100, 100))
-    assert len(segments[0]) == 0 and warnings == []
+    yaml = write_yaml(tmp_path)
+    for folder in ("images", "labels"):
+        (tmp_path / folder / "train").mkdir(parents=True)
+    for name, text in (("a", "0 0.5 0.5 0.2 0.4\n1 0.1 0.1 0.3 0.1 0.2 0.3\n"), ("b", "1 0.25 0.5 0.5 0.2\n")):
+        cv2.imwrite(str(tmp_path / "images" / "train" / f"{name}.png"), np.zeros((100, 100, 3), np.uint8))
+        (tmp_path / "labels" / "train" / f"{name}.txt").write_text(text)
+    ds = YoloDataset(str(yaml), Settings.evaluation(split="train", task="segment"))
+    assert [(Path(p.file).name, p.reason, p.dropped) for p in ds.split_labels.problems] == \
+        [(f"{n}.txt", "1 rows are boxes without a polygon: each one's mask is its box", False) for n in "ab"]
+    rectangle = [[0.4, 0.3], [0.6, 0.3], [0.6, 0.7], [0.4, 0.7]]
+    a, b = (polygons_of(ds.task, ds.store, i) for i in range(2))
+    np.testing.assert_allclose(a[0], rectangle, atol=1e-6)  # beside a polygon
+    assert len(a[1]) == 3
+    np.testing.assert_allclose(b[0], [[0, 0.4], [0.5, 0.4], [0.5, 0.6], [0, 0.6]], atol=1e-6)  # alone
+    detect = YoloDataset(str(yaml), Settings.evaluation(split="train"))
+    assert polygons_of(detect.task, detect.store, 1) == [] and detect.split_labels.problems == []
 
 
 def test_pose_needs_kpt_shape_and_a_flip_idx_that_fits(tmp_path):
@@ -286,3 +294,66 @@ def test_pen_obb_keeps_the_corners_ultralytics_keeps(tmp_path):
     left_out = [str(p) for p in ds.split_labels.problems if p.dropped]
     assert all("normalised" in p for p in left_out)
     assert json.loads(json.dumps(ds.task.name)) == "obb" and len(next(iter(loader))) == 5
+
+
+# -- COCO keypoints ------------------------------------------------------------------------------------------
+def coco_pose(root: Path) -> Path:
+    """The pose fixture's objects as a COCO JSON with keypoints (pixels, visibility 2; the first
+    object's last keypoint marked 0, not labelled), beside a yaml with kpt_shape [3, 3]."""
+    pose_dataset(root)
+    images, anns = [], []
+    for k, lb in enumerate(sorted((root / "labels" / "train").glob("*.txt"))):
+        h, w = cv2.imread(str(root / "images" / "train" / f"{lb.stem}.png")).shape[:2]
+        images.append({"id": k, "file_name": f"images/train/{lb.stem}.png", "width": w, "height": h})
+        for j, row in enumerate(np.loadtxt(lb, ndmin=2)):
+            x, y, bw, bh = row[1:5] * (w, h, w, h)
+            kp = np.concatenate([row[5:].reshape(3, 2) * (w, h), np.full((3, 1), 2.0)], 1)
+            if j == 0:
+                kp[2] = 0  # COCO writes an unlabelled keypoint as 0 0 0
+            anns.append({"id": len(anns) + 1, "image_id": k, "category_id": int(row[0]) + 1, "iscrowd": 0,
+                         "bbox": [x - bw / 2, y - bh / 2, bw, bh], "keypoints": kp.reshape(-1).tolist()})
+    cats = [{"id": c + 1, "name": n, "keypoints": ["left", "right", "nose"]} for c, n in enumerate("ab")]
+    (root / "pose.json").write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
+    import shutil
+    shutil.rmtree(root / "labels")
+    yaml = root / "coco.yaml"
+    yaml.write_text(f"path: .\ntrain: pose.json\nval: pose.json\nkpt_shape: [3, 3]\nflip_idx: {FLIP_IDX}\n"
+                    "names: ['a', 'b']\n")
+    return yaml
+
+
+def test_coco_keypoints_become_pose_labels_on_their_dots(tmp_path):
+    yaml = coco_pose(tmp_path)
+    loader, ds = create_dataloader(str(yaml), 128, 3, 32, augment=False, workers=0, settings=Settings(split="train"))
+    assert ds.task.name == "pose" and len(ds) == 6 and ds.split_labels.kind == "coco"
+    kp = ds.keypoints[0]
+    assert kp.shape == (2, 3, 3) and kp[0, 2, 2] == 0 and (kp[1, :, 2] == 2).all()
+    checked = sum(check_dots(imgs, targets, extras["keypoints"], flipped=False)
+                  for imgs, targets, paths, shapes, extras in loader)
+    assert checked == 6 * (2 * 3 - 1)
+    loader, _ = training(yaml, fliplr=1.0)
+    assert sum(check_dots(imgs, targets, extras["keypoints"], flipped=True)
+               for imgs, targets, paths, shapes, extras in loader) > 20
+
+
+def test_a_coco_annotation_without_its_keypoints_is_named_and_left_out(tmp_path):
+    yaml = coco_pose(tmp_path)
+    data = json.loads((tmp_path / "pose.json").read_text())
+    data["annotations"][0]["keypoints"] = data["annotations"][0]["keypoints"][:6]
+    del data["annotations"][1]["keypoints"]
+    (tmp_path / "pose.json").write_text(json.dumps(data))
+    ds = YoloDataset(str(yaml), Settings.evaluation(split="train"))
+    reasons = [p.reason for p in ds.split_labels.problems]
+    assert reasons[0].startswith("annotation 1: keypoints [") and reasons[0].endswith(
+        "are not 3 keypoints x y visibility (9 numbers); left out")
+    assert reasons[1] == "annotation 2: keypoints none are not 3 keypoints x y visibility (9 numbers); left out"
+    assert len(ds.labels[0]) == 0 and len(ds.labels[1]) == 2
+
+
+def test_a_format_without_keypoints_or_corners_refuses_those_tasks(tmp_path):
+    coco = coco_pose(tmp_path)
+    with pytest.raises(ValueError, match=r"coco annotations cannot be read for task 'obb' \(they hold what task "
+                                         r"'detect' or 'segment' or 'pose' needs\)"):
+        YoloDataset(str(coco), Settings.evaluation(split="train", task="obb"))
+    boxes = YoloDataset(str(coco), Settings.evaluation(split="train", task="detect"))
+    assert len(boxes.labels[0]) == 2 and len(boxes[0]) == 4

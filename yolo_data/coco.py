@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .labelfile import normalising_size, without_duplicates
+from .labelfile import first_unique, normalising_size, without_duplicates
 from .labelformat import LabelFormat, SourceOptions, SplitSource, WarmStart
 from .problems import Problem
 from .sources import default_cache_file, nul_problem
@@ -49,7 +49,7 @@ class CocoImage:
 
     ``size``: (width, height) from the JSON, or None when it gives none.  ``anns``: per kept
     annotation (annotation id, class id, ``bbox`` as given: [x, y, w, h] pixels from the top-left
-    corner, ``segmentation`` as given).  ``warnings``: found while grouping.
+    corner, ``segmentation`` and ``keypoints`` as given).  ``warnings``: found while grouping.
     """
     json_file: str
     image_id: object
@@ -270,16 +270,33 @@ def _image(json_file: Path, image_id, im: dict, anns: List[dict], cls_of: Dict[i
         seg = a.get("segmentation")
         if isinstance(seg, dict):
             notes["rle"] += 1
-        kept.append((a.get("id", "?"), cls, a.get("bbox"), seg))
+        kept.append((a.get("id", "?"), cls, a.get("bbox"), seg, a.get("keypoints")))
     warnings = [f"{count} annotation{'s' if count > 1 else ''} of category {cat}, which is not a class "
                 "(not in 'categories', or not one of the names); left out" for cat, count in sorted(unknown.items())]
     return CocoImage(str(json_file), image_id, im["file_name"], size, kept, warnings)
 
 
+def _keypoints(kp, k: int, where: str, warnings: List[str]) -> Optional[np.ndarray]:
+    """COCO ``keypoints`` [x1, y1, v1, ...] (pixels) -> (k, 3) float64, or None (with a warning) when
+    they are not 3k finite numbers."""
+    try:
+        a = np.asarray(kp, dtype=np.float64)
+    except (TypeError, ValueError):
+        a = None
+    if a is None or a.ndim != 1 or a.shape != (3 * k,) or not np.isfinite(a).all():
+        shown = "none" if kp is None else str(kp)[:60]
+        warnings.append(f"{where}: keypoints {shown} are not {k} keypoints x y visibility ({3 * k} numbers); left out")
+        return None
+    return a.reshape(k, 3)
+
+
 @dataclass(frozen=True)
 class CocoReader:
     """Normalises a :class:`CocoImage` in the scan's worker, once the image's size is known (see
-    labelformat.LabelReader).  A size in the JSON that disagrees with the image is a problem as in VOC."""
+    labelformat.LabelReader).  A size in the JSON that disagrees with the image is a problem as in VOC.
+    ``kpt_count``: K keypoints per annotation for pose (each annotation's ``keypoints``; one without
+    them is left out with a warning), else None."""
+    kpt_count: Optional[int] = None
 
     def describe(self, label: CocoImage) -> str:
         return f"{label.json_file} (image id {label.image_id}, {label.file_name})"
@@ -287,8 +304,9 @@ class CocoReader:
     def read(self, label: CocoImage, shape: Tuple[int, int]):
         (sw, sh), warnings = normalising_size(label.size, shape, "JSON", "no width/height in the JSON")
         warnings = label.warnings + warnings
-        classes, boxes, polygons = [], [], []
-        for ann_id, cls, bbox, seg in label.anns:
+        classes, boxes, polygons, points = [], [], [], []
+        k = self.kpt_count
+        for ann_id, cls, bbox, seg, kp in label.anns:
             where = f"annotation {ann_id}"
             try:
                 box = np.asarray(bbox, dtype=np.float64).reshape(4)
@@ -298,11 +316,17 @@ class CocoReader:
             if not np.isfinite(box).all() or box[2] <= 0 or box[3] <= 0:
                 warnings.append(f"{where}: bbox {box.tolist()} has no area; left out")
                 continue
+            if k is not None:
+                xyv = _keypoints(kp, k, where, warnings)
+                if xyv is None:
+                    continue
+                points.append(xyv)
             classes.append(cls)
             boxes.append(box)
             polygons.append(_polygon(seg, where, warnings))
+        none = () if k is None else (np.zeros((0, k, 3), np.float32),)
         if not classes:
-            return np.zeros((0, 5), np.float32), None, "empty", warnings
+            return (np.zeros((0, 5), np.float32), None, "empty", warnings) + none
         b = np.array(boxes)
         cls = np.array(classes, dtype=np.float64)
         # Ultralytics' convert_coco arithmetic (centre = corner + size / 2, then / size), so the rows are
@@ -325,7 +349,12 @@ class CocoReader:
                         for p, k in zip(polygons, keep) if k]
         labels = labels[keep].astype(np.float32)
         if not len(labels):
-            return labels, None, "empty", warnings
+            return (labels, None, "empty", warnings) + none
+        if k is not None:  # pose: pixel keypoints normalised like the boxes, visibility as given
+            xyv = np.stack(points)[keep]
+            xyv[..., :2] = (xyv[..., :2] / (sw, sh)).clip(0, 1)
+            rows = first_unique(np.concatenate([labels, xyv.reshape(len(labels), -1).astype(np.float32)], 1), warnings)
+            return labels[rows], None, "ok", warnings, xyv[rows].astype(np.float32)
         labels, segments = without_duplicates(labels, segments, warnings)
         return labels, segments, "ok", warnings
 
@@ -351,6 +380,7 @@ class CocoFormat(LabelFormat):
     microseconds): the cache keeps the images it listed."""
     name = "coco"
     cuts_by_files = False
+    tasks = ("detect", "segment", "pose")
 
     def claims(self, entry: Path) -> bool:
         return Path(entry).suffix.lower() == ".json"
@@ -369,7 +399,8 @@ class CocoFormat(LabelFormat):
         pairs = sorted(((f, im) for s in splits for f, im in zip(s.im_files, s.images)), key=lambda p: p[0])
         if not pairs:
             raise FileNotFoundError(f"no images listed in {entries[0] if len(entries) == 1 else entries}")
-        return SplitSource(self.name, [p[0] for p in pairs], [p[1] for p in pairs], None, CocoReader(),
+        reader = CocoReader(options.kpt_shape[0] if options.task == "pose" else None)
+        return SplitSource(self.name, [p[0] for p in pairs], [p[1] for p in pairs], None, reader,
                            names or found, _settings(entries, options), default_cache_file(entries, None),
                            self.annotation_file_of(str(Path(entries[0]).absolute())),
                            [p for s in splits for p in s.problems], keeps_listing=True)

@@ -93,6 +93,16 @@ def without_duplicates(labels: np.ndarray, segments: Optional[List[np.ndarray]],
     return labels, segments
 
 
+def first_unique(rows: np.ndarray, warnings: List[str]) -> np.ndarray:
+    """Indices of (n, m) ``rows`` without repeats: all of them in order when none repeats, else the
+    first of each in sorted order (as YOLOv5 and Ultralytics keep them), with a warning added."""
+    if len({row.tobytes() for row in rows + 0.0}) == len(rows):  # + 0.0: -0.0 equals 0.0
+        return np.arange(len(rows))
+    _, first = np.unique(rows, axis=0, return_index=True)
+    warnings.append(f"{len(rows) - len(first)} duplicate label rows removed")
+    return first
+
+
 def normalising_size(stated: Optional[Tuple[float, float]], shape: Tuple[int, int], source: str,
                      missing: str) -> Tuple[Tuple[float, float], List[str]]:
     """The (width, height) an annotation file's pixel boxes are normalised by, and warnings: its

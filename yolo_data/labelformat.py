@@ -116,9 +116,11 @@ class WarmStart:
 class LabelFormat(Protocol):
     """One label format (see the module's docstring).  ``name``: its name in caches and messages.
     ``cuts_by_files``: its split entries are image folders or lists, so a ``fraction`` of a split is
-    the list of its first image files.  A format may subclass this for the default ``warm_start``."""
+    the list of its first image files.  ``tasks``: the tasks its annotations can be read for
+    (settings.TASKS).  A format may subclass this for the default ``warm_start``."""
     name: str
     cuts_by_files: bool
+    tasks: Tuple[str, ...] = ("detect",)
 
     def claims(self, entry: Path) -> bool: ...
 

@@ -224,6 +224,7 @@ class LabelMeFormat(LabelFormat):
     stat and the names; without names they are read from every JSON, only when the split is scanned."""
     name = "labelme"
     cuts_by_files = False
+    tasks = ("detect", "segment")
 
     def claims(self, entry: Path) -> bool:
         if not entry.is_dir():

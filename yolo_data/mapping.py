@@ -29,7 +29,7 @@ from .images import ImageReadError, ImageSource
 from .index import SplitIndex
 from .pipeline import draw_finish, flip_boxes, item_rng, mosaic_with_mixup, single_image_geometry
 from .sample import Sample
-from .task import LabelTask, batch_extras, object_extras
+from .task import LabelTask, batch_extras, object_extras, polygons_of
 from .tensors import BatchImages, Scratch, targets_of, write_letterboxed, write_rgb
 
 LOGGER = logging.getLogger("yolo_data")
@@ -57,7 +57,7 @@ def _letterboxed_objects(index: SplitIndex, task: LabelTask, i: int, plan: Lette
     segments = []
     if task.polygons:
         scale = np.array([scaled[1], scaled[0]], np.float32)
-        segments = [seg * scale + np.array(plan.pad, np.float32) for seg in index.store.segments_of(i)]
+        segments = [seg * scale + np.array(plan.pad, np.float32) for seg in polygons_of(task, index.store, i)]
     return segments, object_extras(task, index.store.keypoints_of(i), scaled, plan.pad)
 
 
@@ -124,7 +124,7 @@ class TrainMapper:
         li = self.images(i)
         h, w = li.hw
         labels = self.index.store.labels_of(i)
-        segments = [seg * np.array([w, h], np.float32) for seg in self.index.store.segments_of(i)]
+        segments = [seg * np.array([w, h], np.float32) for seg in polygons_of(self.task, self.index.store, i)]
         return Sample(li.img, labels[:, 0].copy(), xywhn_to_xyxy(labels[:, 1:], w, h), segments,
                       object_extras(self.task, self.index.store.keypoints_of(i), (h, w)))
 
@@ -132,7 +132,7 @@ class TrainMapper:
         """Item ``i`` letterboxed to its shape: (Sample with pixel boxes, YOLOv5 shapes)."""
         img, plan, (h0, w0), (h, w) = _letterbox(self.index, self.images, i, scaleup=self.scale_up)
         scale = np.array([plan.ratio[0] * w, plan.ratio[1] * h], np.float32)
-        segments = [seg * scale + np.array(plan.pad, np.float32) for seg in self.index.store.segments_of(i)]
+        segments = [seg * scale + np.array(plan.pad, np.float32) for seg in polygons_of(self.task, self.index.store, i)]
         shapes = (h0, w0), ((h / h0, w / w0), plan.pad)
         extras = object_extras(self.task, self.index.store.keypoints_of(i), (scale[1], scale[0]), plan.pad)
         return Sample(letterbox_image(img, plan), self.index.store.labels_of(i)[:, 0].copy(),

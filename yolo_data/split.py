@@ -168,6 +168,9 @@ def _for_task(default: Path, options: SourceOptions) -> Path:
 def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progress, save) -> SplitLabels:
     t0 = time.perf_counter()
     fmt, listed = formats.split_format(path), formats.entries(path)  # asked once: a claim may list a folder
+    if options.task not in fmt.tasks:
+        raise ValueError(f"{path}: {fmt.name} annotations cannot be read for task '{options.task}' "
+                         f"(they hold what task {' or '.join(repr(t) for t in fmt.tasks)} needs)")
     quick = None if force else _warm_start(fmt, listed, options, cache_dir, t0)
     if quick is not None:
         return quick

@@ -19,7 +19,8 @@ from typing import Dict, List, Optional, Tuple
 import cv2
 import numpy as np
 
-from .sample import Points, Sample
+from .boxes import xywhn_to_xyxy
+from .sample import Points, Sample, box_polygons
 from .settings import TargetSettings
 
 LOGGER = logging.getLogger("yolo_data")
@@ -61,6 +62,16 @@ def resolve_task(targets: TargetSettings, kpt_shape=None, flip_idx=None, where: 
     if name not in ("pose", "detect"):
         shape = flip = None
     return LabelTask(name, shape, flip if name == "pose" else None)
+
+
+def polygons_of(task: LabelTask, store, i: int) -> List[np.ndarray]:
+    """Image ``i``'s normalised (k, 2) polygons from ``store`` (store.LabelStore), one per object, or []
+    when it has none and the task needs none.  A task that needs polygons (segment) gets each plain
+    box's rectangle, so every object has a mask."""
+    polygons = store.segments_of(i)
+    if polygons or not task.polygons:
+        return polygons
+    return box_polygons(xywhn_to_xyxy(store.labels_of(i)[:, 1:], 1, 1))
 
 
 def object_extras(task: LabelTask, keypoints: np.ndarray, hw: Tuple[float, float],

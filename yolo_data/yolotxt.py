@@ -21,7 +21,7 @@ from typing import Any, Callable, List, Optional, Tuple
 import numpy as np
 
 from .boxes import polygon_to_xyxy, xyxy_to_xywh
-from .labelfile import COORD_TOLERANCE, MAX_CLASS_ID, OBB_TOLERANCE, NotRegular, open_regular, read_limited, without_duplicates
+from .labelfile import COORD_TOLERANCE, MAX_CLASS_ID, OBB_TOLERANCE, first_unique, NotRegular, open_regular, read_limited, without_duplicates
 from .labelformat import LabelFormat, SourceOptions, SplitSource
 from .problems import LabelError
 from .sources import default_cache_file, img2label_path, split_images
@@ -112,9 +112,8 @@ def _parse_rows(text: str, nc: Optional[int], task: str = "detect", kpt_shape: O
     if not any(len(r) > 5 for r in rows):
         labels = np.array(rows, dtype=np.float32)
         labels[:, 1:] = labels[:, 1:].clip(0, 1)  # only moves values within COORD_TOLERANCE
-        if task == "segment":  # every object of a segment task has a polygon: the box's rectangle
-            return labels, box_polygons_normalised(labels), None, [_BOX_ROWS.format(len(labels))]
-        return labels, None, None, []
+        # (a segment task's masks of plain boxes are their rectangles: task.polygons_of)
+        return labels, None, None, [_BOX_ROWS.format(len(labels))] if task == "segment" else []
     # Polygon rows: keep the polygon, derive the box from its envelope (float32, as YOLOv5 does).
     classes = np.array([r[0] for r in rows], dtype=np.float32)
     segments, boxes, box_rows = [], [], 0
@@ -126,22 +125,14 @@ def _parse_rows(text: str, nc: Optional[int], task: str = "detect", kpt_shape: O
             segments.append(pts)
             boxes.append(xyxy_to_xywh(polygon_to_xyxy(pts.clip(0, 1))[None])[0])
         else:
-            box = np.clip(np.array(r[1:], dtype=np.float32), 0, 1)
             box_rows += 1
-            segments.append(box_polygons_normalised(box[None])[0] if task == "segment" else np.zeros((0, 2), np.float32))
-            boxes.append(box)
+            segments.append(np.zeros((0, 2), np.float32))
+            boxes.append(np.clip(np.array(r[1:], dtype=np.float32), 0, 1))
     labels = np.concatenate([classes[:, None], np.stack(boxes)], 1).astype(np.float32)
     return labels, segments, None, [_BOX_ROWS.format(box_rows)] if task == "segment" and box_rows else []
 
 
 _BOX_ROWS = "{} rows are boxes without a polygon: each one's mask is its box"
-
-
-def box_polygons_normalised(labels: np.ndarray) -> List[np.ndarray]:
-    """(n, 4+) rows whose columns -4: are normalised x y w h -> n (4, 2) float32 rectangles."""
-    x, y, w, h = (labels[:, -4:].astype(np.float32).T if len(labels) else np.zeros((4, 0), np.float32))
-    return [np.array([[a - c / 2, b - d / 2], [a + c / 2, b - d / 2], [a + c / 2, b + d / 2], [a - c / 2, b + d / 2]],
-                     np.float32).clip(0, 1) for a, b, c, d in zip(x, y, w, h)]
 
 
 def _pose_rows(rows: List[List[float]], kpt_shape: Tuple[int, int]):
@@ -202,22 +193,12 @@ def read_labels(lb_file: str, nc: Optional[int], task: str = "detect", kpt_shape
     if not len(labels):
         return (labels, None, "empty", warnings) + none
     if task == "pose":  # a duplicate is the same box with the same keypoints
-        keep = _first_unique(np.concatenate([labels, keypoints.reshape(len(labels), -1)], 1), warnings)
+        keep = first_unique(np.concatenate([labels, keypoints.reshape(len(labels), -1)], 1), warnings)
         return labels[keep], None, "ok", warnings, keypoints[keep]
     if task == "obb":  # and the same corners (two boxes may share an envelope)
-        keep = _first_unique(np.concatenate([labels, np.stack(segments).reshape(len(labels), -1)], 1), warnings)
+        keep = first_unique(np.concatenate([labels, np.stack(segments).reshape(len(labels), -1)], 1), warnings)
         return labels[keep], [segments[i] for i in keep], "ok", warnings
     return (*without_duplicates(labels, segments, warnings), "ok", warnings)
-
-
-def _first_unique(rows: np.ndarray, warnings: List[str]) -> np.ndarray:
-    """Indices of ``rows`` without repeats, in sorted order as YOLOv5 and Ultralytics keep them; a
-    warning is added when any were removed."""
-    if len({row.tobytes() for row in rows + 0.0}) == len(rows):  # + 0.0: -0.0 equals 0.0
-        return np.arange(len(rows))
-    _, first = np.unique(rows, axis=0, return_index=True)
-    warnings.append(f"{len(rows) - len(first)} duplicate label rows removed")
-    return first
 
 
 @dataclass(frozen=True)
@@ -240,6 +221,7 @@ class YoloFormat(LabelFormat):
     stat and ``nc``; a split is listed on every start (its folders are the listing)."""
     name = "yolo"
     cuts_by_files = True
+    tasks = ("detect", "segment", "pose", "obb")
 
     def claims(self, entry: Path) -> bool:
         return True  # the registry asks it last
