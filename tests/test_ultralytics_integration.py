@@ -340,3 +340,59 @@ def test_trainer_runs_an_epoch_with_0_and_2_workers(sample, ultra, tmp_path):
         assert (tmp_path / "runs" / f"w{workers}" / "weights" / "last.pt").exists()
         # epochs=1 <= close_mosaic: closed at epoch 0, after the workers' early start
         assert seen[workers] == (UltralyticsLoader, YoloDataValidator, workers, True)
+
+
+# -- pose and oriented boxes ------------------------------------------------------------------------------
+def _axis_xywhr(corners):
+    """Pixel corners (N, 4, 2) of axis-aligned rectangles -> (N, 5) [x, y, w, h, 0] (an independent
+    stand-in for Ultralytics' conversion, exact for rectangles without rotation)."""
+    lo, hi = corners.min(1), corners.max(1)
+    return np.concatenate([(lo + hi) / 2, hi - lo, np.zeros((len(corners), 1))], 1)
+
+
+def test_pose_and_obb_batches_carry_keypoints_and_xywhr_snapped_like_the_boxes(tmp_path):
+    import sys
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_tasks import obb_dataset, pose_dataset
+    pose = pose_dataset(tmp_path / "pose", n=4)
+    cfg = SimpleNamespace(imgsz=100, seed=0, task="pose")  # 100: odd paddings (half pixels)
+    loader = create_loader(str(pose), loader_settings(cfg, "val", 4, 32, workers=0, data={"kpt_shape": [3, 2],
+                                                                                          "flip_idx": [1, 0, 2]}),
+                           split="train")
+    assert loader.dataset.task.flip_idx == (1, 0, 2)
+    b = next(iter(loader))
+    assert b["keypoints"].shape == (len(b["cls"]), 3, 3) and b["keypoints"].dtype == torch.float32
+    labels = loader.dataset.labels[0]
+    assert labels["keypoints"].shape == (2, 3, 3)
+    # each image's keypoints moved by the same whole-pixel offset as its boxes
+    H, W = b["img"].shape[2:]
+    halves = 0
+    for i in range(len(b["im_file"])):
+        rows = b["batch_idx"] == i
+        item = loader.dataset[i]
+        pad = item[3][1][1]
+        left, top = whole_pixel_pad(pad)
+        halves += (left, top) != tuple(pad)
+        np.testing.assert_allclose(b["keypoints"][rows][..., 0], item[4]["keypoints"][..., 0] + (left - pad[0]) / W,
+                                   atol=1e-6)
+        np.testing.assert_allclose(b["keypoints"][rows][..., 1], item[4]["keypoints"][..., 1] + (top - pad[1]) / H,
+                                   atol=1e-6)
+        np.testing.assert_allclose(b["bboxes"][rows][:, 1], item[1][:, 3] + (top - pad[1]) / H, atol=1e-6)
+    assert halves  # some image was padded by half a pixel, so the snap moved something
+
+    obb = obb_dataset(tmp_path / "obb", n=2)
+    cfg = SimpleNamespace(imgsz=128, seed=0, task="obb")
+    loader = create_loader(str(obb), loader_settings(cfg, "val", 2, 32, workers=0), split="train",
+                           to_xywhr=_axis_xywhr)
+    b = next(iter(loader))
+    item = loader.dataset[0]
+    corners = item[4]["corners"].numpy()
+    H, W = b["img"].shape[2:]
+    rows = b["batch_idx"] == 0
+    want = _axis_xywhr(corners * (W, H)) / (W, H, W, H, 1)
+    pad = item[3][1][1]
+    left, top = whole_pixel_pad(pad)
+    want[:, 0] += (left - pad[0]) / W
+    want[:, 1] += (top - pad[1]) / H
+    assert b["bboxes"].shape == (len(b["cls"]), 5)
+    np.testing.assert_allclose(b["bboxes"][rows].numpy(), want, atol=1e-6)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, fields
-from typing import Dict, Iterable, List, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
@@ -54,9 +54,11 @@ class LabelStore:
     label_offsets: np.ndarray
     seg_points: np.ndarray
     seg_offsets: np.ndarray
-    keypoints: np.ndarray
+    keypoints: Optional[np.ndarray] = None  # None: no keypoints, (L, 0, 3)
 
     def __post_init__(self):
+        if self.keypoints is None:
+            self.keypoints = np.zeros((len(self.labels), 0, 3), np.float32)
         # Views handed to users must not write through into a store shared by workers and ranks.
         for f in fields(self):
             getattr(self, f.name).flags.writeable = False

@@ -1,14 +1,20 @@
-"""Ultralytics' detection trainer and validator on yolo_data's datasets and loaders.
+"""Ultralytics' trainers and validators on yolo_data's datasets and loaders, for every task Ultralytics
+trains from boxes and points: detect, segment, pose, obb.
 
     from ultralytics import YOLO
     from yolo_data.integrations.ultralytics import YoloDataTrainer
     YOLO("yolo11n.yaml").train(data="coco128.yaml", trainer=YoloDataTrainer, epochs=1, imgsz=320)
+    YOLO("yolo11n-pose.yaml").train(data="tiger-pose.yaml", trainer=YoloDataTrainer)  # pose: the same class
+
+``YoloDataTrainer`` and ``YoloDataValidator`` become the task's class (``YoloDataPoseTrainer``, ...)
+from the ``task`` Ultralytics gives them, so one name serves every model.
 
 Ultralytics (AGPL-3.0) is imported here, when this module is imported, and nowhere else in yolo_data;
 it is never a dependency.  No Ultralytics code is copied: the classes below override its documented
 extension points (``build_dataset``, ``get_dataloader``, ``get_validator``) and call its own code for
-everything else.  What does not need Ultralytics lives in ``ultralytics_args`` (arguments -> settings),
-``ultralytics_batch`` (batch dicts, labels as dicts) and ``ultralytics_loader`` (dataset and loader).
+everything else (oriented boxes are converted by its own ``xyxyxyxy2xywhr``).  What does not need
+Ultralytics lives in ``ultralytics_args`` (arguments -> settings), ``ultralytics_batch`` (batch dicts,
+labels as dicts) and ``ultralytics_loader`` (dataset and loader).
 """
 from __future__ import annotations
 
@@ -17,13 +23,17 @@ from copy import copy
 import torch
 from ultralytics.cfg import get_cfg
 from ultralytics.models.yolo.detect import DetectionTrainer, DetectionValidator
+from ultralytics.models.yolo.obb import OBBTrainer, OBBValidator
+from ultralytics.models.yolo.pose import PoseTrainer, PoseValidator
 from ultralytics.utils import DEFAULT_CFG, LOGGER
+from ultralytics.utils.ops import xyxyxyxy2xywhr
 from ultralytics.utils.torch_utils import unwrap_model
 
 from .ultralytics_args import loader_settings
 from .ultralytics_loader import UltralyticsDataset, create_loader
 
-__all__ = ["YoloDataTrainer", "YoloDataValidator"]
+__all__ = ["YoloDataTrainer", "YoloDataValidator", "YoloDataPoseTrainer", "YoloDataPoseValidator",
+           "YoloDataOBBTrainer", "YoloDataOBBValidator"]
 
 
 def _grid(stride) -> int:
@@ -40,12 +50,29 @@ def _set_loader_epoch(trainer) -> None:
         sampler.set_epoch(trainer.epoch)
 
 
+def _to_xywhr(task: str):
+    """The corner conversion an oriented-box batch needs: Ultralytics' own (its angle convention)."""
+    return xyxyxyxy2xywhr if task == "obb" else None
+
+
+def _task_of(args) -> str:
+    if isinstance(args, dict):
+        return args.get("task") or "detect"
+    return getattr(args, "task", None) or "detect"
+
+
 class YoloDataTrainer(DetectionTrainer):
-    """Ultralytics' DetectionTrainer whose train and val loaders are yolo_data's.
+    """Ultralytics' DetectionTrainer whose train and val loaders are yolo_data's; made for a pose or
+    obb model (``task``), it is the task's trainer (YoloDataPoseTrainer, YoloDataOBBTrainer).
 
     ``workers`` is kept as asked also on CPU (Ultralytics' trainer sets it to 0 there; yolo_data's
     workers overlap decoding with the model's step and give the same batches for any count).  The val
     loader uses the same number of workers (Ultralytics doubles it)."""
+
+    def __new__(cls, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
+        if cls is YoloDataTrainer:
+            cls = _TRAINERS.get(get_cfg(cfg, overrides).task, cls)
+        return super().__new__(cls)
 
     def __init__(self, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
         self.requested_workers = int(get_cfg(cfg, overrides).workers)  # before BaseTrainer zeroes it on CPU
@@ -55,28 +82,36 @@ class YoloDataTrainer(DetectionTrainer):
     def build_dataset(self, img_path, mode: str = "train", batch=None):
         """An UltralyticsDataset (used on its own by Ultralytics' auto_batch; loaders build theirs)."""
         settings = loader_settings(self.args, mode, batch or 16, _grid(unwrap_model(self.model).stride),
-                                   workers=self.requested_workers)
+                                   workers=self.requested_workers, data=self.data)
         return UltralyticsDataset(img_path, settings, prefix=f"{mode}: ")
 
     def get_dataloader(self, dataset_path, batch_size: int = 16, rank: int = 0, mode: str = "train"):
         settings = loader_settings(self.args, mode, batch_size, _grid(unwrap_model(self.model).stride),
-                                   workers=self.requested_workers)
-        return create_loader(dataset_path, settings, rank=rank, prefix=f"{mode}: ")
+                                   workers=self.requested_workers, data=self.data)
+        return create_loader(dataset_path, settings, rank=rank, prefix=f"{mode}: ",
+                             to_xywhr=_to_xywhr(self.args.task))
 
     def get_validator(self):
-        return YoloDataValidator(self.test_loader, save_dir=self.save_dir, args=copy(self.args),
-                                 _callbacks=self.callbacks)
+        validator = super().get_validator()  # the task's own: it sets the loss names
+        return _VALIDATORS.get(self.args.task, YoloDataValidator)(self.test_loader, save_dir=self.save_dir,
+                                                                  args=copy(validator.args), _callbacks=self.callbacks)
 
 
 class YoloDataValidator(DetectionValidator):
     """Ultralytics' DetectionValidator reading yolo_data's loader: the same letterbox, rect batches
     (pad 0.5) and linear resize as Ultralytics' own validator, so the same weights give the same
     metrics.  Standalone (``YoloDataValidator(args=dict(model=..., data=...))()``) it builds its loader
-    with ``args.rect`` as Ultralytics does (``model.val()`` sets it True)."""
+    with ``args.rect`` as Ultralytics does (``model.val()`` sets it True).  Made with a pose or obb
+    ``task`` in ``args``, it is that task's validator."""
+
+    def __new__(cls, dataloader=None, save_dir=None, args=None, _callbacks=None):
+        if cls is YoloDataValidator:
+            cls = _VALIDATORS.get(_task_of(args), cls)
+        return super().__new__(cls)
 
     def build_dataset(self, img_path, mode: str = "val", batch=None):
         settings = loader_settings(self.args, "val", batch or self.args.batch, _grid(self.stride),
-                                   workers=self.args.workers, rect=self.args.rect)
+                                   workers=self.args.workers, rect=self.args.rect, data=self.data)
         return UltralyticsDataset(img_path, settings, prefix="val: ")
 
     def get_dataloader(self, dataset_path, batch_size: int):
@@ -84,5 +119,26 @@ class YoloDataValidator(DetectionValidator):
             LOGGER.warning("yolo_data: a model with fewer classes than the dataset; labels of the other classes "
                            "are kept (Ultralytics' own validator drops them)")
         settings = loader_settings(self.args, "val", batch_size, _grid(self.stride), workers=self.args.workers,
-                                   rect=self.args.rect)
-        return create_loader(dataset_path, settings, rank=-1, prefix="val: ")
+                                   rect=self.args.rect, data=self.data)
+        return create_loader(dataset_path, settings, rank=-1, prefix="val: ", to_xywhr=_to_xywhr(self.args.task))
+
+
+class YoloDataPoseValidator(YoloDataValidator, PoseValidator):
+    """Ultralytics' PoseValidator reading yolo_data's loader (keypoints (n, K, 3) normalised)."""
+
+
+class YoloDataOBBValidator(YoloDataValidator, OBBValidator):
+    """Ultralytics' OBBValidator reading yolo_data's loader (``bboxes`` (n, 5) xywhr, by Ultralytics'
+    own conversion of the corners)."""
+
+
+class YoloDataPoseTrainer(YoloDataTrainer, PoseTrainer):
+    """Ultralytics' PoseTrainer with yolo_data's loaders (``kpt_shape`` and ``flip_idx`` from the yaml)."""
+
+
+class YoloDataOBBTrainer(YoloDataTrainer, OBBTrainer):
+    """Ultralytics' OBBTrainer with yolo_data's loaders."""
+
+
+_TRAINERS = {"pose": YoloDataPoseTrainer, "obb": YoloDataOBBTrainer}
+_VALIDATORS = {"pose": YoloDataPoseValidator, "obb": YoloDataOBBValidator}

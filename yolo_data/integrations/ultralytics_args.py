@@ -23,7 +23,8 @@ DEFAULTS: Dict[str, Any] = {
     "degrees": 0.0, "translate": 0.1, "scale": 0.5, "shear": 0.0, "perspective": 0.0,
     "hsv_h": 0.015, "hsv_s": 0.7, "hsv_v": 0.4, "flipud": 0.0, "fliplr": 0.5, "bgr": 0.0,
     "close_mosaic": 10, "cache": False, "rect": False, "fraction": 1.0, "single_cls": False,
-    "workers": 8, "seed": 0, "multi_scale": 0.0, "imgsz": 640,
+    "workers": 8, "seed": 0, "multi_scale": 0.0, "imgsz": 640, "task": "detect", "mask_ratio": 4,
+    "overlap_mask": True,
 }
 
 # key -> what yolo_data does with it ("" entries of NO_EQUIVALENT are warned about when not default)
@@ -44,6 +45,9 @@ MAPPING: Dict[str, str] = {
     "single_cls": "Settings single_cls: every class id becomes 0",
     "workers": "DataLoader workers, persistent, also on CPU (Ultralytics sets 0 on CPU; we keep the request)",
     "seed": "the seed of every item's generator and of the epoch's order (same batches for any worker count)",
+    "task": "Settings task: how label rows are read and what the batch carries (detect, segment, pose, obb)",
+    "mask_ratio": "Settings mask_ratio: segment masks at 1/mask_ratio of the image's height and width",
+    "overlap_mask": "Settings overlap_mask: one mask per image holding each pixel's instance (smaller on top)",
 }
 NO_EQUIVALENT: Dict[str, str] = {
     "cutmix": "no CutMix in yolo_data; ignored (warned when > 0)",
@@ -104,14 +108,16 @@ def split_fraction(fraction, split: str) -> Union[float, int]:
     return fraction
 
 
-def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, rect=None) -> Settings:
+def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, rect=None, data=None) -> Settings:
     """yolo_data Settings for ``mode`` 'train' (the training preset) or 'val' (the evaluation preset)
     from Ultralytics arguments ``cfg``.
 
     ``workers``: overrides cfg.workers (Ultralytics' trainer zeroes it on CPU before we see it).
     ``rect``: for 'val', None means always rect (Ultralytics' trainer); the standalone validator passes
     cfg.rect (``model.val()`` sets it True).  Evaluation resizes linearly as Ultralytics' validator does,
-    and under DDP each rank evaluates whole batches, each image once."""
+    and under DDP each rank evaluates whole batches, each image once.  ``data``: Ultralytics' dataset
+    dict (the trainer's ``data``), whose ``kpt_shape`` and ``flip_idx`` a pose split needs (Ultralytics
+    hands the loader a split's folder, not the yaml)."""
     if mode not in ("train", "val"):
         raise ValueError(f"mode must be 'train' or 'val', not {mode!r}")
     train = mode == "train"
@@ -125,4 +131,6 @@ def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, 
         pad=0.0 if train else 0.5, cache=cache_mode(_get(cfg, "cache")), single_cls=bool(_get(cfg, "single_cls")),
         workers=int(_get(cfg, "workers") if workers is None else workers),
         fraction=split_fraction(_get(cfg, "fraction"), mode), hyp=augment_config(cfg) if train else AugmentConfig(),
-        linear_resize=True, each_image_once=True)
+        linear_resize=True, each_image_once=True, task=str(_get(cfg, "task")), mask_ratio=int(_get(cfg, "mask_ratio")),
+        overlap_mask=bool(_get(cfg, "overlap_mask")), kpt_shape=(data or {}).get("kpt_shape"),
+        flip_idx=(data or {}).get("flip_idx"))

@@ -9,7 +9,7 @@ Pure: never imports ultralytics (the plug-in in ``ultralytics.py`` calls ``creat
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from .. import torch_private
 from ..build import build_loader
@@ -55,10 +55,12 @@ class UltralyticsLoader(YoloDataLoader):
 
 
 def create_loader(path, settings: Settings, rank: int = -1, prefix: str = "", split: Optional[str] = None,
-                  cache_dir=None) -> UltralyticsLoader:
+                  cache_dir=None, to_xywhr: Optional[Callable] = None) -> UltralyticsLoader:
     """The loader of one split for Ultralytics (its ``dataset`` is an UltralyticsDataset), ``settings``
     from ``loader_settings``; ``split`` and ``cache_dir``: as the Settings fields of those names.
-    ``rank``: the local rank under DDP (-1 otherwise)."""
+    ``rank``: the local rank under DDP (-1 otherwise).  ``to_xywhr``: Ultralytics' conversion of
+    oriented-box corners (task 'obb'; see ultralytics_batch.oriented_boxes)."""
     settings = settings.replace(**{k: v for k, v in (("split", split), ("cache_dir", cache_dir)) if v is not None})
     return build_loader(path, settings, rank, prefix, dataset_class=UltralyticsDataset,
-                        collate=DictCollate(evaluation=not settings.augment), loader_class=UltralyticsLoader)
+                        collate=DictCollate(evaluation=not settings.augment, to_xywhr=to_xywhr),
+                        loader_class=UltralyticsLoader)

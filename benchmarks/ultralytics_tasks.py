@@ -1,0 +1,133 @@
+"""Ultralytics' pose and OBB trainers and validators on yolo_data, in the benchmark environment.
+
+    python benchmarks/ultralytics_tasks.py [--tasks pose obb] [--imgsz 160] [--epochs 3]
+
+For each task, on a temporary copy of its dataset (pose: tiger-pose, kpt_shape [12, 2]; obb: pen-obb,
+from $YOLO_DATA_BENCH_DATA or ../shared/datasets):
+
+(a) the validation inputs of Ultralytics' own dataset and of yolo_data's plug-in, image by image
+    (matched by file): pixels, classes, boxes (obb: xywhr), keypoints, ori_shape, ratio_pad;
+(b) trains ``yolo11n-<task>.yaml`` from scratch (no weights are downloaded) with ``YoloDataTrainer``
+    for a few epochs, then validates its last.pt with Ultralytics' own validator and with
+    ``YoloDataValidator`` (same weights, split and settings) and prints both metrics and whether they
+    are identical.
+
+Ultralytics is AGPL-3.0 and installed only in the benchmark environment; this script imports it.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
+from ultralytics_plugin import copy_dataset  # noqa: E402
+
+DATASETS = {"pose": "tiger-pose", "obb": "pen-obb"}
+METRICS = {"pose": ("metrics/precision(B)", "metrics/mAP50(B)", "metrics/mAP50-95(B)", "metrics/precision(P)",
+                    "metrics/recall(P)", "metrics/mAP50(P)", "metrics/mAP50-95(P)"),
+           "obb": ("metrics/precision(B)", "metrics/recall(B)", "metrics/mAP50(B)", "metrics/mAP50-95(B)")}
+
+
+def compare_inputs(task: str, data: Path, a) -> str:
+    import numpy as np
+    from ultralytics.cfg import get_cfg
+    from ultralytics.data import build_dataloader, build_yolo_dataset
+    from ultralytics.data.utils import check_det_dataset
+    from ultralytics.utils.ops import xyxyxyxy2xywhr
+    from yolo_data.integrations.ultralytics_args import loader_settings
+    from yolo_data.integrations.ultralytics_loader import create_loader
+    with common.library_output(a.verbose):
+        cfg = get_cfg(overrides={"imgsz": a.imgsz, "rect": True, "batch": a.batch, "task": task})
+        spec = check_det_dataset(str(data))
+        theirs = build_dataloader(build_yolo_dataset(cfg, spec["val"], a.batch, spec, mode="val", stride=32),
+                                  a.batch, 0, shuffle=False)
+        ours = create_loader(spec["val"], loader_settings(cfg, "val", a.batch, 32, workers=0, data=spec),
+                             to_xywhr=xyxyxyxy2xywhr if task == "obb" else None)
+
+    def items(loader):
+        out = {}
+        for b in loader:
+            for i, f in enumerate(b["im_file"]):
+                k = b["batch_idx"] == i
+                kp = b["keypoints"][k].numpy() if "keypoints" in b else np.zeros(0)
+                out[f] = (b["img"][i].numpy(), b["cls"][k].numpy(), b["bboxes"][k].numpy(), kp,
+                          tuple(b["ori_shape"][i]), b["ratio_pad"][i])
+        return out
+
+    t, o = items(theirs), items(ours)
+    ours.close()
+    if set(t) != set(o):
+        return f"different files: {len(set(t) - set(o))} only Ultralytics', {len(set(o) - set(t))} only ours"
+    px = sum(not np.array_equal(t[f][0], o[f][0]) for f in t)
+    cls = sum(not np.array_equal(t[f][1], o[f][1]) for f in t)
+    box = max(float(np.abs(t[f][2] - o[f][2]).max(initial=0)) for f in t)
+    kpt = max(float(np.abs(t[f][3] - o[f][3]).max(initial=0)) for f in t)
+    shp = sum(t[f][4] != o[f][4] for f in t)
+    rp = sum(not (np.allclose(t[f][5][0], o[f][5][0], rtol=0, atol=1e-12) and tuple(t[f][5][1]) == tuple(o[f][5][1]))
+             for f in t)
+    return (f"{len(t)} images, {sum(len(v[1]) for v in t.values())} objects: pixels differ in {px}, classes in {cls}, "
+            f"ori_shape in {shp}, ratio_pad in {rp}; largest difference: boxes {box:.2e}, keypoints {kpt:.2e} "
+            "(normalised)")
+
+
+def train(task: str, data: Path, tmp: Path, a) -> Path:
+    from ultralytics import YOLO
+    from yolo_data.integrations.ultralytics import YoloDataTrainer
+    with common.library_output(a.verbose):
+        YOLO(f"yolo11n-{task}.yaml").train(data=str(data), trainer=YoloDataTrainer, epochs=a.epochs, imgsz=a.imgsz,
+                                           batch=a.batch, workers=2, device="cpu", plots=False, amp=False, val=False,
+                                           seed=0, project=str(tmp / "runs"), name=task, exist_ok=True, verbose=False)
+    return tmp / "runs" / task / "weights" / "last.pt"
+
+
+def validate(task: str, weights: Path, data: Path, validator, a) -> dict:
+    from ultralytics import YOLO
+    with common.library_output(a.verbose):
+        m = YOLO(str(weights)).val(data=str(data), validator=validator, imgsz=a.imgsz, batch=a.batch, rect=True,
+                                   device="cpu", plots=False, verbose=False, project=str(weights.parents[2]),
+                                   name="val", exist_ok=True, conf=0.001)
+    return {k: float(m.results_dict[k]) for k in METRICS[task]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tasks", nargs="+", default=["pose", "obb"], choices=sorted(DATASETS))
+    p.add_argument("--imgsz", type=int, default=160)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--verbose", action="store_true")
+    a = p.parse_args()
+    config = tempfile.TemporaryDirectory()
+    common.isolate_environment(Path(config.name), "ultralytics_tasks")
+    from ultralytics import __version__
+    from ultralytics.models.yolo.obb import OBBValidator
+    from ultralytics.models.yolo.pose import PoseValidator
+    from yolo_data.integrations.ultralytics import YoloDataValidator
+    own = {"pose": PoseValidator, "obb": OBBValidator}
+    print(f"Ultralytics {__version__}, imgsz {a.imgsz}, batch {a.batch}")
+    same_everywhere = True
+    for task in a.tasks:
+        with tempfile.TemporaryDirectory() as d:
+            tmp = Path(d)
+            data = copy_dataset(common.data_root() / DATASETS[task], tmp)
+            print(f"\n[{task}] {DATASETS[task]}: validation inputs: {compare_inputs(task, data, a)}")
+            t = time.perf_counter()
+            weights = train(task, data, tmp, a)
+            print(f"[{task}] trained {a.epochs} epochs with YoloDataTrainer in {time.perf_counter() - t:.0f} s")
+            theirs = validate(task, weights, data, own[task], a)
+            ours = validate(task, weights, data, YoloDataValidator, a)
+            same = theirs == ours
+            same_everywhere &= same
+            for k in METRICS[task]:
+                print(f"[{task}]   {k:24s} Ultralytics {theirs[k]:.6f}  yolo_data {ours[k]:.6f}")
+            print(f"[{task}] metrics identical: {same}")
+    sys.exit(0 if same_everywhere else 1)
+
+
+if __name__ == "__main__":
+    main()
