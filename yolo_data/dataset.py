@@ -30,6 +30,7 @@ from .imagecache import ImageCacheSpec, disk_candidates, normalise_mode, open_or
 from .images import ImageDecodeError, ImageSource
 from .index import SplitIndex, build_index
 from .mapping import DrawKey, EvalMapper, TrainMapper
+from .masks import MaskSpec
 from .run import RunState
 from .sampling import ItemKey
 from .settings import Settings, as_settings, fraction_count
@@ -156,9 +157,10 @@ class YoloDataset(Dataset):
         self.images = open_images(self.split_labels, self.store, settings, self.run, prefix)
         self.image_cache = self.images.cache
         self._scratch = Scratch()
+        masks = MaskSpec.of(settings.targets)  # None unless the task is 'segment'
         self.mapper = (TrainMapper(self.index, self.images, self.control.shared, self.control.albumentations,
-                                   self._scratch, prefix, scale_up=settings.scale_up) if self.augment
-                       else EvalMapper(self.index, self.images, scale_up=settings.scale_up))
+                                   self._scratch, prefix, scale_up=settings.scale_up, masks=masks) if self.augment
+                       else EvalMapper(self.index, self.images, scale_up=settings.scale_up, masks=masks))
 
     # -- YOLOv5's attributes, as views over the index -----------------------------------------------
     store = property(lambda self: self.index.store)

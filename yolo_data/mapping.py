@@ -25,6 +25,7 @@ from .geometry import LetterboxPlan, letterbox_image, letterbox_plan
 from .albument import AlbumentationsStep
 from .augstate import SharedSettings, TrainSettings
 from .images import ImageReadError, ImageSource
+from .masks import MaskSpec, with_masks
 from .index import SplitIndex
 from .pipeline import draw_finish, flip_boxes, item_rng, mosaic_with_mixup, single_image_geometry
 from .sample import Sample, extras_of
@@ -47,12 +48,21 @@ def _boxes_on(index: SplitIndex, i: int, plan: LetterboxPlan, hw: Tuple[int, int
                          padw=plan.pad[0], padh=plan.pad[1])
 
 
-class EvalMapper:
-    """Letterbox each image to its shape (img_size, or its rect batch's), polygons ignored; ``scale_up``:
-    may enlarge (Settings.scale_up; YOLOv5's evaluation never does)."""
+def _segments_on(index: SplitIndex, i: int, plan: LetterboxPlan, hw: Tuple[int, int]) -> List[np.ndarray]:
+    """Item ``i``'s (k, 2) float32 pixel polygons on its letterbox ([] when it has none)."""
+    h, w = hw
+    scale = np.array([plan.ratio[0] * w, plan.ratio[1] * h], np.float32)
+    return [seg * scale + np.array(plan.pad, np.float32) for seg in index.store.segments_of(i)]
 
-    def __init__(self, index: SplitIndex, images: ImageSource, scale_up: bool = False):
-        self.index, self.images, self.scale_up = index, images, scale_up
+
+class EvalMapper:
+    """Letterbox each image to its shape (img_size, or its rect batch's); ``scale_up``: may enlarge
+    (Settings.scale_up; YOLOv5's evaluation never does).  ``masks``: add instance masks of the
+    letterboxed polygons (masks.py), or None."""
+
+    def __init__(self, index: SplitIndex, images: ImageSource, scale_up: bool = False,
+                 masks: Optional[MaskSpec] = None):
+        self.index, self.images, self.scale_up, self.masks = index, images, scale_up, masks
 
     def __call__(self, i: int, key: DrawKey, out: BatchImages, k: int):
         """Item ``i`` into slot ``k`` of ``out`` (``key``: unused, evaluation has no randomness)."""
@@ -61,7 +71,10 @@ class EvalMapper:
         img, plan, (h0, w0), (h, w) = _letterbox(self.index, self.images, i, scaleup=self.scale_up)
         t = out.write(k, plan.shape, lambda planes: write_letterboxed(img, plan, planes))
         targets = targets_of(self.index.store.labels_of(i)[:, 0], _boxes_on(self.index, i, plan, (h, w)), plan.shape)
-        return t, targets, self.index.store.im_file(i), ((h0, w0), ((h / h0, w / w0), plan.pad))
+        item = t, targets, self.index.store.im_file(i), ((h0, w0), ((h / h0, w / w0), plan.pad))
+        if self.masks is not None:
+            item = with_masks(item, _segments_on(self.index, i, plan, (h, w)), plan.shape, self.masks)
+        return item
 
 
 @dataclass(frozen=True)
@@ -77,11 +90,13 @@ class TrainMapper:
     attempt, draw)``.  ``settings``: fixed TrainSettings, or SharedSettings that the main process may
     change while workers run (dataset.hyp, dataset.mosaic, close_mosaic).  ``extra``: the optional
     Albumentations step, (sample, rng) -> sample, applied while ``cfg.albumentations`` is on (made
-    here, in the process that needs it, when not given)."""
+    here, in the process that needs it, when not given).  ``masks``: add instance masks of the final
+    polygons (masks.py), or None."""
 
     def __init__(self, index: SplitIndex, images: ImageSource, settings, extra: Optional[Callable] = None,
-                 scratch: Optional[Scratch] = None, prefix: str = "", scale_up: bool = True):
-        self.index, self.images, self.extra, self.scale_up = index, images, extra, scale_up
+                 scratch: Optional[Scratch] = None, prefix: str = "", scale_up: bool = True,
+                 masks: Optional[MaskSpec] = None):
+        self.index, self.images, self.extra, self.scale_up, self.masks = index, images, extra, scale_up, masks
         self.shared = settings if isinstance(settings, SharedSettings) else SharedSettings(settings)
         self.scratch = scratch or Scratch()
         self.prefix = prefix
@@ -103,8 +118,7 @@ class TrainMapper:
     def letterboxed(self, i: int):
         """Item ``i`` letterboxed to its shape: (Sample with pixel boxes, YOLOv5 shapes)."""
         img, plan, (h0, w0), (h, w) = _letterbox(self.index, self.images, i, scaleup=self.scale_up)
-        scale = np.array([plan.ratio[0] * w, plan.ratio[1] * h], np.float32)
-        segments = [seg * scale + np.array(plan.pad, np.float32) for seg in self.index.store.segments_of(i)]
+        segments = _segments_on(self.index, i, plan, (h, w))
         shapes = (h0, w0), ((h / h0, w / w0), plan.pad)
         return Sample(letterbox_image(img, plan), self.index.store.labels_of(i)[:, 0].copy(),
                       _boxes_on(self.index, i, plan, (h, w)), segments), shapes
@@ -127,13 +141,17 @@ class TrainMapper:
                 self.extra = AlbumentationsStep()
             sample = self.extra(sample, rng)
         draws = draw_finish(cfg, rng)
+        unflipped = sample.segments  # masks are drawn from these and flipped with the pixels, as YOLOv5 does
         img, sample = sample.img, flip_boxes(sample, draws)  # pixels are flipped on their way out
         t = out.write(k, img.shape[:2], lambda planes: write_rgb(img, planes, draws.hsv_gains, draws.flip_ud,
                                                                  draws.flip_lr, self.scratch))
         item = (t, targets_of(sample.cls, sample.boxes, img.shape[:2]), self.index.store.im_file(i), shapes)
         # per-object extras travel as a fifth part, row i beside target row i (collate.collate_fn)
-        return item + ({k: torch.from_numpy(v) for k, v in extras_of(sample, img.shape[:2]).items()},) \
-            if sample.extras else item
+        if sample.extras:
+            item += ({k: torch.from_numpy(v) for k, v in extras_of(sample, img.shape[:2]).items()},)
+        if self.masks is not None:
+            item = with_masks(item, unflipped, img.shape[:2], self.masks, draws.flip_ud, draws.flip_lr)
+        return item
 
     def __call__(self, i: int, key: DrawKey, out: BatchImages, k: int):
         """Item ``i`` on its own (partners from the whole split).  Training goes on when an image vanished
