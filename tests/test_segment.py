@@ -63,24 +63,28 @@ def shapes_dataset(tmp_path):
 
 
 def colour_of(imgs: torch.Tensor, b: int, cls: int, tol: int = 40) -> np.ndarray:
-    """(H, W) bool: pixels of batch image ``b`` (RGB) near the colour of class ``cls``."""
+    """(H, W) bool: pixels of batch image ``b`` (RGB) within ``tol`` of class ``cls``'s colour in
+    every channel."""
     rgb = np.array(COLOURS[cls][::-1])
     return (np.abs(imgs[b].permute(1, 2, 0).numpy().astype(int) - rgb).max(-1) <= tol)
 
 
-def shrink(m: np.ndarray, r: int) -> np.ndarray:
-    """(H, W) bool -> (H // r, W // r) bool: the block is mostly set."""
+def shrink(m: np.ndarray, r: int, share: float = 0.5) -> np.ndarray:
+    """(H, W) bool -> (H // r, W // r) bool: more than ``share`` of the block is set."""
     h, w = m.shape[0] // r, m.shape[1] // r
-    return m[:h * r, :w * r].reshape(h, r, w, r).mean((1, 3)) > 0.5
+    return m[:h * r, :w * r].reshape(h, r, w, r).mean((1, 3)) > share
 
 
-def misplaced(m: np.ndarray, drawn: np.ndarray, tol: int = 1) -> int:
+def misplaced(m: np.ndarray, drawn: np.ndarray, tol: int = 1, blended: np.ndarray = None) -> int:
     """Pixels where mask ``m`` and the ``drawn`` pixels disagree by more than ``tol`` pixels: drawn
     pixels deeper than ``tol`` inside the shape that the mask misses, plus mask pixels farther than
-    ``tol`` from it (its edge may differ: fills include their edges, resampling blends them)."""
+    ``tol`` from it (its edge may differ: fills include their edges, resampling blends them).
+    ``blended``: the drawn pixels with those half blended into the background (a warp's linear
+    resampling thins sharp tips out of ``drawn``), for the second count; default ``drawn``."""
     k = np.ones((2 * tol + 1, 2 * tol + 1), np.uint8)
     d = drawn.astype(np.uint8)
-    return int((cv2.erode(d, k).astype(bool) & ~m).sum() + (m & ~cv2.dilate(d, k).astype(bool)).sum())
+    loose = d if blended is None else blended.astype(np.uint8)
+    return int((cv2.erode(d, k).astype(bool) & ~m).sum() + (m & ~cv2.dilate(loose, k).astype(bool)).sum())
 
 
 def near(box, hw, margin: int) -> np.ndarray:
@@ -170,3 +174,110 @@ def test_eval_masks_cover_their_drawn_shapes_after_letterbox(shapes_dataset, rat
             assert m.sum() > drawn.sum() / 2 and misplaced(m, drawn, tol) == 0, (paths[b], cls)
             seen += 1
     assert seen == ds.store.num_boxes()
+
+
+# -- overlap order, many instances, empty images -------------------------------------------------------
+def square(x, y, s):
+    return np.array([[x, y], [x + s, y], [x + s, y + s], [x, y + s]], np.float64)
+
+
+@pytest.mark.parametrize("small_first", [True, False])
+def test_overlap_puts_the_smaller_instance_on_top_and_reorders_targets(tmp_path, small_first):
+    img = np.zeros((128, 128, 3), np.uint8)
+    big, small = (1, square(16, 16, 96)), (2, square(40, 40, 24))
+    write_item(tmp_path, "a", img, [small, big] if small_first else [big, small])
+    loader, _ = create_dataloader(str(write_yaml(tmp_path)), 128, 1, 32, augment=False, workers=0,
+                                  mask_downsample_ratio=1, overlap_mask=True, split="train")
+    imgs, targets, _, _, masks = next(iter(loader))
+    assert targets[:, 1].tolist() == [1, 2]  # by area, descending: the big square is instance 1
+    m = masks[0].numpy()
+    assert masks.shape == (1, 128, 128)
+    assert m[52, 52] == 2 and m[20, 20] == 1 and m[5, 5] == 0 and m[120, 120] == 0
+    # each target's box is where its value is
+    for k, (_, _, x, y, w, h) in enumerate(targets.tolist(), 1):
+        ys, xs = np.nonzero(m >= k) if k == 1 else np.nonzero(m == k)
+        assert abs(xs.min() - (x - w / 2) * 128) <= 1 and abs(ys.max() - (y + h / 2) * 128) <= 1
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_more_than_255_instances_stay_distinct_in_the_batch(tmp_path, overlap):
+    img = np.zeros((160, 320, 3), np.uint8)
+    rows = [(0, square(x, y, 5)) for y in range(2, 150, 10) for x in range(2, 320, 16)]  # 15 x 20 = 300
+    write_item(tmp_path, "many", img, rows)
+    write_item(tmp_path, "few", img, rows[:3])
+    loader, _ = create_dataloader(str(write_yaml(tmp_path)), 320, 2, 32, augment=False, workers=0,
+                                  mask_downsample_ratio=1, overlap_mask=overlap, split="train")
+    imgs, targets, paths, _, masks = next(iter(loader))
+    many = [Path(p).stem for p in paths].index("many")
+    assert (targets[:, 0] == many).sum() == 300
+    if overlap:
+        assert masks.dtype == torch.int32 and masks.shape == (2, 320, 320)  # letterboxed square
+        values = masks[many][masks[many] > 0].unique()
+        assert values.tolist() == list(range(1, 301))
+    else:
+        assert masks.dtype == torch.uint8 and masks.shape == (len(targets), 320, 320)
+        rows_many = masks[targets[:, 0] == many]
+        assert (rows_many.flatten(1).sum(1) > 0).all() and rows_many.sum(0).max() == 1  # all there, apart
+
+
+@pytest.mark.parametrize("ratio", [1, 4])
+@pytest.mark.parametrize("overlap", [False, True])
+def test_images_without_instances_get_empty_masks(tmp_path, ratio, overlap):
+    img = np.zeros((96, 96, 3), np.uint8)
+    write_item(tmp_path, "a_empty", img, [])
+    write_item(tmp_path, "b_nolabel", img, None)
+    write_item(tmp_path, "c_one", img, [(0, square(10, 10, 40))])
+    loader, _ = create_dataloader(str(write_yaml(tmp_path)), 96, 3, 32, augment=False, workers=0,
+                                  mask_downsample_ratio=ratio, overlap_mask=overlap, split="train")
+    imgs, targets, paths, _, masks = next(iter(loader))
+    assert [Path(p).stem for p in paths] == ["a_empty", "b_nolabel", "c_one"] and targets[:, 0].tolist() == [2]
+    assert masks.shape == ((3 if overlap else 1), 96 // ratio, 96 // ratio) and masks.dtype == torch.uint8
+    if overlap:
+        assert masks[:2].sum() == 0 and masks[2].max() == 1
+    else:
+        assert masks[0].sum() > 0
+    # one image alone, as YOLOv5-seg gives it: (1 if overlap else 0, h/r, w/r) zeros
+    ds = LoadImagesAndLabelsAndMasks(str(tmp_path / "images" / "train"), 96, 1, downsample_ratio=ratio,
+                                     overlap=overlap)
+    item = ds[0]
+    assert item[4]["masks"].shape == ((1 if overlap else 0), 96 // ratio, 96 // ratio)
+    assert LoadImagesAndLabelsAndMasks.collate_fn([ds[0], ds[2]])[4].shape == masks[[0, 2] if overlap else [0]].shape
+
+
+# -- training: masks follow the pixels through mosaic, perspective and flips ---------------------------
+GEOMETRY = {"hsv_h": 0, "hsv_s": 0, "hsv_v": 0, "mixup": 0, "copy_paste": 0, "mosaic": 1.0, "degrees": 15,
+            "translate": 0.1, "scale": 0.4, "shear": 3, "perspective": 0.0, "flipud": 0.5, "fliplr": 0.5}
+
+
+def check_masks_on_pixels(imgs, targets, masks, overlap, ratio, tol):
+    """Per image and class: the union of that class's masks against the pixels of its colour."""
+    checked = 0
+    for b in range(len(imgs)):
+        for cls in targets[targets[:, 0] == b][:, 1].unique().int().tolist():
+            union = np.zeros(masks.shape[1:], bool)
+            for bb, c, m, _ in per_instance(masks, targets, overlap):
+                if bb == b and c == cls:
+                    union |= m
+            drawn = shrink(colour_of(imgs, b, cls), ratio)
+            # half blended: each class colour is 255 from every other and 141 from the gray fill
+            blended = shrink(colour_of(imgs, b, cls, tol=128), ratio, share=0)
+            assert misplaced(union, drawn, tol, blended) <= 2, (b, cls)  # a stray pixel at a thin tip
+            checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("mosaic", [1.0, 0.0])
+@pytest.mark.parametrize("ratio,overlap", [(1, False), (4, True)])
+def test_training_masks_follow_mosaic_perspective_and_flips(shapes_dataset, mosaic, ratio, overlap):
+    hyp = dict(GEOMETRY, mosaic=mosaic)
+    loader, _ = create_dataloader(str(shapes_dataset), 160, 5, 32, augment=True, hyp=hyp, workers=0, seed=3,
+                                  mask_downsample_ratio=ratio, overlap_mask=overlap, split="train", shuffle=True)
+    checked = 0
+    for epoch in range(2):
+        loader.sampler.set_epoch(epoch)
+        for imgs, targets, paths, shapes, masks in loader:
+            assert masks.shape[1:] == (160 // ratio, 160 // ratio)
+            assert len(masks) == (len(imgs) if overlap else len(targets))
+            # a rotated, enlarged edge is resampled over up to 3 pixels
+            checked += check_masks_on_pixels(imgs, targets, masks, overlap, ratio, 3 if ratio == 1 else 1)
+    assert checked > 20
