@@ -281,3 +281,44 @@ def test_training_masks_follow_mosaic_perspective_and_flips(shapes_dataset, mosa
             # a rotated, enlarged edge is resampled over up to 3 pixels
             checked += check_masks_on_pixels(imgs, targets, masks, overlap, ratio, 3 if ratio == 1 else 1)
     assert checked > 20
+
+
+def test_training_batches_equal_for_0_and_2_workers(shapes_dataset):
+    def run(workers):
+        loader, _ = create_dataloader(str(shapes_dataset), 160, 4, 32, augment=True, hyp=GEOMETRY, workers=workers,
+                                      seed=5, mask_downsample_ratio=4, overlap_mask=True, split="train", shuffle=True)
+        out = []
+        for epoch in range(2):
+            loader.sampler.set_epoch(epoch)
+            out += [(i.clone(), t.clone(), p, m.clone()) for i, t, p, _, m in loader]
+        return out
+
+    a, b = run(0), run(2)
+    assert len(a) == len(b) == 6
+    for (i1, t1, p1, m1), (i2, t2, p2, m2) in zip(a, b):
+        assert p1 == p2 and torch.equal(i1, i2) and torch.equal(t1, t2) and torch.equal(m1, m2)
+    assert any(m.max() > 1 for *_, m in a)  # overlap masks with several instances were compared
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_coco128_seg_batches_are_consistent(tmp_path, overlap):
+    root = copy_shared("coco128-seg", tmp_path)
+    loader, ds = create_dataloader(str(root / "data.yaml"), 320, 16, 32, augment=False, workers=0, rect=True, pad=0.5,
+                                   mask_downsample_ratio=4, overlap_mask=overlap, split="val")
+    images = 0
+    for imgs, targets, paths, shapes, masks in loader:
+        h, w = imgs.shape[2:]
+        assert masks.shape == ((len(imgs) if overlap else len(targets)), h // 4, w // 4)
+        for b, cls, m, box in per_instance(masks, targets, overlap):
+            x, y, bw, bh = box
+            if bw * w > 16 and bh * h > 16:  # a mask lies within its box (1 mask pixel of slack)
+                assert m.sum() > 0 and not (m & ~near(box, m.shape, 1)).any()
+        if overlap:  # ranks run 1..n per image, larger instances first
+            for b in range(len(imgs)):
+                n = int((targets[:, 0] == b).sum())
+                assert int(masks[b].max()) <= n
+                areas = [int((masks[b] == k).sum()) for k in range(1, n + 1)]
+                visible = [a for a in areas if a]
+                assert len(visible) >= n * 0.8
+        images += len(imgs)
+    assert images == len(ds) == 32
