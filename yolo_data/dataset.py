@@ -30,6 +30,7 @@ from .imagecache import ImageCacheSpec, disk_candidates, normalise_mode, open_or
 from .images import ImageDecodeError, ImageSource
 from .index import SplitIndex, build_index
 from .mapping import DrawKey, EvalMapper, TrainMapper
+from .masks import MaskSpec
 from .run import RunState
 from .sampling import ItemKey
 from .settings import Settings, as_settings, fraction_count
@@ -161,9 +162,11 @@ class YoloDataset(Dataset):
         self.images = open_images(self.split_labels, self.store, settings, self.run, prefix)
         self.image_cache = self.images.cache
         self._scratch = Scratch()
+        masks = MaskSpec.of(settings.targets)  # None unless the task is 'segment'
         self.mapper = (TrainMapper(self.index, self.images, self.control.shared, self.control.albumentations,
-                                   self._scratch, prefix, scale_up=settings.scale_up, task=self.task) if self.augment
-                       else EvalMapper(self.index, self.images, scale_up=settings.scale_up, task=self.task))
+                                   self._scratch, prefix, scale_up=settings.scale_up, task=self.task, masks=masks)
+                       if self.augment else
+                       EvalMapper(self.index, self.images, scale_up=settings.scale_up, task=self.task, masks=masks))
         if self.augment and not self.task.flips_lr and self.control.shared.given().cfg.fliplr:
             LOGGER.warning(f"{prefix}{path}: no flip_idx for the keypoints (which one takes each one's place in "
                            "a mirror image), so images are not flipped left-right; add flip_idx to the dataset "

@@ -26,6 +26,7 @@ from .geometry import LetterboxPlan, letterbox_image, letterbox_plan
 from .albument import AlbumentationsStep
 from .augstate import SharedSettings, TrainSettings
 from .images import ImageReadError, ImageSource
+from .masks import MaskSpec, with_masks
 from .index import SplitIndex
 from .pipeline import draw_finish, flip_boxes, item_rng, mosaic_with_mixup, single_image_geometry
 from .sample import Sample
@@ -54,11 +55,16 @@ def _letterboxed_objects(index: SplitIndex, task: LabelTask, i: int, plan: Lette
     (else []), and the task's per-object extras (task.object_extras)."""
     h, w = hw
     scaled = (plan.ratio[1] * h, plan.ratio[0] * w)
-    segments = []
-    if task.polygons:
-        scale = np.array([scaled[1], scaled[0]], np.float32)
-        segments = [seg * scale + np.array(plan.pad, np.float32) for seg in polygons_of(task, index.store, i)]
+    segments = _segments_on(index, task, i, plan, hw) if task.polygons else []
     return segments, object_extras(task, index.store.keypoints_of(i), scaled, plan.pad)
+
+
+def _segments_on(index: SplitIndex, task: LabelTask, i: int, plan: LetterboxPlan, hw: Tuple[int, int]) -> List[np.ndarray]:
+    """Item ``i``'s (k, 2) float32 pixel polygons on its letterbox ([] when it has none and the task
+    needs none: task.polygons_of)."""
+    h, w = hw
+    scale = np.array([plan.ratio[0] * w, plan.ratio[1] * h], np.float32)
+    return [seg * scale + np.array(plan.pad, np.float32) for seg in polygons_of(task, index.store, i)]
 
 
 def _with_extras(item: tuple, task: LabelTask, sample: Sample, hw: Tuple[int, int]) -> tuple:
@@ -71,10 +77,11 @@ def _with_extras(item: tuple, task: LabelTask, sample: Sample, hw: Tuple[int, in
 class EvalMapper:
     """Letterbox each image to its shape (img_size, or its rect batch's); ``scale_up``: may enlarge
     (Settings.scale_up; YOLOv5's evaluation never does).  ``task``: what the items carry besides
-    boxes (task.py)."""
+    boxes (task.py); ``masks``: add instance masks of the letterboxed polygons (masks.py), or None."""
 
-    def __init__(self, index: SplitIndex, images: ImageSource, scale_up: bool = False, task: LabelTask = LabelTask()):
-        self.index, self.images, self.scale_up, self.task = index, images, scale_up, task
+    def __init__(self, index: SplitIndex, images: ImageSource, scale_up: bool = False, task: LabelTask = LabelTask(),
+                 masks: Optional[MaskSpec] = None):
+        self.index, self.images, self.scale_up, self.task, self.masks = index, images, scale_up, task, masks
 
     def __call__(self, i: int, key: DrawKey, out: BatchImages, k: int):
         """Item ``i`` into slot ``k`` of ``out`` (``key``: unused, evaluation has no randomness)."""
@@ -87,7 +94,8 @@ class EvalMapper:
         if self.task.name == "detect":
             return item
         segments, extras = _letterboxed_objects(self.index, self.task, i, plan, (h, w))
-        return _with_extras(item, self.task, Sample(img, cls, boxes, segments, extras), plan.shape)
+        item = _with_extras(item, self.task, Sample(img, cls, boxes, segments, extras), plan.shape)
+        return item if self.masks is None else with_masks(item, segments, plan.shape, self.masks)
 
 
 @dataclass(frozen=True)
@@ -103,12 +111,14 @@ class TrainMapper:
     attempt, draw)``.  ``settings``: fixed TrainSettings, or SharedSettings that the main process may
     change while workers run (dataset.hyp, dataset.mosaic, close_mosaic).  ``extra``: the optional
     Albumentations step, (sample, rng) -> sample, applied while ``cfg.albumentations`` is on (made
-    here, in the process that needs it, when not given)."""
+    here, in the process that needs it, when not given).  ``masks``: add instance masks of the final
+    polygons (masks.py), or None."""
 
     def __init__(self, index: SplitIndex, images: ImageSource, settings, extra: Optional[Callable] = None,
                  scratch: Optional[Scratch] = None, prefix: str = "", scale_up: bool = True,
-                 task: LabelTask = LabelTask()):
-        self.index, self.images, self.extra, self.scale_up, self.task = index, images, extra, scale_up, task
+                 task: LabelTask = LabelTask(), masks: Optional[MaskSpec] = None):
+        self.index, self.images, self.extra, self.scale_up = index, images, extra, scale_up
+        self.task, self.masks = task, masks
         self.shared = settings if isinstance(settings, SharedSettings) else SharedSettings(settings)
         self.scratch = scratch or Scratch()
         self.prefix = prefix
@@ -132,7 +142,7 @@ class TrainMapper:
         """Item ``i`` letterboxed to its shape: (Sample with pixel boxes, YOLOv5 shapes)."""
         img, plan, (h0, w0), (h, w) = _letterbox(self.index, self.images, i, scaleup=self.scale_up)
         scale = np.array([plan.ratio[0] * w, plan.ratio[1] * h], np.float32)
-        segments = [seg * scale + np.array(plan.pad, np.float32) for seg in polygons_of(self.task, self.index.store, i)]
+        segments = _segments_on(self.index, self.task, i, plan, (h, w))
         shapes = (h0, w0), ((h / h0, w / w0), plan.pad)
         extras = object_extras(self.task, self.index.store.keypoints_of(i), (scale[1], scale[0]), plan.pad)
         return Sample(letterbox_image(img, plan), self.index.store.labels_of(i)[:, 0].copy(),
@@ -158,11 +168,15 @@ class TrainMapper:
         draws = draw_finish(cfg, rng)
         if draws.flip_lr and not self.task.flips_lr:  # keypoints without flip_idx: drawn, not applied
             draws = dataclasses.replace(draws, flip_lr=False)
+        unflipped = sample.segments  # masks are drawn from these and flipped with the pixels, as YOLOv5 does
         img, sample = sample.img, flip_boxes(sample, draws)  # pixels are flipped on their way out
         t = out.write(k, img.shape[:2], lambda planes: write_rgb(img, planes, draws.hsv_gains, draws.flip_ud,
                                                                  draws.flip_lr, self.scratch))
         item = (t, targets_of(sample.cls, sample.boxes, img.shape[:2]), self.index.store.im_file(i), shapes)
-        return _with_extras(item, self.task, sample, img.shape[:2])
+        item = _with_extras(item, self.task, sample, img.shape[:2])
+        if self.masks is not None:
+            item = with_masks(item, unflipped, img.shape[:2], self.masks, draws.flip_ud, draws.flip_lr)
+        return item
 
     def __call__(self, i: int, key: DrawKey, out: BatchImages, k: int):
         """Item ``i`` on its own (partners from the whole split).  Training goes on when an image vanished

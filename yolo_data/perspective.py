@@ -134,7 +134,7 @@ def warp_boxes(boxes: np.ndarray, segments, M: np.ndarray, out_hw: Tuple[int, in
 
     ``boxes``: (n, 4) pixel xyxy.  ``segments``: [] or n (k, 2) pixel polygons.  Returns
     ``(new_boxes, new_segments)``: (n, 4) float32 xyxy clipped to the (h, w) = ``out_hw`` image, and []
-    or n (POLYGON_POINTS, 2) float32 warped polygons clamped to the image.
+    or n (POLYGON_POINTS, 2) float32 warped polygons (points may lie outside the image).
 
     With polygons a box is the envelope of its resampled, warped polygon points that fall inside the
     image (all zeros when none does), which is tighter than warping the box under rotation.  Only the
@@ -153,7 +153,9 @@ def warp_boxes(boxes: np.ndarray, segments, M: np.ndarray, out_hw: Tuple[int, in
             if inside.any():
                 x, y = xy[inside, 0], xy[inside, 1]
                 new[i] = x.min(), y.min(), x.max(), y.max()
-            new_segments.append(np.stack([xy[:, 0].clip(0, w), xy[:, 1].clip(0, h)], 1).astype(np.float32))
+            # not clamped: a mask filled from a clamped outline would gain a strip along the image edge
+            # where the cut-off part was flattened (YOLOv5-seg leaves them unclamped too)
+            new_segments.append(xy.astype(np.float32))
     elif n:
         xy = transform_points(box_corners(boxes).reshape(-1, 2), M).reshape(n, 4, 2)
         new = np.concatenate([xy.min(1), xy.max(1)], axis=1)

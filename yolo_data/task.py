@@ -87,17 +87,20 @@ def object_extras(task: LabelTask, keypoints: np.ndarray, hw: Tuple[float, float
     return {"keypoints": Points(xyv, task.flip_idx)}
 
 
-def rotated_corners(segments: List[np.ndarray]) -> np.ndarray:
-    """(n, 4, 2) float32 pixel corners of each object's rotated rectangle: a polygon of 4 points is
-    its own corners (as read, even where a corner lies past the image's edge); a longer one, which a
-    warp resampled and clamped to the image (perspective.warp_boxes), gets its smallest enclosing
-    rotated rectangle (cv2.minAreaRect, as Ultralytics finds it)."""
+def rotated_corners(segments: List[np.ndarray], hw: Tuple[int, int]) -> np.ndarray:
+    """(n, 4, 2) float32 pixel corners of each object's rotated rectangle on an (h, w) image: a polygon
+    of 4 points is its own corners (as read, even where a corner lies past the image's edge); a longer
+    one, which a warp resampled (perspective.warp_boxes), gets the smallest rotated rectangle around
+    its part inside the image (its points clipped to the image, then cv2.minAreaRect, as Ultralytics
+    does after its warp)."""
     out = np.zeros((len(segments), 4, 2), np.float32)
+    h, w = hw
     for k, seg in enumerate(segments):
         if len(seg) == 4:
             out[k] = seg
         elif len(seg):
-            out[k] = cv2.boxPoints(cv2.minAreaRect(np.asarray(seg, np.float32)))
+            inside = np.stack([np.clip(seg[:, 0], 0, w), np.clip(seg[:, 1], 0, h)], 1).astype(np.float32)
+            out[k] = cv2.boxPoints(cv2.minAreaRect(inside))
     return out
 
 
@@ -107,7 +110,7 @@ def batch_extras(task: LabelTask, sample: Sample, hw: Tuple[int, int]) -> Dict[s
     for obb.  (Masks are made by masks.py.)"""
     out = {k: e.normalised(hw) for k, e in sample.extras.items()}
     if task.name == "obb":
-        corners = rotated_corners(sample.segments) if sample.segments else np.zeros((len(sample), 4, 2), np.float32)
+        corners = rotated_corners(sample.segments, hw) if sample.segments else np.zeros((len(sample), 4, 2), np.float32)
         corners[..., 0] /= hw[1]
         corners[..., 1] /= hw[0]
         out["corners"] = corners
