@@ -1,12 +1,12 @@
-"""Ultralytics' pose and OBB trainers and validators on yolo_data, in the benchmark environment.
+"""Ultralytics' segment, pose and OBB trainers and validators on yolo_data, in the benchmark environment.
 
-    python benchmarks/ultralytics_tasks.py [--tasks pose obb] [--imgsz 160] [--epochs 3]
+    python benchmarks/ultralytics_tasks.py [--tasks segment pose obb] [--imgsz 160] [--epochs 3]
 
-For each task, on a temporary copy of its dataset (pose: tiger-pose, kpt_shape [12, 2]; obb: pen-obb,
-from $YOLO_DATA_BENCH_DATA or ../shared/datasets):
+For each task, on a temporary copy of its dataset (segment: coco128-seg; pose: tiger-pose, kpt_shape
+[12, 2]; obb: pen-obb; from $YOLO_DATA_BENCH_DATA or ../shared/datasets):
 
 (a) the validation inputs of Ultralytics' own dataset and of yolo_data's plug-in, image by image
-    (matched by file): pixels, classes, boxes (obb: xywhr), keypoints, ori_shape, ratio_pad;
+    (matched by file): pixels, classes, boxes (obb: xywhr), keypoints, masks, ori_shape, ratio_pad;
 (b) trains ``yolo11n-<task>.yaml`` from scratch (no weights are downloaded) with ``YoloDataTrainer``
     for a few epochs, then validates its last.pt with Ultralytics' own validator and with
     ``YoloDataValidator`` (same weights, split and settings) and prints both metrics and whether they
@@ -27,8 +27,11 @@ sys.path.insert(0, str(HERE))
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 from ultralytics_plugin import copy_dataset  # noqa: E402
 
-DATASETS = {"pose": "tiger-pose", "obb": "pen-obb"}
-METRICS = {"pose": ("metrics/precision(B)", "metrics/mAP50(B)", "metrics/mAP50-95(B)", "metrics/precision(P)",
+MODEL_SUFFIX = {"segment": "seg", "pose": "pose", "obb": "obb"}
+DATASETS = {"segment": "coco128-seg", "pose": "tiger-pose", "obb": "pen-obb"}
+METRICS = {"segment": ("metrics/precision(B)", "metrics/mAP50(B)", "metrics/mAP50-95(B)", "metrics/precision(M)",
+                       "metrics/recall(M)", "metrics/mAP50(M)", "metrics/mAP50-95(M)"),
+           "pose": ("metrics/precision(B)", "metrics/mAP50(B)", "metrics/mAP50-95(B)", "metrics/precision(P)",
                     "metrics/recall(P)", "metrics/mAP50(P)", "metrics/mAP50-95(P)"),
            "obb": ("metrics/precision(B)", "metrics/recall(B)", "metrics/mAP50(B)", "metrics/mAP50-95(B)")}
 
@@ -55,8 +58,12 @@ def compare_inputs(task: str, data: Path, a) -> str:
             for i, f in enumerate(b["im_file"]):
                 k = b["batch_idx"] == i
                 kp = b["keypoints"][k].numpy() if "keypoints" in b else np.zeros(0)
+                masks = np.zeros(0)
+                if "masks" in b:  # overlap masks: one per image
+                    masks = b["masks"][i].numpy() if len(b["masks"]) == len(b["im_file"]) and cfg.overlap_mask \
+                        else b["masks"][k].numpy()
                 out[f] = (b["img"][i].numpy(), b["cls"][k].numpy(), b["bboxes"][k].numpy(), kp,
-                          tuple(b["ori_shape"][i]), b["ratio_pad"][i])
+                          tuple(b["ori_shape"][i]), b["ratio_pad"][i], masks.astype(np.int64))
         return out
 
     t, o = items(theirs), items(ours)
@@ -68,10 +75,11 @@ def compare_inputs(task: str, data: Path, a) -> str:
     box = max(float(np.abs(t[f][2] - o[f][2]).max(initial=0)) for f in t)
     kpt = max(float(np.abs(t[f][3] - o[f][3]).max(initial=0)) for f in t)
     shp = sum(t[f][4] != o[f][4] for f in t)
+    msk = sum(not np.array_equal(t[f][6], o[f][6]) for f in t)
     rp = sum(not (np.allclose(t[f][5][0], o[f][5][0], rtol=0, atol=1e-12) and tuple(t[f][5][1]) == tuple(o[f][5][1]))
              for f in t)
     return (f"{len(t)} images, {sum(len(v[1]) for v in t.values())} objects: pixels differ in {px}, classes in {cls}, "
-            f"ori_shape in {shp}, ratio_pad in {rp}; largest difference: boxes {box:.2e}, keypoints {kpt:.2e} "
+            f"masks in {msk}, ori_shape in {shp}, ratio_pad in {rp}; largest difference: boxes {box:.2e}, keypoints {kpt:.2e} "
             "(normalised)")
 
 
@@ -79,7 +87,7 @@ def train(task: str, data: Path, tmp: Path, a) -> Path:
     from ultralytics import YOLO
     from yolo_data.integrations.ultralytics import YoloDataTrainer
     with common.library_output(a.verbose):
-        YOLO(f"yolo11n-{task}.yaml").train(data=str(data), trainer=YoloDataTrainer, epochs=a.epochs, imgsz=a.imgsz,
+        YOLO(f"yolo11n-{MODEL_SUFFIX[task]}.yaml").train(data=str(data), trainer=YoloDataTrainer, epochs=a.epochs, imgsz=a.imgsz,
                                            batch=a.batch, workers=2, device="cpu", plots=False, amp=False, val=False,
                                            seed=0, project=str(tmp / "runs"), name=task, exist_ok=True, verbose=False)
     return tmp / "runs" / task / "weights" / "last.pt"
@@ -96,7 +104,7 @@ def validate(task: str, weights: Path, data: Path, validator, a) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--tasks", nargs="+", default=["pose", "obb"], choices=sorted(DATASETS))
+    p.add_argument("--tasks", nargs="+", default=["segment", "pose", "obb"], choices=sorted(DATASETS))
     p.add_argument("--imgsz", type=int, default=160)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch", type=int, default=16)
@@ -107,8 +115,9 @@ def main() -> None:
     from ultralytics import __version__
     from ultralytics.models.yolo.obb import OBBValidator
     from ultralytics.models.yolo.pose import PoseValidator
+    from ultralytics.models.yolo.segment import SegmentationValidator
     from yolo_data.integrations.ultralytics import YoloDataValidator
-    own = {"pose": PoseValidator, "obb": OBBValidator}
+    own = {"segment": SegmentationValidator, "pose": PoseValidator, "obb": OBBValidator}
     print(f"Ultralytics {__version__}, imgsz {a.imgsz}, batch {a.batch}")
     same_everywhere = True
     for task in a.tasks:

@@ -95,7 +95,11 @@ class EvalMapper:
             return item
         segments, extras = _letterboxed_objects(self.index, self.task, i, plan, (h, w))
         item = _with_extras(item, self.task, Sample(img, cls, boxes, segments, extras), plan.shape)
-        return item if self.masks is None else with_masks(item, segments, plan.shape, self.masks)
+        if self.masks is None:
+            return item
+        if self.masks.rule == "ultralytics":  # its letterbox moves labels by whole pixels of border
+            segments = [s + np.array([plan.left - plan.pad[0], plan.top - plan.pad[1]], np.float32) for s in segments]
+        return with_masks(item, segments, plan.shape, self.masks)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 MAX_UINT8_INSTANCES = 255  # an overlap mask holds ranks 1..n; above 255 they need a wider type
+ULTRALYTICS_POINTS = 1000  # Ultralytics resamples every polygon it reads to this many points
 
 
 def mask_shape(hw: Tuple[int, int], ratio: int) -> Tuple[int, int]:
@@ -102,16 +103,42 @@ def overlap_mask(hw: Tuple[int, int], polygons: Sequence[np.ndarray], ratio: int
 @dataclass(frozen=True)
 class MaskSpec:
     """What masks a segmentation batch carries: ``ratio`` (masks are 1/ratio of the image's height and
-    width) and ``overlap`` (one mask per image, else one per instance)."""
+    width), ``overlap`` (one mask per image, else one per instance) and ``rule`` ('yolov5': polygons
+    drawn as given; 'ultralytics': each first resampled to ULTRALYTICS_POINTS points along its outline,
+    its vertices kept, as Ultralytics reads every polygon, and placed at the letterbox's whole-pixel
+    border in evaluation, see EvalMapper)."""
     ratio: int = 4
     overlap: bool = True
+    rule: str = "yolov5"
+
+    @property
+    def points(self) -> int:
+        """Points each polygon is resampled to before it is drawn (0: as given)."""
+        return ULTRALYTICS_POINTS if self.rule == "ultralytics" else 0
 
     @staticmethod
     def of(targets) -> Optional["MaskSpec"]:
         """The spec for a TargetSettings, or None when its task is not 'segment' (no masks)."""
         if getattr(targets, "task", None) != "segment":
             return None
-        return MaskSpec(int(targets.mask_ratio), bool(targets.overlap_mask))
+        return MaskSpec(int(targets.mask_ratio), bool(targets.overlap_mask), targets.mask_rule)
+
+
+def resample_outline(polygon: np.ndarray, n: int) -> np.ndarray:
+    """(k, 2) polygon -> (n, 2) float32 points along its closed outline, evenly spaced in vertex
+    index (so a longer edge gets no more points than a short one), with every vertex among them when
+    k + 1 < n; a polygon of n points is returned as it is."""
+    polygon = np.asarray(polygon, np.float32)
+    if len(polygon) in (0, n):
+        return polygon
+    closed = np.concatenate([polygon, polygon[:1]])
+    at = np.arange(len(closed))
+    if len(closed) < n:
+        x = np.linspace(0, len(closed) - 1, n - len(closed))
+        x = np.insert(x, np.searchsorted(x, at), at)
+    else:
+        x = np.linspace(0, len(closed) - 1, n)
+    return np.stack([np.interp(x, at, closed[:, j]) for j in range(2)], 1).astype(np.float32)
 
 
 def item_masks(segments: List[np.ndarray], n: int, hw: Tuple[int, int], spec: MaskSpec,
@@ -128,6 +155,8 @@ def item_masks(segments: List[np.ndarray], n: int, hw: Tuple[int, int], spec: Ma
     hw = tuple(int(v) for v in hw)
     if n and segments and len(segments) != n:
         raise ValueError(f"{n} objects but {len(segments)} polygons")
+    if spec.points:
+        segments = [resample_outline(s, spec.points) for s in segments]
     order = None
     if spec.overlap:
         if n and segments:

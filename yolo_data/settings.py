@@ -8,7 +8,8 @@
       augmentation: AugmentSettings  training augmentation (hyp, batch_partners, partner_group)
       loader:       LoaderOptions    the DataLoader (workers, shuffle, quad, early_start, each_image_once)
       targets:      TargetSettings   what a label row holds and the batch carries besides boxes (task,
-                                     kpt_shape, flip_idx, mask_ratio, overlap_mask)
+                                     kpt_shape, flip_idx, mask_ratio, overlap_mask,
+                                     mask_rule)
 
 Every field has one name across the parts, so a setting is given by its name alone:
 ``Settings.training(cache="ram", split="train")``, ``settings.replace(rect=True)``.
@@ -130,12 +131,16 @@ class TargetSettings:
     dataset yaml's; without one, pose data is not flipped left-right).  ``mask_ratio``: segment masks are
     1/mask_ratio of the image's height and width.  ``overlap_mask``: one mask per image, each pixel
     holding the 1-based index of its instance (the smaller instance on top), as YOLOv5's and
-    Ultralytics' default; else one 0/1 mask per instance."""
+    Ultralytics' default; else one 0/1 mask per instance.  ``mask_rule``: how evaluation masks are
+    drawn, 'yolov5' (each polygon as given, at YOLOv5's half-pixel letterbox offset: YOLOv5-seg's exact
+    masks) or 'ultralytics' (resampled to 1000 points, at the letterbox's whole-pixel border:
+    Ultralytics' exact masks; its plug-in sets it)."""
     task: Optional[str] = None
     kpt_shape: Optional[Sequence[int]] = None
     flip_idx: Optional[Sequence[int]] = None
     mask_ratio: int = 4
     overlap_mask: bool = True
+    mask_rule: str = "yolov5"
 
     def __post_init__(self):
         if self.task is not None and self.task not in TASKS:
@@ -147,6 +152,8 @@ class TargetSettings:
             object.__setattr__(self, "kpt_shape", shape)
         if self.flip_idx is not None:
             object.__setattr__(self, "flip_idx", tuple(int(v) for v in self.flip_idx))
+        if self.mask_rule not in ("yolov5", "ultralytics"):
+            raise ValueError(f"settings: mask_rule must be 'yolov5' or 'ultralytics', got {self.mask_rule!r}")
         if isinstance(self.mask_ratio, bool) or int(self.mask_ratio) != self.mask_ratio or self.mask_ratio < 1:
             raise ValueError(f"settings: mask_ratio must be a positive whole number, got {self.mask_ratio!r}")
 

@@ -6,7 +6,7 @@ trains from boxes and points: detect, segment, pose, obb.
     YOLO("yolo11n.yaml").train(data="coco128.yaml", trainer=YoloDataTrainer, epochs=1, imgsz=320)
     YOLO("yolo11n-pose.yaml").train(data="tiger-pose.yaml", trainer=YoloDataTrainer)  # pose: the same class
 
-``YoloDataTrainer`` and ``YoloDataValidator`` become the task's class (``YoloDataPoseTrainer``, ...)
+``YoloDataTrainer`` and ``YoloDataValidator`` become the task's class (``YoloDataSegmentationTrainer``, ...)
 from the ``task`` Ultralytics gives them, so one name serves every model.
 
 Ultralytics (AGPL-3.0) is imported here, when this module is imported, and nowhere else in yolo_data;
@@ -25,6 +25,7 @@ from ultralytics.cfg import get_cfg
 from ultralytics.models.yolo.detect import DetectionTrainer, DetectionValidator
 from ultralytics.models.yolo.obb import OBBTrainer, OBBValidator
 from ultralytics.models.yolo.pose import PoseTrainer, PoseValidator
+from ultralytics.models.yolo.segment import SegmentationTrainer, SegmentationValidator
 from ultralytics.utils import DEFAULT_CFG, LOGGER
 from ultralytics.utils.ops import xyxyxyxy2xywhr
 from ultralytics.utils.torch_utils import unwrap_model
@@ -32,8 +33,8 @@ from ultralytics.utils.torch_utils import unwrap_model
 from .ultralytics_args import loader_settings
 from .ultralytics_loader import UltralyticsDataset, create_loader
 
-__all__ = ["YoloDataTrainer", "YoloDataValidator", "YoloDataPoseTrainer", "YoloDataPoseValidator",
-           "YoloDataOBBTrainer", "YoloDataOBBValidator"]
+__all__ = ["YoloDataTrainer", "YoloDataValidator", "YoloDataSegmentationTrainer", "YoloDataSegmentationValidator",
+           "YoloDataPoseTrainer", "YoloDataPoseValidator", "YoloDataOBBTrainer", "YoloDataOBBValidator"]
 
 
 def _grid(stride) -> int:
@@ -123,6 +124,11 @@ class YoloDataValidator(DetectionValidator):
         return create_loader(dataset_path, settings, rank=-1, prefix="val: ", to_xywhr=_to_xywhr(self.args.task))
 
 
+class YoloDataSegmentationValidator(YoloDataValidator, SegmentationValidator):
+    """Ultralytics' SegmentationValidator reading yolo_data's loader (``masks`` with ``overlap_mask`` and
+    ``mask_ratio``)."""
+
+
 class YoloDataPoseValidator(YoloDataValidator, PoseValidator):
     """Ultralytics' PoseValidator reading yolo_data's loader (keypoints (n, K, 3) normalised)."""
 
@@ -130,6 +136,10 @@ class YoloDataPoseValidator(YoloDataValidator, PoseValidator):
 class YoloDataOBBValidator(YoloDataValidator, OBBValidator):
     """Ultralytics' OBBValidator reading yolo_data's loader (``bboxes`` (n, 5) xywhr, by Ultralytics'
     own conversion of the corners)."""
+
+
+class YoloDataSegmentationTrainer(YoloDataTrainer, SegmentationTrainer):
+    """Ultralytics' SegmentationTrainer with yolo_data's loaders."""
 
 
 class YoloDataPoseTrainer(YoloDataTrainer, PoseTrainer):
@@ -140,5 +150,5 @@ class YoloDataOBBTrainer(YoloDataTrainer, OBBTrainer):
     """Ultralytics' OBBTrainer with yolo_data's loaders."""
 
 
-_TRAINERS = {"pose": YoloDataPoseTrainer, "obb": YoloDataOBBTrainer}
-_VALIDATORS = {"pose": YoloDataPoseValidator, "obb": YoloDataOBBValidator}
+_TRAINERS = {"segment": YoloDataSegmentationTrainer, "pose": YoloDataPoseTrainer, "obb": YoloDataOBBTrainer}
+_VALIDATORS = {"segment": YoloDataSegmentationValidator, "pose": YoloDataPoseValidator, "obb": YoloDataOBBValidator}

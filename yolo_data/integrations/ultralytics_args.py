@@ -132,5 +132,5 @@ def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, 
         workers=int(_get(cfg, "workers") if workers is None else workers),
         fraction=split_fraction(_get(cfg, "fraction"), mode), hyp=augment_config(cfg) if train else AugmentConfig(),
         linear_resize=True, each_image_once=True, task=str(_get(cfg, "task")), mask_ratio=int(_get(cfg, "mask_ratio")),
-        overlap_mask=bool(_get(cfg, "overlap_mask")), kpt_shape=(data or {}).get("kpt_shape"),
+        overlap_mask=bool(_get(cfg, "overlap_mask")), mask_rule="ultralytics", kpt_shape=(data or {}).get("kpt_shape"),
         flip_idx=(data or {}).get("flip_idx"))

@@ -57,9 +57,32 @@ def oriented_boxes(corners: torch.Tensor, hw: Tuple[int, int], to_xywhr: Callabl
     return xywhr / torch.tensor([W, H, W, H, 1.0], dtype=torch.float32)
 
 
+def semantic_masks(masks: torch.Tensor, targets: torch.Tensor, batch_size: int, overlap: bool) -> torch.Tensor:
+    """(B, h, w) float32 class of the instance covering each mask pixel (the smallest where several
+    do; 0 where none does), as Ultralytics' segment batches carry for their semantic head.  ``masks``:
+    ``overlap`` (B, h, w), each pixel the 1-based index of its instance among its image's target rows,
+    else (N, h, w) 0/1 per target row; ``targets`` (N, 6) [image, class, ...].  (Ultralytics' loss reads
+    it only where an instance covers the pixel.)"""
+    h, w = masks.shape[-2:]
+    out = torch.zeros((batch_size, h, w), dtype=torch.float32)
+    image, cls = targets[:, 0].long(), targets[:, 1].float()
+    for i in range(batch_size):
+        rows = torch.nonzero(image == i).flatten()
+        if not len(rows):
+            continue
+        if overlap:  # index 0 (no instance) -> class 0
+            out[i] = torch.cat([torch.zeros(1), cls[rows]])[masks[i].long()]
+        else:
+            covered = masks[rows].bool()
+            area = covered.sum((1, 2))
+            smallest = torch.where(covered, area[:, None, None], int(area.max()) + 1).argmin(0)
+            out[i] = torch.where(covered.any(0), cls[rows][smallest], torch.zeros(()))
+    return out
+
+
 def to_batch_dict(imgs: torch.Tensor, targets: torch.Tensor, paths, shapes,
                   with_ratio_pad: Optional[bool] = None, extras: Optional[dict] = None,
-                  to_xywhr: Optional[Callable] = None) -> Dict[str, Any]:
+                  to_xywhr: Optional[Callable] = None, overlap_mask: bool = True) -> Dict[str, Any]:
     """Ultralytics' batch dict from one of our batches.
 
     In: ``imgs`` uint8 (B, 3, H, W) RGB; ``targets`` float32 (N, 6) [image index, class, x, y, w, h]
@@ -75,7 +98,9 @@ def to_batch_dict(imgs: torch.Tensor, targets: torch.Tensor, paths, shapes,
     ``ori_shape`` with ``ratio_pad``; its metrics compare boxes on the letterboxed image.
 
     ``extras`` (the batch's fifth part): ``keypoints`` (N, K, 3) normalised become ``keypoints``;
-    ``corners`` (N, 4, 2) normalised become ``bboxes`` (N, 5) xywhr by ``to_xywhr`` (oriented_boxes)."""
+    ``corners`` (N, 4, 2) normalised become ``bboxes`` (N, 5) xywhr by ``to_xywhr`` (oriented_boxes);
+    ``masks`` (masks.py; ``overlap_mask``: one per image) stay ``masks``, with ``sem_masks`` beside them
+    (semantic_masks)."""
     hw = (int(imgs.shape[2]), int(imgs.shape[3]))
     if with_ratio_pad is None:
         with_ratio_pad = all(s is not None for s in shapes)
@@ -90,6 +115,9 @@ def to_batch_dict(imgs: torch.Tensor, targets: torch.Tensor, paths, shapes,
     }
     if extras and "keypoints" in extras:
         out["keypoints"] = extras["keypoints"]
+    if extras and "masks" in extras:
+        out["masks"] = extras["masks"]
+        out["sem_masks"] = semantic_masks(extras["masks"], targets, len(paths), overlap_mask)
     if extras and "corners" in extras:
         if to_xywhr is None:
             raise ValueError("oriented boxes need to_xywhr, the installed Ultralytics' corner conversion")
@@ -108,8 +136,9 @@ class DictCollate:
     hand theirs.  ``evaluation``: every item has its shapes (ratio_pad is given) and boxes are snapped
     to the whole-pixel border (``snap_boxes_to_border``), so they equal Ultralytics' own."""
 
-    def __init__(self, inner: Callable = collate_fn, evaluation: bool = False, to_xywhr: Optional[Callable] = None):
-        self.inner, self.evaluation, self.to_xywhr = inner, evaluation, to_xywhr
+    def __init__(self, inner: Callable = collate_fn, evaluation: bool = False, to_xywhr: Optional[Callable] = None,
+                 overlap_mask: bool = True):
+        self.inner, self.evaluation, self.to_xywhr, self.overlap_mask = inner, evaluation, to_xywhr, overlap_mask
 
     def __call__(self, items):
         imgs, targets, paths, shapes, *extras = self.inner(items)
@@ -117,7 +146,7 @@ class DictCollate:
         if self.evaluation:
             snap_boxes_to_border(targets, shapes, tuple(imgs.shape[2:]), extras)
         return to_batch_dict(imgs, targets, paths, shapes, with_ratio_pad=True if self.evaluation else None,
-                             extras=extras, to_xywhr=self.to_xywhr)
+                             extras=extras, to_xywhr=self.to_xywhr, overlap_mask=self.overlap_mask)
 
 
 class LabelDicts(LazySequence):

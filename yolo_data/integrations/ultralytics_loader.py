@@ -62,5 +62,6 @@ def create_loader(path, settings: Settings, rank: int = -1, prefix: str = "", sp
     oriented-box corners (task 'obb'; see ultralytics_batch.oriented_boxes)."""
     settings = settings.replace(**{k: v for k, v in (("split", split), ("cache_dir", cache_dir)) if v is not None})
     return build_loader(path, settings, rank, prefix, dataset_class=UltralyticsDataset,
-                        collate=DictCollate(evaluation=not settings.augment, to_xywhr=to_xywhr),
+                        collate=DictCollate(evaluation=not settings.augment, to_xywhr=to_xywhr,
+                                            overlap_mask=settings.targets.overlap_mask),
                         loader_class=UltralyticsLoader)
