@@ -110,8 +110,9 @@ def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, 
 
     ``workers``: overrides cfg.workers (Ultralytics' trainer zeroes it on CPU before we see it).
     ``rect``: for 'val', None means always rect (Ultralytics' trainer); the standalone validator passes
-    cfg.rect (``model.val()`` sets it True).  Evaluation resizes linearly as Ultralytics' validator does,
-    and under DDP each rank evaluates whole batches, each image once."""
+    cfg.rect (``model.val()`` sets it True).  Images are first resized as Ultralytics' ``load_image``
+    does, for training and evaluation: linearly, no side above imgsz (``capped_resize``).  Under DDP
+    each evaluating rank takes whole batches, each image once."""
     if mode not in ("train", "val"):
         raise ValueError(f"mode must be 'train' or 'val', not {mode!r}")
     train = mode == "train"
@@ -125,4 +126,4 @@ def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, 
         pad=0.0 if train else 0.5, cache=cache_mode(_get(cfg, "cache")), single_cls=bool(_get(cfg, "single_cls")),
         workers=int(_get(cfg, "workers") if workers is None else workers),
         fraction=split_fraction(_get(cfg, "fraction"), mode), hyp=augment_config(cfg) if train else AugmentConfig(),
-        linear_resize=True, each_image_once=True)
+        linear_resize=True, capped_resize=True, each_image_once=True)
