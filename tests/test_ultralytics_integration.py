@@ -256,12 +256,15 @@ def test_ultralytics_arguments_map_onto_ours(caplog):
     f = s.fields()
     assert f["hyp"] == AugmentConfig(hsv_h=0.02, hsv_s=0.5, hsv_v=0.3, degrees=5, translate=0.2, scale=0.3, shear=1,
                                      perspective=0.0001, flipud=0.1, fliplr=0.4, mosaic=0.7, mosaic9=0.0, mixup=0.2,
-                                     copy_paste=0.1)
+                                     copy_paste=0.1, cutmix=0.5, copy_paste_mode="flip", copy_paste_rule="ultralytics")
+    assert loader_settings(dict(cfg, copy_paste_mode="mixup"), "train", 16, 32).fields()["hyp"].copy_paste_mode == "mixup"
+    with pytest.raises(ValueError, match="copy_paste_mode"):
+        loader_settings(dict(cfg, copy_paste_mode="paste"), "train", 16, 32)
     assert (s.img_size, s.batch_size, s.stride, s.augment, s.rect, f["pad"], s.shuffle) == (320, 16, 32, True, True, 0.0, True)
     assert (f["cache"], f["single_cls"], f["workers"], s.seed) == ("disk", True, 3, 7)
     assert s.linear_resize and s.scale_up and s.split_name == "train"  # the training preset
     warned = " ".join(r.getMessage() for r in caplog.records)
-    assert "cutmix" in warned and "bgr" in warned
+    assert "cutmix" not in warned and "bgr" in warned
     v = loader_settings(cfg, "val", 32, 32, workers=0)
     fv = v.fields()
     assert (v.augment, v.rect, fv["pad"], v.shuffle, fv["workers"], fv["hyp"]) == (False, True, 0.5, False, 0, AugmentConfig())

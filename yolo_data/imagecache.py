@@ -94,7 +94,8 @@ def disk_candidates(default_labels_cache: Path, img_size: int, linear: bool, rec
     split's full path, so two datasets never share a name."""
     from .cache import folder_cache_file
     d = Path(default_labels_cache)
-    settings = f"{img_size}{'-linear' if linear else ''}{'-rect' if rect else ''}{'-reduced' if reduced else ''}{'-capped' if capped else ''}"
+    flags = (("-linear", linear), ("-rect", rect), ("-reduced", reduced), ("-capped", capped))
+    settings = f"{img_size}" + "".join(name for name, on in flags if on)
     beside = d.with_name(f"{cache_stem(d)}-images-{settings}.imgcache")  # labels/train2017-images-640.imgcache
     shared = [folder_cache_file(beside, Path(f), ".imgcache") for f in ([cache_dir] if cache_dir else [user_dir])]
     return tuple(shared) if cache_dir else (beside, *shared)
