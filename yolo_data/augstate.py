@@ -35,7 +35,7 @@ class SharedSettings:
     mosaic closed or reopened), followed by every process from its next item on, including persistent
     DataLoader workers forked before the change (they keep their own copy of everything else).
 
-    One float64 tensor: [sequence, mosaic, closed, *AugmentConfig values].  The sequence is odd while
+    One float64 tensor: [sequence, mosaic, closed, *AugmentConfig.as_numbers()].  The sequence is odd while
     the main process writes; a reader that sees it odd or changed under it reads again, so no item
     mixes an old and a new hyp.  Readers rebuild their TrainSettings only when the sequence moved: one
     element read per item.  ``img_size`` and ``seed`` are fixed for the dataset's life."""
@@ -48,7 +48,7 @@ class SharedSettings:
 
     def set(self, cfg: AugmentConfig, mosaic: bool, closed: bool) -> None:
         """(main process only) What the next items follow.  ``closed``: mosaic, mixup and copy-paste off."""
-        values = [float(mosaic), float(closed)] + [float(getattr(cfg, f)) for f in _CFG_FIELDS]
+        values = [float(mosaic), float(closed)] + list(cfg.as_numbers())
         self._data[0] += 1
         self._data[1:] = torch.tensor(values, dtype=torch.float64)
         self._data[0] += 1
@@ -60,7 +60,7 @@ class SharedSettings:
                 break
             time.sleep(0)
         seq, mosaic, closed, *raw = values
-        cfg = AugmentConfig(**{f: (bool(v) if f == "albumentations" else v) for f, v in zip(_CFG_FIELDS, raw)})
+        cfg = AugmentConfig.from_numbers(raw)
         given = TrainSettings(cfg, self.img_size, bool(mosaic), self.seed)
         used = replace(given, cfg=cfg.without_mosaic(), mosaic=False) if closed else given
         return seq, given, used

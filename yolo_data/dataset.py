@@ -110,15 +110,17 @@ def open_images(labels: SplitLabels, store, settings: Settings, run: RunState, p
                               disk_files=disk_candidates(labels.default_file, settings.img_size,
                                                          settings.linear_resize, settings.rect,
                                                          settings.source.cache_dir, user_cache_dir(),
-                                                         settings.reduced_decode),
+                                                         settings.reduced_decode, part.capped_resize),
                               ram_dir=None if part.ram_dir is None else Path(part.ram_dir),
                               reserve_bytes=int(run.shm_reserve_bytes) if mode == "ram" else 0,
-                              workers=settings.source.scan_workers or 8, prefix=prefix, reduced=settings.reduced_decode)
+                              workers=settings.source.scan_workers or 8, prefix=prefix, reduced=settings.reduced_decode,
+                              capped=part.capped_resize)
         cache = open_or_build(spec, store, labels.fingerprint)
     # a function of the cache file, not a bound method of the dataset: the image source must hold no
     # reference back to the dataset, so that `del loader, dataset` frees it (and its RAM cache) at once
     return ImageSource(store, settings.img_size, linear=settings.linear_resize, cache=cache,
-                       on_failure=partial(_remember_failure, labels.cache_file), reduced=settings.reduced_decode)
+                       on_failure=partial(_remember_failure, labels.cache_file), reduced=settings.reduced_decode,
+                       capped=part.capped_resize)
 
 
 class YoloDataset(Dataset):

@@ -5,7 +5,7 @@ import logging
 import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Dict, Union
+from typing import Any, Dict, Sequence, Tuple, Union
 
 import yaml
 
@@ -16,9 +16,18 @@ LOGGER = logging.getLogger("yolo_data")
 class AugmentConfig:
     """The augmentation part of a YOLOv5 hyp; defaults are hyp.scratch-low's.
 
-    Probabilities: mosaic, mosaic9 (of a mosaic being 3x3 instead of 2x2), mixup, copy_paste, flipud,
-    fliplr.  Ranges: degrees, translate, scale, shear, perspective.  Gains: hsv_h, hsv_s, hsv_v.
-    albumentations: apply the optional Albumentations step (needs that package).
+    Probabilities: mosaic, mosaic9 (of a mosaic being 3x3 instead of 2x2), mixup, cutmix (of pasting a
+    rectangle of another mosaic, Ultralytics' CutMix), flipud, fliplr.  Ranges: degrees, translate,
+    scale, shear, perspective.  Gains: hsv_h, hsv_s, hsv_v.  albumentations: apply the optional
+    Albumentations step (needs that package).
+
+    copy_paste: a share of objects pasted, read by ``copy_paste_rule`` (decided by the entry point):
+    'yolov5' (YOLOv5's copy_paste, inside mosaics): round(p * n) of the n objects drawn at random, each
+    pasted mirrored when its mirror covers < 30% of every box so far; 'ultralytics' (Ultralytics'
+    CopyPaste, every training image): of the k copies covering < 30% of every box present, the
+    round(p * k) least overlapping, no randomness.  ``copy_paste_mode``: 'flip' pastes mirrored copies
+    of the image's own objects; 'mixup' (Ultralytics' only, always by its rule) pastes, with
+    probability copy_paste, objects of another mosaic of the item's partner pool.
     """
     hsv_h: float = 0.015
     hsv_s: float = 0.7
@@ -35,10 +44,38 @@ class AugmentConfig:
     mixup: float = 0.0
     copy_paste: float = 0.0
     albumentations: bool = False
+    cutmix: float = 0.0
+    copy_paste_mode: str = "flip"
+    copy_paste_rule: str = "yolov5"
+
+    def __post_init__(self):
+        for name, allowed in CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"hyp: {name} must be one of {', '.join(map(repr, allowed))}, "
+                                 f"got {getattr(self, name)!r}")
 
     def without_mosaic(self) -> "AugmentConfig":
-        """This config after a close-mosaic (Ultralytics' last epochs): no mosaic, mixup or copy-paste."""
-        return replace(self, mosaic=0.0, mosaic9=0.0, mixup=0.0, copy_paste=0.0)
+        """This config after a close-mosaic (Ultralytics' last epochs): no mosaic, mixup, cutmix or
+        copy-paste."""
+        return replace(self, mosaic=0.0, mosaic9=0.0, mixup=0.0, copy_paste=0.0, cutmix=0.0)
+
+    def as_numbers(self) -> Tuple[float, ...]:
+        """Every field as a float, in field order (a choice: its place in CHOICES), for shared memory."""
+        return tuple(float(CHOICES[f.name].index(getattr(self, f.name))) if f.name in CHOICES
+                     else float(getattr(self, f.name)) for f in fields(self))
+
+    @classmethod
+    def from_numbers(cls, values: Sequence[float]) -> "AugmentConfig":
+        """The inverse of ``as_numbers``."""
+        out = {}
+        for f, v in zip(fields(cls), values):
+            out[f.name] = CHOICES[f.name][int(v)] if f.name in CHOICES else bool(v) if f.name == "albumentations" else v
+        return cls(**out)
+
+
+# the fields that name a choice, and their values (the first is the default)
+CHOICES: Dict[str, Tuple[str, ...]] = {"copy_paste_mode": ("flip", "mixup"),
+                                       "copy_paste_rule": ("yolov5", "ultralytics")}
 
 
 def load_hyp(hyp: Union[None, str, os.PathLike, Dict[str, Any], AugmentConfig]) -> AugmentConfig:
@@ -61,11 +98,15 @@ def load_hyp(hyp: Union[None, str, os.PathLike, Dict[str, Any], AugmentConfig]) 
     for k, v in data.items():
         if k not in known:
             continue
+        if k in CHOICES:
+            values[k] = str(v)  # checked by AugmentConfig
+            continue
         try:
             values[k] = bool(v) if k == "albumentations" else float(v)
         except (TypeError, ValueError):
             raise ValueError(f"{source}: {k} must be a number, got {v!r}") from None
-    missing = sorted(set(known) - set(values) - {"mosaic9", "albumentations"})
+    # YOLOv5's hyp files have none of these
+    missing = sorted(set(known) - set(values) - {"mosaic9", "albumentations", "cutmix", *CHOICES})
     if missing and data:
         LOGGER.info(f"{source}: no {', '.join(missing)}; using hyp.scratch-low values")
     return AugmentConfig(**values)

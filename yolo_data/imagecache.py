@@ -59,7 +59,8 @@ class ImageCacheSpec:
     :func:`shm_dir`).  ``reserve_bytes``: room to leave free for the DataLoader's shared-memory
     batches.  ``linear``: resize with linear interpolation also when shrinking (else area, as YOLOv5's
     evaluation), as in ``images.resize_long_side``; ``reduced``: JPEGs decoded at a reduced scale where
-    they shrink 2x or more (``images.load_image``)."""
+    they shrink 2x or more (``images.load_image``); ``capped``: no resized side above ``img_size``
+    (``images.target_size``)."""
     mode: str
     img_size: int
     linear: bool
@@ -69,6 +70,7 @@ class ImageCacheSpec:
     workers: int = 8
     prefix: str = ""
     reduced: bool = False
+    capped: bool = False
 
 
 def shm_dir() -> Path:
@@ -85,37 +87,42 @@ def normalise_mode(mode) -> str:
 
 
 def disk_candidates(default_labels_cache: Path, img_size: int, linear: bool, rect: bool, cache_dir,
-                    user_dir: Path, reduced: bool = False) -> Tuple[Path, ...]:
+                    user_dir: Path, reduced: bool = False, capped: bool = False) -> Tuple[Path, ...]:
     """The disk image cache's files, in the label cache's order: only ``cache_dir`` when given, else
     beside the labels, then the per-user folder.  Named after the split and the settings
     (``train2017-images-640-linear.imgcache`` for a linear resize); in a shared folder also after the
     split's full path, so two datasets never share a name."""
     from .cache import folder_cache_file
     d = Path(default_labels_cache)
-    settings = f"{img_size}{'-linear' if linear else ''}{'-rect' if rect else ''}{'-reduced' if reduced else ''}"
+    flags = (("-linear", linear), ("-rect", rect), ("-reduced", reduced), ("-capped", capped))
+    settings = f"{img_size}" + "".join(name for name, on in flags if on)
     beside = d.with_name(f"{cache_stem(d)}-images-{settings}.imgcache")  # labels/train2017-images-640.imgcache
     shared = [folder_cache_file(beside, Path(f), ".imgcache") for f in ([cache_dir] if cache_dir else [user_dir])]
     return tuple(shared) if cache_dir else (beside, *shared)
 
 
-def cache_key(store: LabelStore, labels_fingerprint: str, img_size: int, linear: bool, reduced: bool = False) -> str:
+def cache_key(store: LabelStore, labels_fingerprint: str, img_size: int, linear: bool, reduced: bool = False,
+              capped: bool = False) -> str:
     """What the cached pixels depend on: the image files (through the label cache's fingerprint of
-    their sizes and times), their order, the target size, the interpolation (``linear``) and whether
-    JPEGs were decoded at a reduced scale."""
-    h = hashlib.sha256(f"{VERSION}|{labels_fingerprint}|{img_size}|{bool(linear)}|{'reduced|' if reduced else ''}".encode())
+    their sizes and times), their order, the target size, the interpolation (``linear``), whether
+    JPEGs were decoded at a reduced scale and whether sizes were capped."""
+    h = hashlib.sha256(f"{VERSION}|{labels_fingerprint}|{img_size}|{bool(linear)}|{'reduced|' if reduced else ''}"
+                       f"{'capped|' if capped else ''}".encode())
     h.update(store.path_bytes.tobytes())
     h.update(store.path_offsets.tobytes())
     return h.hexdigest()
 
 
-def planned_sizes(shapes_hw: np.ndarray, img_size: int) -> np.ndarray:
+def planned_sizes(shapes_hw: np.ndarray, img_size: int, capped: bool = False) -> np.ndarray:
     """(n, 2) int64 [h, w] each image of decoded size ``shapes_hw`` (n, 2) [h, w] will have after
-    ``resize_long_side`` (sizes rounded up)."""
+    ``resize_long_side`` (sizes rounded up; ``capped``: at most ``img_size``), as ``images.target_size``
+    computes it one image at a time."""
     h0, w0 = shapes_hw[:, 0].astype(np.int64), shapes_hw[:, 1].astype(np.int64)
     r = img_size / np.maximum(h0, w0)
     h = np.where(r == 1, h0, np.ceil(h0 * r)).astype(np.int64)
     w = np.where(r == 1, w0, np.ceil(w0 * r)).astype(np.int64)
-    return np.stack([h, w], 1)
+    hw = np.stack([h, w], 1)
+    return np.where((r != 1)[:, None], np.minimum(hw, img_size), hw) if capped else hw
 
 
 def planned_offsets(hw: np.ndarray, count: int) -> Tuple[np.ndarray, int]:
@@ -229,7 +236,8 @@ def _fill(payload: memoryview, store: LabelStore, hw: np.ndarray, offsets: np.nd
     def one(i: int) -> None:
         h_scan, w_scan = store.shapes_hw[i]
         try:  # as ImageSource reads a file, so cached and uncached pixels are the same
-            li = load_image(store.im_file(i), spec.img_size, spec.linear, (int(h_scan), int(w_scan)), spec.reduced)
+            li = load_image(store.im_file(i), spec.img_size, spec.linear, (int(h_scan), int(w_scan)), spec.reduced,
+                            spec.capped)
         except ImageReadError as e:
             LOGGER.warning(f"{spec.prefix}{e}; not cached, it will be read from its file when needed")
             return
@@ -400,8 +408,8 @@ def _open_disk(store: LabelStore, key: str, spec: ImageCacheSpec, planned_hw: np
 def open_or_build(spec: ImageCacheSpec, store: LabelStore, labels_fingerprint: str) -> Optional[ImageCache]:
     """The image cache of ``store`` as ``spec`` asks: reuse a valid one, else build one.  Returns None
     (with a warning saying why) when none can be had; the images are then read from their files."""
-    key = cache_key(store, labels_fingerprint, spec.img_size, spec.linear, spec.reduced)
-    planned_hw = planned_sizes(store.shapes_hw, spec.img_size)
+    key = cache_key(store, labels_fingerprint, spec.img_size, spec.linear, spec.reduced, spec.capped)
+    planned_hw = planned_sizes(store.shapes_hw, spec.img_size, spec.capped)
     if normalise_mode(spec.mode) == "ram":
         return _open_ram(store, key, spec, planned_hw)
     return _open_disk(store, key, spec, planned_hw)

@@ -34,29 +34,36 @@ def reduction(hw0: Tuple[int, int], img_size: int) -> int:
     return next((f for f in (8, 4, 2) if long0 >= img_size * f), 1)
 
 
-def target_size(hw0: Tuple[int, int], img_size: int) -> Tuple[int, int]:
-    """(h, w) after ``resize_long_side``: long side ``img_size``, sizes rounded up."""
+def target_size(hw0: Tuple[int, int], img_size: int, capped: bool = False) -> Tuple[int, int]:
+    """(h, w) int after ``resize_long_side`` of an (h0, w0) image: each side times r = img_size / max(h0,
+    w0), rounded up.  ``capped``: no side above ``img_size`` (Ultralytics' rule).  Without the cap
+    (YOLOv5's rule) a long side whose product is not whole in floating point comes out img_size + 1:
+    640 / 1050 * 1050 is 640.0000000000001, whose ceil is 641."""
     h0, w0 = hw0
     r = img_size / max(h0, w0)
-    return (h0, w0) if r == 1 else (math.ceil(h0 * r), math.ceil(w0 * r))
+    if r == 1:
+        return h0, w0
+    h, w = math.ceil(h0 * r), math.ceil(w0 * r)
+    return (min(h, img_size), min(w, img_size)) if capped else (h, w)
 
 
-def resize_long_side(im: np.ndarray, img_size: int, linear: bool) -> np.ndarray:
-    """Scale so the long side is ``img_size`` (sizes rounded up, see ``target_size``).  Interpolation
-    as YOLOv5: linear when enlarging, and when shrinking too with ``linear`` (YOLOv5 does for training),
-    else area."""
+def resize_long_side(im: np.ndarray, img_size: int, linear: bool, capped: bool = False) -> np.ndarray:
+    """``im`` (h0, w0, C) scaled to ``target_size`` (long side ``img_size``; ``capped``: see there).
+    Interpolation as YOLOv5: linear when enlarging, and when shrinking too with ``linear`` (YOLOv5 does
+    for training, Ultralytics always), else area."""
     h0, w0 = im.shape[:2]
     r = img_size / max(h0, w0)
     if r == 1:
         return im
     interp = cv2.INTER_LINEAR if (linear or r > 1) else cv2.INTER_AREA
-    h, w = math.ceil(h0 * r), math.ceil(w0 * r)
+    h, w = target_size((h0, w0), img_size, capped)
     return cv2.resize(im, dsize=(w, h), interpolation=interp)  # OpenCV's dsize: (width, height)
 
 
 def load_image(path: str, img_size: int, linear: bool, hw0: Optional[Tuple[int, int]] = None,
-               reduced: bool = False) -> LoadedImage:
-    """Decode and resize ``path`` (see resize_long_side; ``linear`` picks the interpolation).
+               reduced: bool = False, capped: bool = False) -> LoadedImage:
+    """Decode and resize ``path`` (see resize_long_side; ``linear`` picks the interpolation, ``capped``
+    the rounding of the size).
     ``reduced`` with ``hw0`` (the (h0, w0) a full decode gives, as the scan recorded it): a JPEG is
     decoded at 1/f scale (see ``reduction``) and resized from there to the same target size; anything
     else, or a scaled decode of another size than libjpeg's ceil(side / f) (not JPEG data after all),
@@ -66,13 +73,13 @@ def load_image(path: str, img_size: int, linear: bool, hw0: Optional[Tuple[int, 
         if f > 1:
             im = imread_bgr(path, REDUCED_FLAGS[f])
             if im.shape[:2] == (-(-hw0[0] // f), -(-hw0[1] // f)):
-                h, w = target_size(hw0, img_size)
+                h, w = target_size(hw0, img_size, capped)
                 interp = cv2.INTER_LINEAR if linear else cv2.INTER_AREA  # as resize_long_side when shrinking
                 resized = cv2.resize(im, dsize=(w, h), interpolation=interp)  # OpenCV's dsize: (width, height)
                 return LoadedImage(resized, tuple(hw0), (h, w))
     im = imread_bgr(path)
     hw0 = im.shape[:2]
-    im = resize_long_side(im, img_size, linear)
+    im = resize_long_side(im, img_size, linear, capped)
     return LoadedImage(im, hw0, im.shape[:2])
 
 
@@ -83,11 +90,14 @@ class ImageSource:
     reduced scale (see load_image).  ``on_failure(error)``: told of an image that passed the scan and
     was now read whole but could not be decoded (an ImageDecodeError: the split remembers it, and the
     next run leaves it out).  A file that could not be read is not told: that may pass (a permission
-    being changed, a busy file server), and the image is still good."""
+    being changed, a busy file server), and the image is still good.  ``capped``: no resized side above
+    ``img_size`` (see target_size)."""
 
     def __init__(self, store, img_size: int, linear: bool, cache=None,
-                 on_failure: Optional[Callable[[ImageDecodeError], None]] = None, reduced: bool = False):
+                 on_failure: Optional[Callable[[ImageDecodeError], None]] = None, reduced: bool = False,
+                 capped: bool = False):
         self.store, self.img_size, self.linear, self.reduced = store, int(img_size), linear, reduced
+        self.capped = capped
         self.cache = cache
         self.on_failure = on_failure
         # Import the optional decoder here, in the process that builds the dataset: forked DataLoader
@@ -102,7 +112,7 @@ class ImageSource:
         path = self.store.im_file(i)
         h0, w0 = self.store.shapes_hw[i]
         try:
-            return load_image(path, self.img_size, self.linear, (int(h0), int(w0)), self.reduced)
+            return load_image(path, self.img_size, self.linear, (int(h0), int(w0)), self.reduced, self.capped)
         except ImageDecodeError as e:
             if self.on_failure is not None:
                 self.on_failure(e)

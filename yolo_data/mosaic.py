@@ -1,4 +1,5 @@
-"""Multi-image augmentations: 4- and 9-image mosaics, mixup and copy-paste (YOLOv5's numbers).
+"""Multi-image augmentations: 4- and 9-image mosaics, mixup and copy-paste (YOLOv5's numbers), and
+Ultralytics' copy-paste rule (from the image itself or from another) and CutMix.
 
 Every function takes `Sample`s whose boxes are pixel xyxy float32 on their own image and returns a
 new `Sample`; inputs are never modified.  Random decisions come from an explicit generator; the
@@ -7,15 +8,15 @@ choice of which images to combine belongs to the caller.
 from __future__ import annotations
 
 import math
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import cv2
 import numpy as np
 
 from .boxes import bbox_ioa
 from .geometry import PAD_VALUE
-from .perspective import is_axis_aligned
-from .sample import Sample
+from .perspective import flip_lr, is_axis_aligned
+from .sample import Sample, box_polygons
 
 
 def mosaic_border(img_size: int) -> Tuple[int, int]:
@@ -219,3 +220,92 @@ def copy_paste(sample: Sample, p: float, rng: np.random.Generator) -> Sample:
     extras = {k: e.joined([e.select(np.array(pasted, np.int64)).mirrored(w)]) for k, e in sample.extras.items()}
     return Sample(img, np.array(cls, np.float32).reshape(-1), np.array(boxes, np.float32).reshape(-1, 4),
                   segments, extras)
+
+
+def _ioa(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(n, m) float64: the intersection of each pixel xyxy box of ``a`` (n, 4) with each of ``b``
+    (m, 4), over the area of the box of ``b`` (the share of b's box that a's covers)."""
+    a = np.asarray(a, np.float64).reshape(-1, 1, 4)
+    b = np.asarray(b, np.float64).reshape(1, -1, 4)
+    iw = (np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0])).clip(0)
+    ih = (np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1])).clip(0)
+    return iw * ih / ((b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1]) + 1e-7)
+
+
+def paste_objects(sample: Sample, p: float, source: Optional[Sample] = None) -> Sample:
+    """Copy-paste by Ultralytics' rule (its CopyPaste): no randomness once ``source`` is chosen.
+
+    ``sample``: pixel xyxy boxes with one polygon each; without polygons, or with ``p`` 0, it is
+    returned as is.  ``source``: a Sample of the same image shape whose objects are pasted ('mixup'
+    mode; its boxes' rectangles stand in for missing polygons), or None for ``sample`` mirrored
+    left-right ('flip' mode).  Of the k source objects whose box covers less than 30% of every box of
+    ``sample``, the round(p * k) that cover least (their largest share; ties in source order) are
+    added with their class, polygon and extras, and the image pixels inside their polygons (filled
+    with integer vertices) are taken from the source image.  Returns a new Sample (new image array).
+    """
+    if not p or not sample.segments:
+        return sample
+    src = flip_lr(sample) if source is None else source
+    if src.img.shape[:2] != sample.img.shape[:2]:
+        raise ValueError(f"copy-paste needs images of one size, got {sample.img.shape} and {src.img.shape}")
+    ioa = _ioa(src.boxes, sample.boxes)
+    ok = np.flatnonzero((ioa < 0.30).all(1))
+    ok = ok[np.argsort(ioa.max(1)[ok], kind="stable")]
+    chosen = ok[:round(p * len(ok))]
+    if not len(chosen):
+        return sample
+    polygons = src.segments or box_polygons(src.boxes)
+    mask = np.zeros(sample.img.shape[:2], np.uint8)
+    for j in chosen:
+        cv2.drawContours(mask, [polygons[j].astype(np.int32)], -1, 1, cv2.FILLED)
+    img = sample.img.copy()
+    pasted = mask.astype(bool)
+    img[pasted] = src.img[pasted]
+    return Sample.concat([sample, src.select(chosen)], img)
+
+
+def cut_area(rng: np.random.Generator, w: int, h: int, beta: float = 1.0) -> Tuple[int, int, int, int]:
+    """A random (x1, y1, x2, y2) int rectangle inside a (h, w) image, as Ultralytics' CutMix draws it:
+    lam ~ Beta(beta, beta), sides int(w * sqrt(1 - lam)) and int(h * sqrt(1 - lam)) around a centre
+    (int U[0, w), int U[0, h)), halves floored, cut at the image edges.  Drawn lam, x, then y."""
+    cut = math.sqrt(1.0 - rng.beta(beta, beta))
+    cw, ch = int(w * cut), int(h * cut)
+    cx, cy = int(rng.integers(w)), int(rng.integers(h))
+    return (min(max(cx - cw // 2, 0), w), min(max(cy - ch // 2, 0), h),
+            min(max(cx + cw // 2, 0), w), min(max(cy + ch // 2, 0), h))
+
+
+def cutmix(sample: Sample, other: Sample, rng: np.random.Generator, areas: int = 3, beta: float = 1.0) -> Sample:
+    """CutMix (Yun et al. 2019) as Ultralytics does it: a rectangle of ``other`` pasted into ``sample``.
+
+    ``sample``, ``other``: Samples of one image shape, pixel xyxy boxes.  ``areas`` rectangles are
+    drawn (``cut_area``); one of those that touch no box of ``sample`` is taken at random (none: the
+    sample is returned as is).  The objects of ``other`` with at least 1% of their box inside it (10%
+    when ``sample`` has no polygons) are added, boxes and polygons clipped to the rectangle, extras
+    too (keypoints outside it become invisible, then are clipped), and the rectangle's pixels are
+    ``other``'s.  No object kept: ``sample`` as is.  Returns a new Sample (new image array).
+    """
+    if sample.img.shape != other.img.shape:
+        raise ValueError(f"cutmix needs images of one shape, got {sample.img.shape} and {other.img.shape}")
+    h, w = sample.img.shape[:2]
+    rects = np.array([cut_area(rng, w, h, beta) for _ in range(areas)], np.float32)
+    free = np.flatnonzero(_ioa(rects, sample.boxes).sum(1) <= 0)
+    if not len(free):
+        return sample
+    area = rects[int(rng.choice(free))]
+    keep = np.flatnonzero(_ioa(area[None], other.boxes)[0] >= (0.01 if sample.segments else 0.1))
+    if not len(keep):
+        return sample
+    x1, y1, x2, y2 = (int(v) for v in area)
+    img = sample.img.copy()
+    img[y1:y2, x1:x2] = other.img[y1:y2, x1:x2]
+    part = other.select(keep)
+    lo, hi = np.array([x1, y1], np.float32), np.array([x2, y2], np.float32)
+    boxes = np.concatenate([part.boxes[:, :2].clip(lo, hi), part.boxes[:, 2:].clip(lo, hi)], 1)
+    segments = [s.clip(lo, hi).astype(np.float32) for s in part.segments]
+    # extras: first onto the rectangle alone (what lies outside it is the kind's to handle: keypoints
+    # become invisible), then back onto the image, clipped to the rectangle
+    inside = part.moved_extras(lambda q: q - lo, (y2 - y1, x2 - x1))
+    extras = {k: e.moved(lambda q: (q + lo).clip(lo, hi), (h, w)) for k, e in inside.items()}
+    pasted = Sample(img, part.cls, boxes.astype(np.float32), segments, extras)
+    return Sample.concat([Sample(img, sample.cls, sample.boxes, sample.segments, sample.extras), pasted], img)

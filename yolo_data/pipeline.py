@@ -1,8 +1,13 @@
 """The training pipeline for one item (augment=True), as YOLOv5 runs it, with explicit randomness.
 
-    mosaic (4 or 9 images) -> copy-paste -> random perspective [-> mixup with a second mosaic]
-    or: one image -> letterbox -> random perspective
+    mosaic (4 or 9 images) -> copy-paste ('flip') -> random perspective [-> copy-paste from a second
+        mosaic ('mixup' mode)] [-> mixup with another such mosaic] [-> cutmix with another]
+    or: one image -> letterbox [-> copy-paste ('flip', Ultralytics' rule)] -> random perspective
     then: Albumentations (optional) -> HSV -> flips
+
+The steps in brackets draw nothing unless their probability is above 0, so YOLOv5's hyps draw exactly
+YOLOv5's sequence.  Copy-paste follows ``cfg.copy_paste_rule`` (mosaic.copy_paste for YOLOv5's,
+mosaic.paste_objects for Ultralytics').
 
 Every random choice is drawn from one generator made from (seed, epoch, index): the item is the same
 whichever worker makes it, and whatever the number of workers.
@@ -16,7 +21,8 @@ import cv2
 import numpy as np
 
 from .hyp import AugmentConfig
-from .mosaic import copy_paste, mixup, mosaic4, mosaic4_resized, mosaic9, mosaic_border, mosaic_centre
+from .mosaic import (copy_paste, cutmix, mixup, mosaic4, mosaic4_resized, mosaic9, mosaic_border, mosaic_centre,
+                     paste_objects)
 from .perspective import (draw_perspective, flip_lr, flip_ud, perspective_matrix, random_perspective,
                           warp_sample)
 from .photometric import apply_hsv, draw_hsv_gains
@@ -48,7 +54,7 @@ def mosaic_sample(load: LoadFn, pool: Sequence[int], index: int, img_size: int, 
         rng.shuffle(ids)
         parts = [load(int(i)) for i in ids]
         centre = mosaic_centre(rng, img_size)
-        if not (cfg.degrees or cfg.shear or cfg.perspective or (cfg.copy_paste and any(p.segments for p in parts))):
+        if not (cfg.degrees or cfg.shear or cfg.perspective or (_flip_paste(cfg) and any(p.segments for p in parts))):
             # Scale and translation only (YOLOv5's scratch hyps): the same draws as below, but each
             # tile is resized straight into the output (no 2s x 2s canvas; see mosaic4_resized).
             s2, out_hw = 2 * img_size, (img_size, img_size)
@@ -58,7 +64,9 @@ def mosaic_sample(load: LoadFn, pool: Sequence[int], index: int, img_size: int, 
             return warp_sample(on_canvas, M, out_hw, scale=params.scale, warped_img=on_canvas.img,
                                row_blocks=blocks)
         sample = mosaic4(parts, img_size, centre)
-    sample = copy_paste(sample, cfg.copy_paste, rng)
+    if _flip_paste(cfg):
+        sample = copy_paste(sample, cfg.copy_paste, rng) if cfg.copy_paste_rule == "yolov5" else \
+            paste_objects(sample, cfg.copy_paste)
     sample = random_perspective(sample, rng, cfg.degrees, cfg.translate, cfg.scale, cfg.shear, cfg.perspective,
                                 border=mosaic_border(img_size))
     # The canvas is BGRA only for the warp's speed (see mosaic._canvas): every mosaic leaves here BGR,
@@ -67,17 +75,49 @@ def mosaic_sample(load: LoadFn, pool: Sequence[int], index: int, img_size: int, 
                   sample.extras)
 
 
+def _flip_paste(cfg: AugmentConfig) -> bool:
+    """Whether objects are pasted mirrored from the image itself (before its perspective)."""
+    return bool(cfg.copy_paste) and cfg.copy_paste_mode == "flip"
+
+
+def _partner(load: LoadFn, pool: Sequence[int], img_size: int, cfg: AugmentConfig, rng: np.random.Generator,
+             paste: bool) -> Sample:
+    """Another mosaic for a multi-image step, its image drawn uniformly from ``pool`` (the item's partner
+    group: the same partners whichever worker makes the item).  ``paste``: with its own 'mixup'-mode
+    copy-paste, as Ultralytics' MixUp and CutMix partners go through its whole first stage."""
+    other = pool[int(rng.integers(0, len(pool)))]
+    return (mosaic_and_paste if paste else mosaic_sample)(load, pool, other, img_size, cfg, rng)
+
+
+def mosaic_and_paste(load: LoadFn, pool: Sequence[int], index: int, img_size: int, cfg: AugmentConfig,
+                     rng: np.random.Generator) -> Sample:
+    """``mosaic_sample``, then in 'mixup' copy-paste mode, with probability ``cfg.copy_paste`` and when
+    it has polygons, objects of another mosaic pasted into it (mosaic.paste_objects)."""
+    sample = mosaic_sample(load, pool, index, img_size, cfg, rng)
+    if cfg.copy_paste and cfg.copy_paste_mode == "mixup" and sample.segments and rng.random() < cfg.copy_paste:
+        sample = paste_objects(sample, cfg.copy_paste, _partner(load, pool, img_size, cfg, rng, paste=False))
+    return sample
+
+
 def mosaic_with_mixup(load: LoadFn, pool: Sequence[int], index: int, img_size: int, cfg: AugmentConfig,
                       rng: np.random.Generator) -> Sample:
-    sample = mosaic_sample(load, pool, index, img_size, cfg, rng)
+    """Item ``index`` as a mosaic (``mosaic_and_paste``), then mixup with another with probability
+    ``cfg.mixup``, then cutmix with another with probability ``cfg.cutmix`` (Ultralytics' order); every
+    partner drawn from ``pool``.  Returns an (img_size, img_size) BGR Sample."""
+    sample = mosaic_and_paste(load, pool, index, img_size, cfg, rng)
     if cfg.mixup and rng.random() < cfg.mixup:
-        other = pool[int(rng.integers(0, len(pool)))]
-        sample = mixup(sample, mosaic_sample(load, pool, other, img_size, cfg, rng), rng)
+        sample = mixup(sample, _partner(load, pool, img_size, cfg, rng, paste=True), rng)
+    if cfg.cutmix and rng.random() < cfg.cutmix:
+        sample = cutmix(sample, _partner(load, pool, img_size, cfg, rng, paste=True), rng)
     return sample
 
 
 def single_image_geometry(sample: Sample, cfg: AugmentConfig, rng: np.random.Generator) -> Sample:
-    """The non-mosaic branch (rect training, or when the mosaic probability says no)."""
+    """The non-mosaic branch (rect training, or when the mosaic probability says no).  By Ultralytics'
+    copy-paste rule the letterboxed image gets its 'flip' copy-paste too (Ultralytics pastes into
+    every training image; YOLOv5 only into mosaics)."""
+    if _flip_paste(cfg) and cfg.copy_paste_rule == "ultralytics":
+        sample = paste_objects(sample, cfg.copy_paste)
     return random_perspective(sample, rng, cfg.degrees, cfg.translate, cfg.scale, cfg.shear, cfg.perspective)
 
 

@@ -4,7 +4,8 @@
       augment, img_size, batch_size (per rank), stride, seed
       source:       SourceSettings   which images and labels (split, fraction, names, keep_difficult, cache_dir)
       index:        IndexSettings    which items, in which shapes (rect, pad, min_items, single_cls, image_weights)
-      images:       ImageSettings    how pixels are read (cache, ram_dir, linear_resize, reduced_decode, scale_up)
+      images:       ImageSettings    how pixels are read (cache, ram_dir, linear_resize, reduced_decode, scale_up,
+                                     capped_resize)
       augmentation: AugmentSettings  training augmentation (hyp, batch_partners, partner_group)
       loader:       LoaderOptions    the DataLoader (workers, shuffle, quad, early_start, each_image_once)
       targets:      TargetSettings   what a label row holds and the batch carries besides boxes (task,
@@ -84,12 +85,18 @@ class ImageSettings:
     ``linear_resize``: resize with linear interpolation (else area when shrinking, as YOLOv5's
     evaluation; Ultralytics' validator resizes linearly).  ``reduced_decode``: JPEGs that shrink 2x or
     more are decoded by libjpeg at 1/2, 1/4 or 1/8 scale (images.py).  ``scale_up``: a letterbox may
-    enlarge an image.  None: the preset's (see the module's table)."""
+    enlarge an image.  None: the preset's (see the module's table).  ``capped_resize``: the first
+    resize (long side to img_size, sides rounded up) gives no side above img_size, as Ultralytics'
+    ``load_image``; False keeps YOLOv5's rounding, whose long side is img_size + 1 where the scaled
+    size is not whole in floating point (a 1050-pixel side at img_size 640), for training and
+    evaluation alike (images.target_size).  The Ultralytics plug-in sets it; YOLOv5's entry points
+    leave it off, so their batches stay YOLOv5's."""
     cache: Union[bool, str] = False
     ram_dir: Optional[str] = None
     linear_resize: Optional[bool] = None
     reduced_decode: Optional[bool] = None
     scale_up: Optional[bool] = None
+    capped_resize: bool = False
 
 
 @dataclass(frozen=True)

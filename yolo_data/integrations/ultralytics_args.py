@@ -31,7 +31,13 @@ DEFAULTS: Dict[str, Any] = {
 MAPPING: Dict[str, str] = {
     "mosaic": "AugmentConfig.mosaic: probability of a 2x2 mosaic (YOLOv5's, partners from the item's partner group)",
     "mixup": "AugmentConfig.mixup: probability of mixing two mosaics (Beta(32, 32))",
-    "copy_paste": "AugmentConfig.copy_paste: YOLOv5's copy-paste of polygons inside the mosaic (mode 'flip' only)",
+    "cutmix": "AugmentConfig.cutmix: probability of pasting a rectangle of another mosaic that touches no "
+              "box of this one (3 tries, side sqrt(1 - Beta(1, 1)) of the image's); its objects with 1% of "
+              "their box inside (10% without polygons) kept, clipped to it",
+    "copy_paste": "AugmentConfig.copy_paste with copy_paste_rule 'ultralytics': the share of the objects whose "
+                  "copy covers < 30% of every box that are pasted, least overlapping first (polygons only)",
+    "copy_paste_mode": "AugmentConfig.copy_paste_mode: 'flip' (mirrored own objects, every training image) or "
+                       "'mixup' (another mosaic's objects, with probability copy_paste, in mosaics)",
     "degrees": "AugmentConfig.degrees", "translate": "AugmentConfig.translate", "scale": "AugmentConfig.scale",
     "shear": "AugmentConfig.shear", "perspective": "AugmentConfig.perspective",
     "hsv_h": "AugmentConfig.hsv_h", "hsv_s": "AugmentConfig.hsv_s", "hsv_v": "AugmentConfig.hsv_v",
@@ -50,8 +56,6 @@ MAPPING: Dict[str, str] = {
     "overlap_mask": "Settings overlap_mask: one mask per image holding each pixel's instance (smaller on top)",
 }
 NO_EQUIVALENT: Dict[str, str] = {
-    "cutmix": "no CutMix in yolo_data; ignored (warned when > 0)",
-    "copy_paste_mode": "only YOLOv5's 'flip' copy-paste; 'mixup' mode is ignored (warned)",
     "bgr": "images are always RGB; a BGR probability is ignored (warned when > 0)",
     "mosaic9": "(yolo_data's own hyp key, not Ultralytics'): 0",
 }
@@ -67,15 +71,15 @@ def _get(cfg: Union[Dict[str, Any], Any], key: str):
 
 
 def augment_config(cfg) -> AugmentConfig:
-    """The AugmentConfig of Ultralytics arguments ``cfg``; warns once per call about keys it ignores."""
-    for key, default in (("cutmix", 0.0), ("bgr", 0.0)):
-        if float(_get(cfg, key)) != default:
-            LOGGER.warning(f"Ultralytics {key}={_get(cfg, key)}: {NO_EQUIVALENT[key]}")
-    if float(_get(cfg, "copy_paste")) > 0 and _get(cfg, "copy_paste_mode") != "flip":
-        LOGGER.warning(f"Ultralytics copy_paste_mode={_get(cfg, 'copy_paste_mode')!r}: {NO_EQUIVALENT['copy_paste_mode']}")
-    keys = ("mosaic", "mixup", "copy_paste", "degrees", "translate", "scale", "shear", "perspective",
+    """The AugmentConfig of Ultralytics arguments ``cfg``; warns once per call about keys it ignores.
+    Copy-paste follows Ultralytics' rule (``copy_paste_rule='ultralytics'``: copy_paste is the share of
+    candidates pasted)."""
+    if float(_get(cfg, "bgr")) != 0.0:
+        LOGGER.warning(f"Ultralytics bgr={_get(cfg, 'bgr')}: {NO_EQUIVALENT['bgr']}")
+    keys = ("mosaic", "mixup", "cutmix", "copy_paste", "degrees", "translate", "scale", "shear", "perspective",
             "hsv_h", "hsv_s", "hsv_v", "flipud", "fliplr")
-    return AugmentConfig(**{k: float(_get(cfg, k)) for k in keys}, mosaic9=0.0, albumentations=False)
+    return AugmentConfig(**{k: float(_get(cfg, k)) for k in keys}, copy_paste_mode=str(_get(cfg, "copy_paste_mode")),
+                         copy_paste_rule="ultralytics", mosaic9=0.0, albumentations=False)
 
 
 def cache_mode(value) -> Union[bool, str]:
@@ -114,9 +118,10 @@ def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, 
 
     ``workers``: overrides cfg.workers (Ultralytics' trainer zeroes it on CPU before we see it).
     ``rect``: for 'val', None means always rect (Ultralytics' trainer); the standalone validator passes
-    cfg.rect (``model.val()`` sets it True).  Evaluation resizes linearly as Ultralytics' validator does,
-    and under DDP each rank evaluates whole batches, each image once.  ``data``: Ultralytics' dataset
-    dict (the trainer's ``data``), whose ``kpt_shape`` and ``flip_idx`` a pose split needs (Ultralytics
+    cfg.rect (``model.val()`` sets it True).  Images are first resized as Ultralytics' ``load_image``
+    does, for training and evaluation: linearly, no side above imgsz (``capped_resize``).  Under DDP
+    each evaluating rank takes whole batches, each image once.  ``data``: Ultralytics' dataset dict
+    (the trainer's ``data``), whose ``kpt_shape`` and ``flip_idx`` a pose split needs (Ultralytics
     hands the loader a split's folder, not the yaml)."""
     if mode not in ("train", "val"):
         raise ValueError(f"mode must be 'train' or 'val', not {mode!r}")
@@ -131,6 +136,6 @@ def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, 
         pad=0.0 if train else 0.5, cache=cache_mode(_get(cfg, "cache")), single_cls=bool(_get(cfg, "single_cls")),
         workers=int(_get(cfg, "workers") if workers is None else workers),
         fraction=split_fraction(_get(cfg, "fraction"), mode), hyp=augment_config(cfg) if train else AugmentConfig(),
-        linear_resize=True, each_image_once=True, task=str(_get(cfg, "task")), mask_ratio=int(_get(cfg, "mask_ratio")),
-        overlap_mask=bool(_get(cfg, "overlap_mask")), mask_rule="ultralytics", kpt_shape=(data or {}).get("kpt_shape"),
-        flip_idx=(data or {}).get("flip_idx"))
+        linear_resize=True, capped_resize=True, each_image_once=True, task=str(_get(cfg, "task")),
+        mask_ratio=int(_get(cfg, "mask_ratio")), overlap_mask=bool(_get(cfg, "overlap_mask")), mask_rule="ultralytics",
+        kpt_shape=(data or {}).get("kpt_shape"), flip_idx=(data or {}).get("flip_idx"))
