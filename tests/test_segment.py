@@ -322,3 +322,39 @@ def test_coco128_seg_batches_are_consistent(tmp_path, overlap):
                 assert len(visible) >= n * 0.8
         images += len(imgs)
     assert images == len(ds) == 32
+
+
+# -- Ultralytics' mask rule ---------------------------------------------------------------------------------
+def test_resample_outline_keeps_the_vertices_and_spaces_points_by_vertex_index():
+    from yolo_data.masks import resample_outline
+    square = np.array([[0, 0], [10, 0], [10, 10], [0, 10]], np.float32)
+    pts = resample_outline(square, 22)  # 17 evenly spaced over the 4 edges (index steps of 1/4) + 5 vertices
+    assert pts.shape == (22, 2) and pts.dtype == np.float32
+    for v in np.concatenate([square, square[:1]]):  # every vertex, and the closing point
+        assert (np.abs(pts - v).max(1) == 0).any()
+    edge = pts[(pts[:, 1] == 0) & (pts[:, 0] > 0) & (pts[:, 0] < 10), 0]  # inside the first edge
+    np.testing.assert_allclose(np.sort(edge), [2.5, 5, 7.5], atol=1e-5)
+    assert np.array_equal(resample_outline(pts, 22), pts)
+    long = resample_outline(np.random.default_rng(0).uniform(0, 9, (30, 2)), 8)  # more points than asked
+    assert long.shape == (8, 2)
+
+
+def test_the_ultralytics_rule_draws_resampled_polygons_at_the_whole_pixel_border(tmp_path):
+    from yolo_data import Settings, YoloDataset
+    from yolo_data.masks import resample_outline
+    img = np.zeros((61, 100, 3), np.uint8)  # 100 x 61 in 128 x 128: 67 rows of padding, 33.5 above
+    write_item(tmp_path, "a", img, [(0, star(50, 30, 28, 12))])
+    yaml = write_yaml(tmp_path)
+    masks = {}
+    for rule in ("yolov5", "ultralytics"):
+        ds = YoloDataset(str(yaml), Settings.evaluation(split="train", img_size=128, task="segment", mask_ratio=1,
+                                                        overlap_mask=False, mask_rule=rule))
+        item = ds[0]
+        masks[rule] = item[4]["masks"][0].numpy()
+        (h0, w0), ((rh, rw), plan_pad) = item[3]
+    assert plan_pad[1] % 1 == 0.5  # YOLOv5's half-pixel offset; Ultralytics' border is whole pixels
+    poly = ds.segments[0][0] * np.array([rw * w0, rh * h0], np.float32) + np.array(plan_pad, np.float32)
+    np.testing.assert_array_equal(masks["yolov5"], polygon_mask((128, 128), poly))
+    whole = poly + np.array([0, round(plan_pad[1] - 0.1) - plan_pad[1]], np.float32)
+    np.testing.assert_array_equal(masks["ultralytics"], polygon_mask((128, 128), resample_outline(whole, 1000)))
+    assert not np.array_equal(masks["yolov5"], masks["ultralytics"])

@@ -357,3 +357,18 @@ def test_a_format_without_keypoints_or_corners_refuses_those_tasks(tmp_path):
         YoloDataset(str(coco), Settings.evaluation(split="train", task="obb"))
     boxes = YoloDataset(str(coco), Settings.evaluation(split="train", task="detect"))
     assert len(boxes.labels[0]) == 2 and len(boxes[0]) == 4
+
+
+def test_target_settings_refuse_what_cannot_be_meant(tmp_path):
+    for fields, message in ((dict(kpt_shape=[17, 4]), "kpt_shape must be"), (dict(mask_ratio=0), "mask_ratio must be"),
+                            (dict(mask_ratio=2.5), "mask_ratio must be"), (dict(mask_rule="v8"), "mask_rule must be")):
+        with pytest.raises(ValueError, match=message):
+            Settings(**fields)
+    assert Settings(kpt_shape=[17, 3], flip_idx=range(17)).targets.kpt_shape == (17, 3)
+
+
+def test_a_negative_visibility_is_named(tmp_path):
+    lb = tmp_path / "a.txt"
+    lb.write_text("0 0.5 0.5 0.2 0.2 0.5 0.5 -1\n")
+    with pytest.raises(Exception, match="line 1: negative keypoint visibility -1"):
+        YoloReader(1, "pose", (1, 3)).read(str(lb), (10, 10))

@@ -466,3 +466,24 @@ def test_pose_and_obb_batches_carry_keypoints_and_xywhr_snapped_like_the_boxes(t
     want[:, 1] += (top - pad[1]) / H
     assert b["bboxes"].shape == (len(b["cls"]), 5)
     np.testing.assert_allclose(b["bboxes"][rows].numpy(), want, atol=1e-6)
+
+
+def test_semantic_masks_give_each_pixel_the_class_of_its_smallest_instance():
+    from yolo_data.integrations.ultralytics_batch import semantic_masks
+    # image 0: a big instance (class 3) under a small one (class 5); image 1: one instance (class 2);
+    # image 2: none
+    big, small, other = np.zeros((3, 4, 4), np.uint8)
+    big[:, :3], small[1:3, 1:3] = 1, 1  # noqa (broadcast assignments)
+    other[0, 0] = 1
+    targets = torch.tensor([[0, 3, 0, 0, 0, 0], [0, 5, 0, 0, 0, 0], [1, 2, 0, 0, 0, 0]], dtype=torch.float32)
+    per_instance = torch.from_numpy(np.stack([big, small, other]))
+    want = np.zeros((3, 4, 4), np.float32)
+    want[0][big > 0] = 3
+    want[0][small > 0] = 5
+    want[1][other > 0] = 2
+    np.testing.assert_array_equal(semantic_masks(per_instance, targets, 3, overlap=False).numpy(), want)
+    overlap = torch.zeros((3, 4, 4), dtype=torch.uint8)  # rows in mask order: 1 = big, 2 = small (on top)
+    overlap[0][torch.from_numpy(big > 0)] = 1
+    overlap[0][torch.from_numpy(small > 0)] = 2
+    overlap[1][torch.from_numpy(other > 0)] = 1
+    np.testing.assert_array_equal(semantic_masks(overlap, targets, 3, overlap=True).numpy(), want)

@@ -12,7 +12,6 @@ there makes a pose dataset.  Nothing here reads files.
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
@@ -22,9 +21,6 @@ import numpy as np
 from .boxes import xywhn_to_xyxy
 from .sample import Points, Sample, box_polygons
 from .settings import TargetSettings
-
-LOGGER = logging.getLogger("yolo_data")
-
 
 @dataclass(frozen=True)
 class LabelTask:
