@@ -1,6 +1,8 @@
 """Training-loader throughput: yolo_data against YOLOv5 7.0 and Ultralytics 8.x, same data, same settings.
 
     python benchmarks/bench_train.py                 # full run (about 10-15 min, 2 cores; benchmark environment)
+    python benchmarks/bench_train.py --task segment  # segmentation loaders, coco128-seg
+    python benchmarks/bench_train.py --task segment --datasets coco128-seg synthetic --synthetic-objects 20 60
     python benchmarks/bench_train.py --quick         # coco128, tiny
     python benchmarks/bench_train.py --datasets coco128 --workers 2 --images 160 --repeats 5
     python benchmarks/bench_train.py --libraries yolo_data yolo_data_4dec   # any environment with yolo_data
@@ -10,7 +12,18 @@ The peers are imported only when named in ``--libraries`` (default: all but yolo
 with simplejpeg switched off), and a missing one stops
 the run with one line before anything is measured.
 
-What is measured, per dataset x workers x library:
+``--task`` picks the loaders (default detect):
+
+* detect: ``yolo_data.create_dataloader``, YOLOv5's ``utils.dataloaders.create_dataloader``, Ultralytics'
+  ``build_yolo_dataset`` with task='detect';
+* segment: ``yolo_data.segment.create_dataloader`` and YOLOv5's ``utils.segment.dataloaders.create_dataloader``
+  (batches ``(imgs, targets, paths, shapes, masks)``) with overlap_mask=True and mask_downsample_ratio=4,
+  Ultralytics' ``build_yolo_dataset`` with task='segment', overlap_mask=True, mask_ratio=4 (as its
+  SegmentationTrainer / SegmentationValidator build theirs; batches carry 'masks').  Default dataset
+  coco128-seg; ``--datasets synthetic`` is then the generated set with polygon labels (the outlines of the
+  drawn shapes), ``--synthetic-objects MIN MAX`` objects per image (e.g. 20 60 for dense scenes).
+
+Everything else is the same for both tasks.  What is measured, per dataset x workers x library:
 
 * the training loader as each library's own ``create_dataloader`` / ``build_dataloader`` makes it:
   augment=True with hyp.scratch-low (mosaic 1.0, mixup 0, copy-paste 0, HSV, translate 0.1, scale 0.5,
@@ -40,10 +53,11 @@ What is measured, per dataset x workers x library:
   timed window, divided by the images.  Time the VM is not scheduled lowers img/s but not this, so
   on a shared host it is the steadier comparison (CPU-bound loaders: ratios agree with img/s).
 
-Datasets: coco128 (under ``--root`` or $YOLO_DATA_BENCH_DATA, default ../shared/datasets; only read)
-and a generated COCO-like set of ``--synthetic-n`` images (benchmarks/make_synthetic.py; reused from
-``--synthetic-root`` or $YOLO_DATA_BENCH_SYNTHETIC, default yolo_data_bench in the system temp folder,
-when a complete one with the same settings is there, generated otherwise), or any dataset yaml given
+Datasets: coco128 (segment: coco128-seg; under ``--root`` or $YOLO_DATA_BENCH_DATA, default
+../shared/datasets; only read) and a generated COCO-like set of ``--synthetic-n`` images
+(benchmarks/make_synthetic.py; reused from ``--synthetic-root`` or $YOLO_DATA_BENCH_SYNTHETIC, default
+yolo_data_bench in the system temp folder, when a complete one with the same settings is there, generated
+otherwise), or any dataset yaml given
 with ``--data`` (its ``train`` split, one folder).  Each library gets its own
 copy of each dataset inside a temporary folder (all three write a label cache beside the labels):
 labels and yaml are copied; images are hard links for the generated set and ``--data`` sets, and real
@@ -87,6 +101,13 @@ STRIDE = 32
 IMGSZ = 640
 TRAIN_BATCH = 16
 VAL_BATCH = 32
+TASKS = ("detect", "segment")
+TASK_WORDS = {"detect": "detection", "segment": "segmentation"}
+LOADER_WORDS = {"detect": "yolo_data.create_dataloader, YOLOv5 utils.dataloaders.create_dataloader, Ultralytics "
+                          "build_yolo_dataset task='detect'",
+                "segment": "yolo_data.segment.create_dataloader, YOLOv5 utils.segment.dataloaders.create_dataloader, "
+                           "Ultralytics build_yolo_dataset task='segment'"}
+MASK_RATIO = 4  # segment: masks at 1/4 of the image side, overlap_mask=True (YOLOv5-seg's and Ultralytics' defaults)
 AUG_KEYS = ("hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective", "flipud",
             "fliplr", "mosaic", "mixup", "copy_paste")
 
@@ -103,11 +124,15 @@ class Libs:
     ul_get_cfg: Callable
     ul_default_cfg: object
     versions: Dict[str, str]
+    task: str = "detect"  # which loaders yd_create / v5_create are, and what build_loader asks for
 
 
-def import_libraries(only=None) -> Libs:
+def import_libraries(only=None, task: str = "detect") -> Libs:
     """Import the libraries (all of them, or only those named in ``only``: e.g. a process that measures
-    one library's memory must not carry the others' imports).  Callables of libraries left out are None."""
+    one library's memory must not carry the others' imports), with the ``task``'s create_dataloader of
+    yolo_data and YOLOv5.  Callables of libraries left out are None."""
+    if task not in TASKS:
+        raise ValueError(f"task {task!r}: one of {TASKS}")
     want = set(LIBS if only is None else only)
     common.require("bench_train.py", *(PEERS[lib] for lib in sorted(want & set(PEERS))))
     import cv2
@@ -118,7 +143,10 @@ def import_libraries(only=None) -> Libs:
     if "yolov5" in want:
         ensure_pkg_resources()
         import yolov5
-        from yolov5.utils.dataloaders import create_dataloader as v5_create
+        if task == "segment":
+            from yolov5.utils.segment.dataloaders import create_dataloader as v5_create
+        else:
+            from yolov5.utils.dataloaders import create_dataloader as v5_create
         logging.getLogger("yolov5").setLevel(logging.ERROR)
     if "ultralytics" in want:
         import ultralytics
@@ -127,7 +155,10 @@ def import_libraries(only=None) -> Libs:
         logging.getLogger("ultralytics").setLevel(logging.ERROR)
     if want & {"yolo_data", "yolo_data_4dec", "yolo_data_cv2"}:
         import yolo_data
-        from yolo_data import create_dataloader as yd_create
+        if task == "segment":
+            from yolo_data.segment import create_dataloader as yd_create
+        else:
+            from yolo_data import create_dataloader as yd_create
         # yolo_data's warnings stay visible (on the real stderr), the others' notices go to LIBRARY_LOG
         handler = logging.StreamHandler(sys.__stderr__)
         handler.setFormatter(logging.Formatter("yolo_data %(levelname)s: %(message)s"))
@@ -142,7 +173,7 @@ def import_libraries(only=None) -> Libs:
         versions["yolov5"] = getattr(yolov5, "__version__", "?")
     if "ultralytics" in want:
         versions["ultralytics"] = ultralytics.__version__
-    return Libs(yd_create, v5_create, ul_build_dataset, ul_build_loader, ul_get_cfg, ul_default_cfg, versions)
+    return Libs(yd_create, v5_create, ul_build_dataset, ul_build_loader, ul_get_cfg, ul_default_cfg, versions, task)
 
 
 # -- decode counter ------------------------------------------------------------------------------------
@@ -226,14 +257,23 @@ def source_from_yaml(name: str, yaml_path: Path, link: bool) -> Source:
     return Source(name, yaml_path, images, labels, names, link)
 
 
-def resolve_sources(datasets, root, synthetic_n: int, synthetic_root=None, yamls=()) -> List[Source]:
+def resolve_sources(datasets, root, synthetic_n: int, synthetic_root=None, yamls=(), task: str = "detect",
+                    synthetic_objects=None) -> List[Source]:
     """``root``: the datasets folder (None: $YOLO_DATA_BENCH_DATA or ../shared/datasets); ``yamls``: more
-    dataset yamls, each named by its file's stem (by its folder's name where two stems are the same)."""
+    dataset yamls, each named by its file's stem (by its folder's name where two stems are the same).
+    'synthetic' is the generated set: polygon labels for the segment task, ``synthetic_objects`` (min, max)
+    objects per image (None: make_synthetic's default)."""
     out = [source_from_yaml(Path(y).stem, Path(y).resolve(), link=True) for y in yamls]
     for ds in datasets:
         if ds == "synthetic":
-            yaml_path = common.synthetic_set(synthetic_n, root=synthetic_root)
-            out.append(source_from_yaml(f"synthetic{synthetic_n}", yaml_path, link=True))
+            import make_synthetic
+            seg = task == "segment"
+            objects = tuple(synthetic_objects or make_synthetic.OBJECTS)
+            yaml_path = common.synthetic_set(synthetic_n, root=synthetic_root, objects=objects, segments=seg)
+            name = f"synthetic{'-seg' if seg else ''}{synthetic_n}"
+            if objects != make_synthetic.OBJECTS:
+                name += f"-obj{objects[0]}-{objects[1]}"
+            out.append(source_from_yaml(name, yaml_path, link=True))
         else:
             d = common.dataset(ds, root)
             yamls = sorted(d.glob("*.yaml"))
@@ -283,13 +323,17 @@ def copy_for(src: Source, dst_root: Path) -> DatasetCopy:
 
 # -- building loaders --------------------------------------------------------------------------------
 def build_loader(libs: Libs, lib: str, ds: DatasetCopy, mode: str, workers: int, hyp: dict):
-    """(loader, dataset) as the library's own training (mode 'train') or validation ('val') code makes it."""
+    """(loader, dataset) as the library's own training (mode 'train') or validation ('val') code makes it,
+    for the task ``libs`` was imported for (segment: masks 1/MASK_RATIO of the image side, overlapping)."""
     train = mode == "train"
     batch = TRAIN_BATCH if train else VAL_BATCH
+    segment = libs.task == "segment"
     if lib in ("yolo_data", "yolo_data_4dec", "yolo_data_cv2", "yolov5"):
         ours = lib.startswith("yolo_data")
         kw = dict(single_cls=False, cache=IMAGE_CACHE["mode"], rank=-1, workers=workers, image_weights=False, quad=False,
                   seed=0)
+        if segment:  # YOLOv5-seg's signature, in yolo_data.segment too
+            kw.update(mask_downsample_ratio=MASK_RATIO, overlap_mask=True)
         if ours:
             kw.update(batch_partners=lib != "yolo_data_4dec")  # 4dec: partners from the whole dataset, as YOLOv5
         if train:
@@ -301,10 +345,12 @@ def build_loader(libs: Libs, lib: str, ds: DatasetCopy, mode: str, workers: int,
         return create(str(ds.images), IMGSZ, batch, STRIDE, **kw)
     # ultralytics: the trainer's build_dataset + get_dataloader, without the trainer
     import torch
-    overrides = dict(task="detect", mode="train", imgsz=IMGSZ, batch=batch, workers=workers, cache=IMAGE_CACHE["mode"],
+    overrides = dict(task=libs.task, mode="train", imgsz=IMGSZ, batch=batch, workers=workers, cache=IMAGE_CACHE["mode"],
                      rect=not train, single_cls=False, fraction=1.0, close_mosaic=0, cutmix=0.0, bgr=0.0,
                      copy_paste_mode="flip", classes=None)
     overrides.update({k: hyp[k] for k in AUG_KEYS})
+    if segment:
+        overrides.update(mask_ratio=MASK_RATIO, overlap_mask=True)
     cfg = libs.ul_get_cfg(libs.ul_default_cfg, overrides)
     data = {"names": dict(ds.names), "nc": len(ds.names), "channels": 3, "path": str(ds.images.parents[1])}
     dataset = libs.ul_build_dataset(cfg, str(ds.images), batch, data, mode="train" if train else "val",
@@ -401,11 +447,15 @@ def ratio(a: List[float], b: List[float]) -> str:
 
 def report(results: Dict[Tuple[str, str], Dict[str, List[Measurement]]], errors: List[str], libs_used,
            args, machine: str, loads: Tuple[str, str], sources: List[Source], n_images: Dict[str, int]) -> None:
-    print("### Training dataloader throughput (img/s, higher is better)\n")
+    task = TASK_WORDS[args.task]
+    print(f"### Training dataloader throughput, {task} (img/s, higher is better)\n")
     print(f"**Machine:** {machine}  ")
     print(f"Load average (1/5/15 min) at start {loads[0]}, at end {loads[1]}.  ")
     val = "" if args.no_val else (f"  **Val loader:** augment off, rect, pad 0.5, batch {VAL_BATCH}, "
                                   f"{args.val_workers} workers, no shuffle, same (train) images.")
+    masks = (f", masks 1/{MASK_RATIO} of the image side, overlap_mask (one mask per image)"
+             if args.task == "segment" else "")
+    print(f"**Task:** {args.task} ({LOADER_WORDS[args.task]}){masks}.  ")
     print(f"**Train loader:** augment, hyp.scratch-low (mosaic 1.0, mixup 0, copy-paste 0), imgsz {IMGSZ}, "
           f"batch {TRAIN_BATCH}, shuffle, image cache {IMAGE_CACHE['mode'] or 'none'}, rect False.{val}  ")
     print(f"Each measurement: fresh dataset + loader, max({args.warmup}, workers) warm-up batches untimed, then "
@@ -475,13 +525,18 @@ def report(results: Dict[Tuple[str, str], Dict[str, List[Measurement]]], errors:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", choices=TASKS, default="detect",
+                   help="which training loaders: detect (default) or segment (YOLOv5-seg's create_dataloader, "
+                        "Ultralytics' task='segment'; masks 1/4, overlap_mask)")
     p.add_argument("--datasets", nargs="+", default=None,
-                   help="'synthetic' (generated set) and/or folder names under --root (default: coco128 synthetic, "
-                        "none with --data)")
+                   help="'synthetic' (generated set; polygon labels with --task segment) and/or folder names under "
+                        "--root (default: coco128 synthetic; segment: coco128-seg; none with --data)")
     p.add_argument("--data", nargs="+", type=Path, default=[], help="dataset yamls to measure too (their train split)")
     p.add_argument("--root", type=Path, default=None,
                    help="folder holding coco128 etc., only read (default $YOLO_DATA_BENCH_DATA or ../shared/datasets)")
     p.add_argument("--synthetic-n", type=int, default=2000, help="images in the generated set (default 2000)")
+    p.add_argument("--synthetic-objects", type=int, nargs=2, default=None, metavar=("MIN", "MAX"),
+                   help="objects per generated image (default 1 15; e.g. 20 60 for dense segmentation scenes)")
     p.add_argument("--synthetic-root", type=Path, default=None,
                    help="where generated sets are kept (default $YOLO_DATA_BENCH_SYNTHETIC or <temp>/yolo_data_bench)")
     p.add_argument("--workers", type=int, nargs="+", default=[2, 0], help="training loader workers (default: 2 0)")
@@ -494,15 +549,17 @@ def parse_args(argv=None):
     p.add_argument("--no-val", action="store_true", help="skip the validation-style loader")
     p.add_argument("--no-count-decodes", action="store_true", help="do not wrap the decoders")
     p.add_argument("--quick", action="store_true",
-                   help="smoke test: coco128 only, 64 images, 1 round (overrides those options)")
+                   help="smoke test: coco128 (segment: coco128-seg) only, 64 images, 1 round (overrides those "
+                        "options)")
     p.add_argument("--verbose", action="store_true", help="show what the libraries print")
     p.add_argument("--cache", choices=["none", "ram"], default="none",
                    help="image cache for every library (ram: yolo_data shares one copy per node)")
     args = p.parse_args(argv)
+    real = "coco128-seg" if args.task == "segment" else "coco128"
     if args.datasets is None:
-        args.datasets = [] if args.data else ["coco128", "synthetic"]
+        args.datasets = [] if args.data else [real] + (["synthetic"] if args.task == "detect" else [])
     if args.quick:
-        args.datasets, args.images, args.repeats = ["coco128"], 64, 1
+        args.datasets, args.images, args.repeats = [real], 64, 1
     return args
 
 
@@ -518,10 +575,11 @@ def main(argv=None) -> int:
         isolate_environment(tmp, "bench_train")
         import yaml
         with library_output(args.verbose):
-            libs = import_libraries(args.libraries)
+            libs = import_libraries(args.libraries, args.task)
         hyp = yaml.safe_load(HYP_FILE.read_text(encoding="utf-8"))
         machine = machine_line(libs)
-        sources = resolve_sources(args.datasets, args.root, args.synthetic_n, args.synthetic_root, args.data)
+        sources = resolve_sources(args.datasets, args.root, args.synthetic_n, args.synthetic_root, args.data,
+                                  args.task, args.synthetic_objects)
         copies: Dict[Tuple[str, str], DatasetCopy] = {}
         errors: List[str] = []
         n_images: Dict[str, int] = {}

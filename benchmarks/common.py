@@ -81,15 +81,21 @@ def synthetic_root(arg=None) -> Path:
 
 
 def synthetic_set(n: int = 2000, seed: int = 0, size: int = 640, quality: int = 90, root=None,
-                  say: Callable[[str], None] = None) -> Path:
+                  say: Callable[[str], None] = None, objects=None, segments: bool = False) -> Path:
     """The data.yaml of the generated set with these settings under ``synthetic_root(root)``, generated
-    (a few minutes for 2,000 images) only when no complete one is there."""
+    (a few minutes for 2,000 images) only when no complete one is there.  ``objects`` (min, max) per
+    image (None: make_synthetic's 1-15) and ``segments`` (polygon labels) name a set of their own."""
     import make_synthetic
     say = say or log
-    out = synthetic_root(root) / f"synthetic-n{n}-seed{seed}-{size}px-q{quality}"
-    want = {"splits": {"train": n}, "seed": seed, "size": size, "quality": quality}
+    objects = list(objects or make_synthetic.OBJECTS)
+    extra = ("-seg" if segments else "") + ("" if objects == list(make_synthetic.OBJECTS)
+                                            else f"-obj{objects[0]}-{objects[1]}")
+    out = synthetic_root(root) / f"synthetic-n{n}-seed{seed}-{size}px-q{quality}{extra}"
+    want = {"splits": {"train": n}, "seed": seed, "size": size, "quality": quality, "objects": objects,
+            "segments": segments}
     have = make_synthetic.dataset_settings(out)
-    if have and all(have.get(k) == v for k, v in want.items()) \
+    made_before = {"objects": list(make_synthetic.OBJECTS), "segments": False}  # sets older than these keys
+    if have and all(have.get(k, made_before.get(k)) == v for k, v in want.items()) \
             and sum(1 for _ in (out / "images" / "train").iterdir()) == n:
         say(f"reusing {out} ({have['mean_kb']:.0f} KB/image, generated in {have['seconds']} s)")
         return out / "data.yaml"
@@ -98,6 +104,7 @@ def synthetic_set(n: int = 2000, seed: int = 0, size: int = 640, quality: int = 
     # process that made it, which a benchmark would then count as a leftover child
     subprocess.run([sys.executable, str(HERE / "make_synthetic.py"), str(out), "--n", str(n), "--seed", str(seed),
                     "--size", str(size), "--quality", str(quality), "--workers", str(min(2, os.cpu_count() or 1)),
+                    "--objects", str(objects[0]), str(objects[1]), *(["--segments"] if segments else []),
                     "--overwrite"], check=True, stdout=sys.stderr)
     st = make_synthetic.dataset_settings(out)
     say(f"generated in {st['seconds']} s, {st['mean_kb']:.0f} KB/image")

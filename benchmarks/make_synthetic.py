@@ -1,6 +1,7 @@
-"""Generate a synthetic, COCO-like YOLO detection dataset for benchmarks and tests.
+"""Generate a synthetic, COCO-like YOLO detection (or segmentation) dataset for benchmarks and tests.
 
     python benchmarks/make_synthetic.py OUT --n 2000 [--val 0] [--seed 0] [--size 640] [--quality 90]
+    python benchmarks/make_synthetic.py OUT --n 2000 --segments --objects 20 60   # polygons, dense scenes
 
 Layout (YOLOv5 style)::
 
@@ -13,9 +14,13 @@ low-frequency "scene" noise, textured and shaded shapes, optical blur and sensor
 640-px JPEG at quality 90 weighs roughly 120-180 KB like a COCO image (flat colours would compress to
 a few KB and make every I/O number look far too good).
 
-Every image has 1-15 objects.  Each label row is ``class x y w h`` (normalised, 6 decimals) and is the
-exact pixel extent of the shape as drawn, clipped to the image.  Class frequencies are skewed like
-COCO's (class 0 "person" is by far the most common).
+Every image has 1-15 objects (``--objects MIN MAX``).  Each label row is ``class x y w h`` (normalised,
+6 decimals) and is the exact pixel extent of the shape as drawn, clipped to the image.  With
+``--segments`` a row is ``class x1 y1 x2 y2 ...`` instead: the outline of the drawn shape (its largest
+part where the image edge cuts it in two), through the centres of its border pixels, simplified to
+within 1 pixel (cv2.findContours + approxPolyDP), as YOLOv5-seg and Ultralytics read segment labels.
+Class frequencies are skewed like COCO's (class 0 "person" is by far the most common).  The default
+settings write exactly what they wrote before these options existed.
 
 Randomness: each image gets its own ``numpy.random.Generator`` derived from (seed, split, index) with
 ``SeedSequence``, so the output is identical whatever the number of worker processes or their order.
@@ -59,6 +64,7 @@ _ASPECTS = [((1.0, 0.75), 0.36), ((1.0, 0.667), 0.22), ((0.75, 1.0), 0.16), ((0.
 _CLASS_P = 1.0 / np.arange(1, NC + 1) ** 1.1
 _CLASS_P /= _CLASS_P.sum()
 
+OBJECTS = (1, 15)  # default (min, max) objects per image
 MARKER = ".make_synthetic.json"  # written last: its presence means the dataset is complete
 
 # Tuned so that the mean JPEG at 640 px / quality 90 lands near 150 KB (see the module docstring).
@@ -172,9 +178,24 @@ def _class_colour(rng: np.random.Generator, cls: int) -> np.ndarray:
     return cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR)[0, 0].astype(np.float32)
 
 
-def _draw_object(rng: np.random.Generator, img: np.ndarray, cls: int) -> Optional[Tuple[int, int, int, int]]:
+def _outline(mask: np.ndarray) -> np.ndarray:
+    """(k, 2) float pixel coordinates (x, y) of the outline of the largest part of a 0/255 mask, through
+    its border pixels' centres, simplified to within 1 pixel; the mask's box corners when that leaves
+    fewer than 3 points (a shape 1-2 pixels thin)."""
+    contours, _ = cv2.findContours(mask, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+    c = max(contours, key=cv2.contourArea)
+    pts = cv2.approxPolyDP(c, 1.0, True).reshape(-1, 2).astype(np.float64) + 0.5
+    if len(pts) < 3:
+        h, w = mask.shape
+        pts = np.array([[0, 0], [w, 0], [w, h], [0, h]], np.float64)
+    return pts
+
+
+def _draw_object(rng: np.random.Generator, img: np.ndarray, cls: int,
+                 outline: bool = False) -> Optional[Tuple[Tuple[int, int, int, int], Optional[np.ndarray]]]:
     """Draw one object into ``img`` (float32, in place); return its pixel box x0, y0, x1, y1 (exclusive
-    ends) measured from the drawn mask, so the label is exactly where the shape is, clipped."""
+    ends) measured from the drawn mask, so the label is exactly where the shape is, clipped, and with
+    ``outline`` the (k, 2) pixel outline of the drawn mask (else None).  No extra random draws either way."""
     h, w = img.shape[:2]
     # COCO-like size spread: many small objects, some large (side as a fraction of the long side).
     side = float(np.exp(rng.uniform(np.log(0.04), np.log(0.75)))) * max(w, h)
@@ -199,23 +220,29 @@ def _draw_object(rng: np.random.Generator, img: np.ndarray, cls: int) -> Optiona
     roi = img[y0:y1, x0:x1]
     roi *= 1 - alpha
     roi += alpha * tex
-    return x0, y0, x1, y1
+    return (x0, y0, x1, y1), (_outline(mask) + (x0, y0) if outline else None)
 
 
-Label = Tuple[int, float, float, float, float]  # class, x, y, w, h (normalised)
+Label = Tuple[int, Sequence[float]]  # class, normalised (x, y, w, h) or polygon (x1, y1, x2, y2, ...)
 
 
-def synth_image(rng: np.random.Generator, size: int) -> Tuple[np.ndarray, List[Label]]:
-    """One photo-like BGR uint8 image and its labels [(class, x, y, w, h) normalised]."""
+def synth_image(rng: np.random.Generator, size: int, objects: Tuple[int, int] = OBJECTS,
+                segments: bool = False) -> Tuple[np.ndarray, List[Label]]:
+    """One photo-like BGR uint8 image and its labels: (class, (x, y, w, h)) normalised, or with
+    ``segments`` (class, (x1, y1, x2, y2, ...)) the shape's outline normalised; ``objects`` = (min, max)
+    objects drawn (fewer labels where a shape falls wholly outside)."""
     w, h = _image_size(rng, size)
     img = _background(rng, h, w)
     labels = []
-    for cls in rng.choice(NC, size=int(rng.integers(1, 16)), p=_CLASS_P):
-        box = _draw_object(rng, img, int(cls))
-        if box is None:
+    for cls in rng.choice(NC, size=int(rng.integers(objects[0], objects[1] + 1)), p=_CLASS_P):
+        drawn = _draw_object(rng, img, int(cls), outline=segments)
+        if drawn is None:
             continue
-        x0, y0, x1, y1 = box
-        labels.append((int(cls), (x0 + x1) / 2 / w, (y0 + y1) / 2 / h, (x1 - x0) / w, (y1 - y0) / h))
+        (x0, y0, x1, y1), outline = drawn
+        if segments:
+            labels.append((int(cls), tuple((outline / (w, h)).ravel())))
+        else:
+            labels.append((int(cls), ((x0 + x1) / 2 / w, (y0 + y1) / 2 / h, (x1 - x0) / w, (y1 - y0) / h)))
     # A touch of lens blur (soft object edges), then sensor grain.
     img = cv2.GaussianBlur(img, (0, 0), rng.uniform(0.3, 0.6))
     img += GRAIN_SIGMA * rng.standard_normal(img.shape, dtype=np.float32)
@@ -223,18 +250,19 @@ def synth_image(rng: np.random.Generator, size: int) -> Tuple[np.ndarray, List[L
 
 
 def label_text(labels: Sequence[Label]) -> str:
-    """YOLO label file text: ``class x y w h`` per row, coordinates with 6 decimals, clipped to [0, 1]."""
+    """YOLO label file text: ``class x y w h`` (or ``class x1 y1 x2 y2 ...``) per row, coordinates with 6
+    decimals, clipped to [0, 1]."""
     rows = []
-    for cls, *xywh in labels:
-        rows.append(f"{cls} " + " ".join(f"{min(max(v, 0.0), 1.0):.6f}" for v in xywh))
+    for cls, coords in labels:
+        rows.append(f"{cls} " + " ".join(f"{min(max(v, 0.0), 1.0):.6f}" for v in coords))
     return "\n".join(rows) + "\n"
 
 
 # -- writing ----------------------------------------------------------------------------------------
 def _write_one(args) -> Tuple[int, int]:
-    """Worker: synthesise, encode and write one image and its label file -> (jpeg bytes, boxes)."""
-    out, split, split_id, index, seed, size, quality = args
-    img, labels = synth_image(_image_rng(seed, split_id, index), size)
+    """Worker: synthesise, encode and write one image and its label file -> (jpeg bytes, objects)."""
+    out, split, split_id, index, seed, size, quality, objects, segments = args
+    img, labels = synth_image(_image_rng(seed, split_id, index), size, objects, segments)
     ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
     if not ok:
         raise RuntimeError(f"JPEG encoding failed for image {index}")
@@ -280,18 +308,24 @@ def _prepare(out: Path, splits: Dict[str, int], overwrite: bool) -> None:
 
 
 def make_dataset(out, n: int, val: int = 0, seed: int = 0, size: int = 640, quality: int = 90,
-                 workers: int = 2, overwrite: bool = False, verbose: bool = False) -> Path:
+                 workers: int = 2, overwrite: bool = False, verbose: bool = False, objects=OBJECTS,
+                 segments: bool = False) -> Path:
     """Write ``n`` train (and ``val`` val) images with labels into ``out``; return the data.yaml path.
+    ``objects``: (min, max) objects per image; ``segments``: polygon labels (module docstring).
 
     ``workers`` processes share the work (1: in this process).  The output depends only on
-    (n, val, seed, size, quality), never on ``workers``.  A file ``out/.make_synthetic.json`` with the
-    settings and stats is written last, so its presence marks a complete dataset.
+    (n, val, seed, size, quality, objects, segments), never on ``workers``.  A file
+    ``out/.make_synthetic.json`` with the settings and stats is written last, so its presence marks a
+    complete dataset.
     """
     out = Path(out)
+    objects = (int(objects[0]), int(objects[1]))
+    if not 0 <= objects[0] <= objects[1]:
+        raise ValueError(f"objects={objects}: need 0 <= min <= max")
     splits = {"train": int(n)} if not val else {"train": int(n), "val": int(val)}
     _prepare(out, splits, overwrite)
     t0 = time.perf_counter()
-    jobs = [(str(out), split, sid, i, int(seed), int(size), int(quality))
+    jobs = [(str(out), split, sid, i, int(seed), int(size), int(quality), objects, bool(segments))
             for sid, (split, count) in enumerate(splits.items()) for i in range(count)]
     if workers > 1 and len(jobs) > 1:
         # spawn, not fork: a process that already ran OpenCV (a test, or make_dataset with
@@ -307,11 +341,12 @@ def make_dataset(out, n: int, val: int = 0, seed: int = 0, size: int = 640, qual
     stats = {"images": len(results), "splits": splits, "seed": int(seed), "size": int(size),
              "quality": int(quality), "bytes": int(sizes.sum()), "mean_kb": float(sizes.mean() / 1024),
              "min_kb": float(sizes.min() / 1024), "max_kb": float(sizes.max() / 1024), "boxes": boxes,
-             "seconds": round(seconds, 2), "workers": int(workers)}
+             "objects": list(objects), "segments": bool(segments), "seconds": round(seconds, 2),
+             "workers": int(workers)}
     (out / MARKER).write_text(json.dumps(stats, indent=1) + "\n", encoding="utf-8")
     if verbose:
         print(f"{stats['images']} images ({', '.join(f'{k} {v}' for k, v in splits.items())}), "
-              f"{boxes} boxes ({boxes / len(results):.1f}/image) in {out}")
+              f"{boxes} {'polygons' if segments else 'boxes'} ({boxes / len(results):.1f}/image) in {out}")
         print(f"total {sizes.sum() / 1e6:.1f} MB, mean {stats['mean_kb']:.1f} KB/image "
               f"(min {stats['min_kb']:.0f}, max {stats['max_kb']:.0f}), {seconds:.1f} s "
               f"({len(results) / seconds:.0f} images/s, {workers} processes)")
@@ -335,6 +370,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--size", type=int, default=640, help="long side in pixels (default 640)")
     p.add_argument("--quality", type=int, default=90, help="JPEG quality (default 90)")
     p.add_argument("--workers", type=int, default=2, help="processes (default 2)")
+    p.add_argument("--objects", type=int, nargs=2, default=list(OBJECTS), metavar=("MIN", "MAX"),
+                   help="objects drawn per image (default 1 15)")
+    p.add_argument("--segments", action="store_true", help="polygon labels (the drawn outlines) instead of boxes")
     p.add_argument("--overwrite", action="store_true", help="replace existing split folders in OUT")
     return p.parse_args(argv)
 
@@ -343,8 +381,9 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     try:
         yaml_path = make_dataset(a.out, a.n, val=a.val, seed=a.seed, size=a.size, quality=a.quality,
-                                 workers=a.workers, overwrite=a.overwrite, verbose=True)
-    except FileExistsError as e:
+                                 workers=a.workers, overwrite=a.overwrite, verbose=True, objects=a.objects,
+                                 segments=a.segments)
+    except (FileExistsError, ValueError) as e:
         print(f"make_synthetic: {e}", file=sys.stderr)
         return 2
     print(f"wrote {yaml_path}")

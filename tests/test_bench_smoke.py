@@ -172,6 +172,64 @@ def test_bench_train_yolo_data_only(tiny, tmp_path):
     assert "CPU ms/img" in out and f"Datasets: {name} ({N} images)." in out
 
 
+SEG_OBJECTS = (20, 40)  # a dense segmentation set: many polygons per image
+
+
+@pytest.fixture(scope="module")
+def tiny_seg(tiny):
+    """A generated set of N images with 20-40 polygon labels each, where bench_train's ``--task segment
+    --datasets synthetic --synthetic-objects 20 40`` looks for it (the name common.synthetic_set gives)."""
+    out = tiny["synthetic"] / f"{SYNTHETIC}-seg-obj{SEG_OBJECTS[0]}-{SEG_OBJECTS[1]}"
+    p = run_all([sys.executable, str(BENCH / "make_synthetic.py"), str(out), "--n", str(N), "--workers", "1",
+                 "--segments", "--objects", *map(str, SEG_OBJECTS)], 120, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return out
+
+
+def test_synthetic_segments_are_polygons_of_many_objects(tiny_seg):
+    rows = [line.split() for f in sorted((tiny_seg / "labels" / "train").glob("*.txt"))
+            for line in f.read_text().splitlines()]
+    assert len(rows) >= N * SEG_OBJECTS[0] * 0.9  # a shape wholly outside the image is dropped (rare)
+    for row in rows:
+        coords = [float(v) for v in row[1:]]
+        assert len(coords) >= 6 and len(coords) % 2 == 0 and all(0 <= v <= 1 for v in coords), row
+
+
+def test_bench_train_segment_yolo_data_only(tiny, tiny_seg, tmp_path):
+    rc, out, err = run(tiny, tmp_path, "bench_train.py", "--task", "segment", "--libraries", "yolo_data",
+                       "--datasets", "synthetic", "--synthetic-n", N, "--synthetic-objects", *SEG_OBJECTS,
+                       "--workers", 1, "--val-workers", 1, "--images", N, "--repeats", 1)
+    ok(rc, out, err, "bench_train.py")
+    assert f"reusing {tiny_seg}" in err, err  # the polygon set of the fixture, not a generated box set
+    assert "### Training dataloader throughput, segmentation" in out
+    assert "**Task:** segment (yolo_data.segment.create_dataloader" in out and "overlap_mask" in out
+    assert not [line for line in err.splitlines() if "leftover child" in line], err
+    name = f"synthetic-seg{N}-obj{SEG_OBJECTS[0]}-{SEG_OBJECTS[1]}"
+    lines = [line for line in out.splitlines() if line.startswith(f"| {name} | ")]
+    assert len(lines) == 6, out  # train and val in each of the three tables
+    for line in lines:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        assert float(cells[2].split()[0]) > 0, line  # img/s, decodes per image, CPU ms per image
+
+
+def test_bench_train_segment_loaders_yield_masks(tiny_seg, tmp_path, monkeypatch):
+    """build_loader for the segment task: yolo_data.segment's batches (imgs, targets, paths, shapes, masks),
+    one overlapping mask per image at 1/4 of the side, in training and validation mode."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import bench_train
+    from yolo_data.segment import create_dataloader
+    libs = bench_train.Libs(create_dataloader, None, None, None, None, None, {}, task="segment")
+    src = bench_train.source_from_yaml("seg", tiny_seg / "data.yaml", link=True)
+    ds = bench_train.copy_for(src, tmp_path / "copy")
+    hyp = {}  # yolo_data reads bench_train.HYP_FILE itself
+    for mode, batch in (("train", bench_train.TRAIN_BATCH), ("val", N)):
+        loader, _ = bench_train.build_loader(libs, "yolo_data", ds, mode, 0, hyp)
+        imgs, targets, paths, shapes, masks = next(iter(loader))
+        assert len(imgs) == len(paths) == min(batch, N) and targets.shape[1] == 6 and len(targets) > len(imgs)
+        assert masks.shape == (len(imgs), imgs.shape[2] // 4, imgs.shape[3] // 4), (mode, masks.shape)
+        assert int(masks.max()) > 1  # instance numbers, not 0/1 masks
+
+
 def test_two_dataset_yamls_of_one_name_get_names_of_their_own(monkeypatch):
     """bench_train --data a/highres/highres.yaml b/highres200/highres.yaml: each its copy folder and rows."""
     monkeypatch.syspath_prepend(str(BENCH))
