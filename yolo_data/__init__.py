@@ -12,7 +12,7 @@ from .problems import LabelError
 from .settings import Settings
 from .yolov5 import create_dataloader
 from .torch_utils import init_torch_seeds, select_device, smart_DDP, time_synchronized
-from . import segment  # yolo_data.segment: YOLOv5-seg's create_dataloader
+from . import segment  # noqa: F401  (yolo_data.segment: YOLOv5-seg's create_dataloader)
 
 __version__ = "0.2.0"
 

@@ -29,8 +29,7 @@ from .formats import split_format
 from .imagecache import ImageCacheSpec, disk_candidates, normalise_mode, open_or_build
 from .images import ImageDecodeError, ImageSource
 from .index import SplitIndex, build_index
-from .mapping import DrawKey, EvalMapper, TrainMapper
-from .masks import MaskSpec
+from .mapping import DrawKey, make_mapper
 from .run import RunState
 from .sampling import ItemKey
 from .settings import Settings, as_settings, fraction_count
@@ -164,15 +163,8 @@ class YoloDataset(Dataset):
         self.images = open_images(self.split_labels, self.store, settings, self.run, prefix)
         self.image_cache = self.images.cache
         self._scratch = Scratch()
-        masks = MaskSpec.of(settings.targets)  # None unless the task is 'segment'
-        self.mapper = (TrainMapper(self.index, self.images, self.control.shared, self.control.albumentations,
-                                   self._scratch, prefix, scale_up=settings.scale_up, task=self.task, masks=masks)
-                       if self.augment else
-                       EvalMapper(self.index, self.images, scale_up=settings.scale_up, task=self.task, masks=masks))
-        if self.augment and not self.task.flips_lr and self.control.shared.given().cfg.fliplr:
-            LOGGER.warning(f"{prefix}{path}: no flip_idx for the keypoints (which one takes each one's place in "
-                           "a mirror image), so images are not flipped left-right; add flip_idx to the dataset "
-                           "yaml to flip them")
+        self.mapper = make_mapper(self.index, self.images, settings, self.task, self.control, self._scratch, prefix,
+                                  path)
 
     # -- YOLOv5's attributes, as views over the index -----------------------------------------------
     store = property(lambda self: self.index.store)

@@ -30,7 +30,7 @@ from .masks import MaskSpec, with_masks
 from .index import SplitIndex
 from .pipeline import draw_finish, flip_boxes, item_rng, mosaic_with_mixup, single_image_geometry
 from .sample import Sample
-from .task import LabelTask, batch_extras, object_extras, polygons_of
+from .task import LabelTask, batch_extras, object_extras, polygons_of, warn_unflipped
 from .tensors import BatchImages, Scratch, targets_of, write_letterboxed, write_rgb
 
 LOGGER = logging.getLogger("yolo_data")
@@ -224,3 +224,17 @@ class TrainMapper:
             except ImageReadError:  # an image went missing: this item takes the single-item path
                 items.append(self(i, key, out, k))
         return items
+
+
+def make_mapper(index: SplitIndex, images: ImageSource, settings, task: LabelTask, control, scratch: Scratch,
+                prefix: str = "", where: str = ""):
+    """The mapper ``settings`` (a Settings) ask for: a TrainMapper following ``control``
+    (augstate.AugmentControl: the hyp, changeable during the run) when augmenting, else an EvalMapper;
+    either carrying the ``task``'s extras and, for 'segment', masks.  ``where`` names the dataset in
+    the warning that pose data without flip_idx is not flipped left-right."""
+    masks = MaskSpec.of(settings.targets)  # None unless the task is 'segment'
+    if not settings.augment:
+        return EvalMapper(index, images, scale_up=settings.scale_up, task=task, masks=masks)
+    warn_unflipped(task, control.shared.given().cfg.fliplr, f"{prefix}{where}")
+    return TrainMapper(index, images, control.shared, control.albumentations, scratch, prefix,
+                       scale_up=settings.scale_up, task=task, masks=masks)

@@ -12,6 +12,7 @@ there makes a pose dataset.  Nothing here reads files.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
@@ -21,6 +22,8 @@ import numpy as np
 from .boxes import xywhn_to_xyxy
 from .sample import Points, Sample, box_polygons
 from .settings import TargetSettings
+
+LOGGER = logging.getLogger("yolo_data")
 
 @dataclass(frozen=True)
 class LabelTask:
@@ -41,6 +44,14 @@ class LabelTask:
         """Whether left-right flips keep the labels right: not for keypoints without a flip_idx (a
         left eye would become a right one)."""
         return self.name != "pose" or self.flip_idx is not None
+
+
+def warn_unflipped(task: LabelTask, fliplr: float, where: str) -> None:
+    """Say once, when building, that left-right flips (probability ``fliplr``) are off for pose data
+    without flip_idx (the mapper leaves them out)."""
+    if fliplr and not task.flips_lr:
+        LOGGER.warning(f"{where}: no flip_idx for the keypoints (which one takes each one's place in a mirror "
+                       "image), so images are not flipped left-right; add flip_idx to the dataset yaml to flip them")
 
 
 def resolve_task(targets: TargetSettings, kpt_shape=None, flip_idx=None, where: str = "") -> LabelTask:
