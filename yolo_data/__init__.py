@@ -14,7 +14,7 @@ from .yolov5 import create_dataloader
 from .torch_utils import init_torch_seeds, select_device, smart_DDP, time_synchronized
 from . import segment  # noqa: F401  (yolo_data.segment: YOLOv5-seg's create_dataloader)
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "create_dataloader", "torch_distributed_zero_first", "wait_for_the_master", "select_device",
