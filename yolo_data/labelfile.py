@@ -82,15 +82,10 @@ def too_large(what: str, size: str) -> str:
 def without_duplicates(labels: np.ndarray, segments: Optional[List[np.ndarray]], warnings: List[str]):
     """(labels, segments) with repeated rows removed as YOLOv5's loader removes them (unique rows in
     sorted order, so targets stay identical to its own), and a warning added when there were any."""
-    if len({row.tobytes() for row in labels + 0.0}) == len(labels):  # + 0.0: -0.0 equals 0.0
+    first = first_unique(labels, warnings)
+    if len(first) == len(labels):
         return labels, segments
-    _, first = np.unique(labels, axis=0, return_index=True)
-    if len(first) < len(labels):
-        warnings.append(f"{len(labels) - len(first)} duplicate label rows removed")
-        labels = labels[first]
-        if segments is not None:
-            segments = [segments[i] for i in first]
-    return labels, segments
+    return labels[first], None if segments is None else [segments[i] for i in first]
 
 
 def first_unique(rows: np.ndarray, warnings: List[str]) -> np.ndarray:

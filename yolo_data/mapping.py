@@ -145,10 +145,10 @@ class TrainMapper:
     def letterboxed(self, i: int):
         """Item ``i`` letterboxed to its shape: (Sample with pixel boxes, YOLOv5 shapes)."""
         img, plan, (h0, w0), (h, w) = _letterbox(self.index, self.images, i, scaleup=self.scale_up)
-        scale = np.array([plan.ratio[0] * w, plan.ratio[1] * h], np.float32)
         segments = _segments_on(self.index, self.task, i, plan, (h, w))
         shapes = (h0, w0), ((h / h0, w / w0), plan.pad)
-        extras = object_extras(self.task, self.index.store.keypoints_of(i), (scale[1], scale[0]), plan.pad)
+        extras = object_extras(self.task, self.index.store.keypoints_of(i), (plan.ratio[1] * h, plan.ratio[0] * w),
+                               plan.pad)
         return Sample(letterbox_image(img, plan), self.index.store.labels_of(i)[:, 0].copy(),
                       _boxes_on(self.index, i, plan, (h, w)), segments, extras), shapes
 
