@@ -2,18 +2,19 @@
 formatting, the page cache, the process tree read from /proc, the machine a report came from, and the
 peers (YOLOv5, Ultralytics: never dependencies of yolo_data) kept offline and imported only when asked.
 
-A script puts this folder on ``sys.path`` and imports this module, which puts the checkout first on
-``sys.path`` (so every script runs from a clone without installing yolo_data)::
+A script (in ``speed/``, ``compat/``) puts this folder on ``sys.path`` and imports this module, which puts
+the checkout first on ``sys.path`` (so every script runs from a clone without installing yolo_data) and
+``generators/`` after it (``import make_synthetic``)::
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common
     import common  # noqa: E402
 
 Data and environments come from flags, or from these environment variables (BENCHMARKS.md, Setup):
 
 * ``YOLO_DATA_BENCH_DATA``: the folder holding the real datasets (``coco128``, ``bccd``, ``bccd_voc``);
   default ``../shared/datasets`` beside the checkout;
-* ``YOLO_DATA_BENCH_SYNTHETIC``: where generated sets (benchmarks/make_synthetic.py) are kept and reused;
-  default ``yolo_data_bench`` in the system's temporary folder;
+* ``YOLO_DATA_BENCH_SYNTHETIC``: where generated sets (benchmarks/generators/make_synthetic.py) are kept
+  and reused; default ``yolo_data_bench`` in the system's temporary folder;
 * ``YOLO_DATA_PEER_PYTHON``: the benchmark environment's python (scripts that start the peers in
   another interpreter).
 """
@@ -42,9 +43,12 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+GENERATORS = HERE / "generators"
 HYP_FILE = REPO / "data" / "hyps" / "hyp.scratch-low.yaml"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # yolo_data from this checkout, installed or not
+if str(GENERATORS) not in sys.path:
+    sys.path.append(str(GENERATORS))  # make_synthetic, coco_from_voc
 
 DATA_ENV = "YOLO_DATA_BENCH_DATA"
 SYNTHETIC_ENV = "YOLO_DATA_BENCH_SYNTHETIC"
@@ -102,7 +106,7 @@ def synthetic_set(n: int = 2000, seed: int = 0, size: int = 640, quality: int = 
     say(f"generating {n} images into {out} ...")
     # in a child process: its spawn pool leaves multiprocessing's resource tracker running in the
     # process that made it, which a benchmark would then count as a leftover child
-    subprocess.run([sys.executable, str(HERE / "make_synthetic.py"), str(out), "--n", str(n), "--seed", str(seed),
+    subprocess.run([sys.executable, str(GENERATORS / "make_synthetic.py"), str(out), "--n", str(n), "--seed", str(seed),
                     "--size", str(size), "--quality", str(quality), "--workers", str(min(2, os.cpu_count() or 1)),
                     "--objects", str(objects[0]), str(objects[1]), *(["--segments"] if segments else []),
                     "--overwrite"], check=True, stdout=sys.stderr)
@@ -492,8 +496,10 @@ def machine() -> str:
 
 def footer() -> str:
     """The report's last line: the command, the machine and the date."""
-    script = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "?"
-    cmd = " ".join(["benchmarks/" + script] + sys.argv[1:])
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path("?")
+    with contextlib.suppress(ValueError, OSError):
+        script = script.resolve().relative_to(REPO)  # benchmarks/speed/bench_scan.py
+    cmd = " ".join([script.as_posix()] + sys.argv[1:])
     when = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     return f"<sub>{cmd}; {machine()}; {when}</sub>"
 
@@ -569,3 +575,4 @@ def ensure_pkg_resources() -> None:
     except ImportError:
         from packaging.version import parse
         sys.modules["pkg_resources"] = types.SimpleNamespace(parse_version=parse)
+

@@ -30,7 +30,7 @@ def tiny(tmp_path_factory):
     datasets folder, and fake peers that refuse to be imported."""
     root = tmp_path_factory.mktemp("bench_smoke")
     synthetic = root / "synthetic"
-    p = run_all([sys.executable, str(BENCH / "make_synthetic.py"), str(synthetic / SYNTHETIC), "--n", str(N),
+    p = run_all([sys.executable, str(BENCH / "generators" / "make_synthetic.py"), str(synthetic / SYNTHETIC), "--n", str(N),
                  "--workers", "1"], 120, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     datasets = root / "datasets"
@@ -46,8 +46,8 @@ def tiny(tmp_path_factory):
 
 
 def run(tiny, tmp_path, script, *args, fakes=True, timeout=120):
-    """(exit code, stdout, stderr) of ``python benchmarks/SCRIPT ARGS`` with the data in ``tiny``; the
-    script and every process it starts (torchrun, ranks, workers) end with the call."""
+    """(exit code, stdout, stderr) of ``python benchmarks/SCRIPT ARGS`` (``speed/bench_scan.py``...) with the data
+    in ``tiny``; the script and every process it starts (torchrun, ranks, workers) end with the call."""
     env = dict(os.environ, YOLO_DATA_BENCH_DATA=str(tiny["datasets"]),
                YOLO_DATA_BENCH_SYNTHETIC=str(tiny["synthetic"]), TMPDIR=str(tmp_path))
     env.pop("YOLO_DATA_PEER_PYTHON", None)
@@ -82,9 +82,9 @@ def numbers(cells):
 
 def test_bench_scan(tiny, tmp_path):
     data = shutil.copytree(tiny["set"], tmp_path / "set")
-    rc, out, err = run(tiny, tmp_path, "bench_scan.py", "--data", data, "--repeats", "1", "--warmup", "0",
+    rc, out, err = run(tiny, tmp_path, "speed/bench_scan.py", "--data", data, "--repeats", "1", "--warmup", "0",
                        "--workers", "1", "--stages")
-    rows = ok(rc, out, err, "bench_scan.py")
+    rows = ok(rc, out, err, "speed/bench_scan.py")
     assert f"### yolo_data label scan: {N} images, 1 repeats" in out
     for label in ("scan, `force=True`, workers=1 (writes cache)", "reload, fresh `load_split` (reads cache)"):
         assert numbers(rows[label][3:4])[0] > 0, rows[label]
@@ -94,15 +94,15 @@ def test_bench_scan(tiny, tmp_path):
 
 def test_bench_scan_generates_its_set(tiny, tmp_path):
     """Without --data: the set named by the settings in $YOLO_DATA_BENCH_SYNTHETIC, reused."""
-    rc, out, err = run(tiny, tmp_path, "bench_scan.py", "--n", N, "--repeats", "1", "--warmup", "0", "--workers", "1")
-    ok(rc, out, err, "bench_scan.py")
+    rc, out, err = run(tiny, tmp_path, "speed/bench_scan.py", "--n", N, "--repeats", "1", "--warmup", "0", "--workers", "1")
+    ok(rc, out, err, "speed/bench_scan.py")
     assert f"<!-- reusing {tiny['set']}" in out and f"found {N}, ok {N}" in out
 
 
 def test_bench_reload_1m(tiny, tmp_path):
-    rc, out, err = run(tiny, tmp_path, "bench_reload_1m.py", "--n", 2000, "--repeats", 1, "--from-records-n", 200,
+    rc, out, err = run(tiny, tmp_path, "speed/bench_reload_1m.py", "--n", 2000, "--repeats", 1, "--from-records-n", 200,
                        "--samples", 500, "--tmp", tmp_path)
-    rows = ok(rc, out, err, "bench_reload_1m.py")
+    rows = ok(rc, out, err, "speed/bench_reload_1m.py")
     assert "### Label cache reload: 2,000 images" in out
     assert {"`cache.load`, warm page cache", "`cache.load`, cold-ish (after POSIX_FADV_DONTNEED)"} <= set(rows)
     assert "Target (warm reload ≤ 0.5 s):" in out and "Per-image build for comparison (200 images)" in out
@@ -110,24 +110,24 @@ def test_bench_reload_1m(tiny, tmp_path):
 
 def test_bench_first_batch(tiny, tmp_path):
     data = tiny["datasets"] / "sample" / "images" / "train"
-    rc, out, err = run(tiny, tmp_path, "bench_first_batch.py", "--data", data, "--setup-s", 0.2, "--repeats", 1,
+    rc, out, err = run(tiny, tmp_path, "speed/bench_first_batch.py", "--data", data, "--setup-s", 0.2, "--repeats", 1,
                        "--workers", 1, "--batch-size", 8, "--imgsz", 160)
-    rows = ok(rc, out, err, "bench_first_batch.py")
+    rows = ok(rc, out, err, "speed/bench_first_batch.py")
     assert set(rows) >= {"early start (yolo_data)", "start on first iter"}
     assert all(numbers(rows[k][:1])[0] > 0 for k in ("early start (yolo_data)", "start on first iter"))
 
 
 def test_bench_cuda_dry_run(tiny, tmp_path):
-    rc, out, err = run(tiny, tmp_path, "bench_cuda.py", "--device", "cpu", "--data", tiny["set"] / "images" / "train",
+    rc, out, err = run(tiny, tmp_path, "speed/bench_cuda.py", "--device", "cpu", "--data", tiny["set"] / "images" / "train",
                        "--workers", 1, "--images", N, "--repeats", 1)
-    rows = ok(rc, out, err, "bench_cuda.py")
+    rows = ok(rc, out, err, "speed/bench_cuda.py")
     assert numbers(rows["train"][1:])[0] > 0 and numbers(rows["val"][1:])[0] > 0, rows
 
 
 def test_profile_items(tiny, tmp_path):
-    rc, out, err = run(tiny, tmp_path, "profile_items.py", "--data", tiny["set"] / "images" / "train",
+    rc, out, err = run(tiny, tmp_path, "speed/profile_items.py", "--data", tiny["set"] / "images" / "train",
                        "--batches", 2, "--loader-images", N)
-    ok(rc, out, err, "profile_items.py")
+    ok(rc, out, err, "speed/profile_items.py")
     assert out.count("ms per item** (median") == 2 and "### train" in out and "### val" in out
     through = [line for line in out.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
     assert len(through) == 4, out  # 1 and 2 workers, train and val
@@ -137,9 +137,9 @@ def test_profile_items(tiny, tmp_path):
 
 def test_bench_ram_pss(tiny, tmp_path):
     # the script's own limit first: torchrun's tree is then ended by the code a user runs
-    rc, out, err = run(tiny, tmp_path, "bench_ram_pss.py", "--data", tiny["set"] / "data.yaml", "--nproc", 2,
+    rc, out, err = run(tiny, tmp_path, "speed/bench_ram_pss.py", "--data", tiny["set"] / "data.yaml", "--nproc", 2,
                        "--workers", 1, "--imgsz", 160, "--timeout", 240, timeout=300)
-    rows = ok(rc, out, err, "bench_ram_pss.py")
+    rows = ok(rc, out, err, "speed/bench_ram_pss.py")
     assert f"2 ranks x 1 workers (4 processes), imgsz 160, {N} images" in out
     assert "WARNING" not in out  # the cache's mapping was found in the processes' smaps
     assert numbers(rows["**summed PSS of everything, all processes**"][:1])[0] > 0
@@ -150,7 +150,7 @@ def test_bench_ram_pss_timeout_ends_torchrun_its_ranks_and_workers(tiny, tmp_pat
     50 linked copies of each image keep the ranks and their workers busy well past the limit."""
     tag, _ = tagged_env()
     monkeypatch.setenv(tag, "1")  # inherited by torchrun, its ranks and their workers
-    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(BENCH / "speed"))
     import bench_ram_pss
     rc = bench_ram_pss.main(["--data", str(tiny["set"] / "data.yaml"), "--nproc", "2", "--workers", "1",
                              "--imgsz", "160", "--link-copies", "50", "--timeout", "3"])
@@ -159,9 +159,9 @@ def test_bench_ram_pss_timeout_ends_torchrun_its_ranks_and_workers(tiny, tmp_pat
 
 
 def test_bench_train_yolo_data_only(tiny, tmp_path):
-    rc, out, err = run(tiny, tmp_path, "bench_train.py", "--libraries", "yolo_data", "--datasets", "synthetic",
+    rc, out, err = run(tiny, tmp_path, "speed/bench_train.py", "--libraries", "yolo_data", "--datasets", "synthetic",
                        "--synthetic-n", N, "--workers", 1, "--val-workers", 1, "--images", N, "--repeats", 1)
-    ok(rc, out, err, "bench_train.py")
+    ok(rc, out, err, "speed/bench_train.py")
     assert not [line for line in err.splitlines() if "leftover child" in line], err
     name = f"synthetic{N}"
     lines = [line for line in out.splitlines() if line.startswith(f"| {name} | ")]
@@ -180,7 +180,7 @@ def tiny_seg(tiny):
     """A generated set of N images with 20-40 polygon labels each, where bench_train's ``--task segment
     --datasets synthetic --synthetic-objects 20 40`` looks for it (the name common.synthetic_set gives)."""
     out = tiny["synthetic"] / f"{SYNTHETIC}-seg-obj{SEG_OBJECTS[0]}-{SEG_OBJECTS[1]}"
-    p = run_all([sys.executable, str(BENCH / "make_synthetic.py"), str(out), "--n", str(N), "--workers", "1",
+    p = run_all([sys.executable, str(BENCH / "generators" / "make_synthetic.py"), str(out), "--n", str(N), "--workers", "1",
                  "--segments", "--objects", *map(str, SEG_OBJECTS)], 120, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     return out
@@ -196,10 +196,10 @@ def test_synthetic_segments_are_polygons_of_many_objects(tiny_seg):
 
 
 def test_bench_train_segment_yolo_data_only(tiny, tiny_seg, tmp_path):
-    rc, out, err = run(tiny, tmp_path, "bench_train.py", "--task", "segment", "--libraries", "yolo_data",
+    rc, out, err = run(tiny, tmp_path, "speed/bench_train.py", "--task", "segment", "--libraries", "yolo_data",
                        "--datasets", "synthetic", "--synthetic-n", N, "--synthetic-objects", *SEG_OBJECTS,
                        "--workers", 1, "--val-workers", 1, "--images", N, "--repeats", 1)
-    ok(rc, out, err, "bench_train.py")
+    ok(rc, out, err, "speed/bench_train.py")
     assert f"reusing {tiny_seg}" in err, err  # the polygon set of the fixture, not a generated box set
     assert "### Training dataloader throughput, segmentation" in out
     assert "**Task:** segment (yolo_data.segment.create_dataloader" in out and "overlap_mask" in out
@@ -215,7 +215,7 @@ def test_bench_train_segment_yolo_data_only(tiny, tiny_seg, tmp_path):
 def test_bench_train_segment_loaders_yield_masks(tiny_seg, tmp_path, monkeypatch):
     """build_loader for the segment task: yolo_data.segment's batches (imgs, targets, paths, shapes, masks),
     one overlapping mask per image at 1/4 of the side, in training and validation mode."""
-    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(BENCH / "speed"))
     import bench_train
     from yolo_data.segment import create_dataloader
     libs = bench_train.Libs(create_dataloader, None, None, None, None, None, {}, task="segment")
@@ -232,7 +232,7 @@ def test_bench_train_segment_loaders_yield_masks(tiny_seg, tmp_path, monkeypatch
 
 def test_two_dataset_yamls_of_one_name_get_names_of_their_own(monkeypatch):
     """bench_train --data a/highres/highres.yaml b/highres200/highres.yaml: each its copy folder and rows."""
-    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(BENCH / "speed"))
     import bench_train
     paths = ["/a/highres/highres.yaml", "/b/highres200/highres.yaml", "/c/x/coco.yaml", "/d/x/coco.yaml",
              "/e/y/solo.yaml"]
@@ -242,19 +242,19 @@ def test_two_dataset_yamls_of_one_name_get_names_of_their_own(monkeypatch):
 
 
 def test_bench_memory_yolo_data_only(tiny, tmp_path):
-    rc, out, err = run(tiny, tmp_path, "bench_memory.py", "--libraries", "yolo_data", "--datasets", "synthetic",
+    rc, out, err = run(tiny, tmp_path, "speed/bench_memory.py", "--libraries", "yolo_data", "--datasets", "synthetic",
                        "--synthetic-n", N, "--workers", 1, "--batches", 3, "--window", 1, "--repeats", 1,
                        "--interval", 0.05)
-    rows = ok(rc, out, err, "bench_memory.py")
+    rows = ok(rc, out, err, "speed/bench_memory.py")
     assert numbers(rows["**summed PSS, max** (main + workers)"])[0] > 0
     assert numbers(rows["PSS of the worker processes together, mean"])[0] > 0  # the worker was sampled
     assert "yolo_data" in out and "2 processes" in out
 
 
 def test_bench_scan_peers_yolo_data_only(tiny, tmp_path):
-    rc, out, err = run(tiny, tmp_path, "bench_scan_peers.py", "--libs", "yolo_data", "yolo_data_w1", "--source",
+    rc, out, err = run(tiny, tmp_path, "speed/bench_scan_peers.py", "--libs", "yolo_data", "yolo_data_w1", "--source",
                        tiny["set"], "--copies", 2, "--repeats", 1, "--profile", "--profile-n", 8, "--tmp", tmp_path)
-    rows = ok(rc, out, err, "bench_scan_peers.py")
+    rows = ok(rc, out, err, "speed/bench_scan_peers.py")
     assert {"yolo_data, 2 processes", "yolo_data, 1 process"} <= set(rows)
     assert f"all libraries agree, {2 * N} images" in out and "#### cProfile, single-process scan of 8 images" in out
 
@@ -273,10 +273,10 @@ def test_bench_million(tiny, tmp_path):
     """300 hard links to the bundled sample's 24 photos: every row of the report present and filled."""
     root = tmp_path / "million"
     sample = tiny["datasets"] / "sample" / "images"
-    rc, out, err = run(tiny, tmp_path, "bench_million.py", "--root", root, "--images", 300, "--small-images", 100,
+    rc, out, err = run(tiny, tmp_path, "speed/bench_million.py", "--root", root, "--images", 300, "--small-images", 100,
                        "--sources", sample / "train", sample / "val", "--no-peer", "--repeats", 1, "--batches", 2,
                        "--timeout", 120, "--remove", timeout=240)
-    rows = ok(rc, out, err, "bench_million.py")
+    rows = ok(rc, out, err, "speed/bench_million.py")
     rows = {k: v for k, v in rows.items() if k != "measurement"}
     assert list(rows) == MILLION_ROWS, out
     for label, cells in rows.items():
@@ -287,12 +287,13 @@ def test_bench_million(tiny, tmp_path):
     assert not root.exists()  # --remove
 
 
-PEER_RUNS = [("parity_yolov5.py", ["--quick"], "yolov5"), ("yolov5_train_val.py", [], "yolov5"),
-             ("ultralytics_plugin.py", [], "ultralytics"), ("ultralytics_ddp_cpu.py", ["--data", "x"], "ultralytics"),
-             ("reduced_decode_map.py", [], "ultralytics"),
-             ("coco_voc_parity.py", [], "pycocotools"), ("bench_scan_peers.py", [], "yolov5"),
-             ("bench_train.py", ["--libraries", "yolo_data", "ultralytics"], "ultralytics"),
-             ("bench_memory.py", ["--libraries", "yolov5"], "yolov5")]
+PEER_RUNS = [("compat/parity_yolov5.py", ["--quick"], "yolov5"), ("compat/yolov5_train_val.py", [], "yolov5"),
+             ("compat/ultralytics_plugin.py", [], "ultralytics"),
+             ("compat/ultralytics_ddp_cpu.py", ["--data", "x"], "ultralytics"),
+             ("compat/reduced_decode_map.py", [], "ultralytics"),
+             ("compat/coco_voc_parity.py", [], "pycocotools"), ("speed/bench_scan_peers.py", [], "yolov5"),
+             ("speed/bench_train.py", ["--libraries", "yolo_data", "ultralytics"], "ultralytics"),
+             ("speed/bench_memory.py", ["--libraries", "yolov5"], "yolov5")]
 
 
 @pytest.mark.parametrize("script,args,peer", PEER_RUNS, ids=[f"{s}-{p}" for s, _, p in PEER_RUNS])
@@ -301,29 +302,29 @@ def test_missing_peer_is_one_line(tiny, tmp_path, script, args, peer):
         pytest.skip(f"{peer} is installed here")
     rc, out, err = run(tiny, tmp_path, script, *args, fakes=False)
     assert rc == 1 and not out, (rc, out, err)
-    assert err.count("\n") == 1 and err.startswith(f"{script}: ") and f"{peer}" in err \
+    assert err.count("\n") == 1 and err.startswith(f"{Path(script).name}: ") and f"{peer}" in err \
         and "requirements-peers.txt" in err, err
 
 
 def test_bench_highres(tiny, tmp_path, monkeypatch):
     """Two generated 12-megapixel photos (one with EXIF orientation 6) linked to 3 images: the decode and
     cache-build timings run and report a speed-up of the reduced decode."""
-    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(BENCH / "speed"))
     import bench_highres
     monkeypatch.setattr(bench_highres, "W", 1600)  # smaller photos: the same code, a faster test
     monkeypatch.setattr(bench_highres, "H", 1200)
     out = tmp_path / "highres"
     yaml = bench_highres.make(out, 2, 3)
     assert yaml.is_file() and len(list((out / "images" / "train").glob("*.jpg"))) == 3
-    rc, stdout, err = run(tiny, tmp_path, "bench_highres.py", "decode", out, "--count", 2, "--imgsz", 200,
+    rc, stdout, err = run(tiny, tmp_path, "speed/bench_highres.py", "decode", out, "--count", 2, "--imgsz", 200,
                           "--repeats", 1)
-    ok(rc, stdout, err, "bench_highres.py")
+    ok(rc, stdout, err, "speed/bench_highres.py")
     assert "decode + resize to 200 (2 photos" in stdout and "pixel difference full vs reduced: mean" in stdout
     assert "- OpenCV: full " in stdout
     assert ("- simplejpeg: full " in stdout) == (decode.simplejpeg_module() is not None), stdout
-    rc, stdout, err = run(tiny, tmp_path, "bench_highres.py", "cache", out, "--imgsz", 200, "--repeats", 1)
-    ok(rc, stdout, err, "bench_highres.py")
+    rc, stdout, err = run(tiny, tmp_path, "speed/bench_highres.py", "cache", out, "--imgsz", 200, "--repeats", 1)
+    ok(rc, stdout, err, "speed/bench_highres.py")
     assert "disk image cache build at 200 (3 images" in stdout
-    rc, stdout, err = run(tiny, tmp_path, "bench_highres.py", "cache", out, "--imgsz", 200, "--repeats", 1, "--opencv")
-    ok(rc, stdout, err, "bench_highres.py")
+    rc, stdout, err = run(tiny, tmp_path, "speed/bench_highres.py", "cache", out, "--imgsz", 200, "--repeats", 1, "--opencv")
+    ok(rc, stdout, err, "speed/bench_highres.py")
     assert "decode threads, OpenCV, median of 1" in stdout, stdout

@@ -15,7 +15,7 @@ from yolo_data.cli import build_cache_main
 from yolo_data.split import load_split
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "benchmarks"))
+sys.path.insert(0, str(HERE.parent / "benchmarks" / "generators"))
 from coco_from_voc import write_coco  # noqa: E402
 
 BCCD_NAMES = ["WBC", "RBC", "Platelets"]

@@ -106,7 +106,7 @@ def test_image_source_reports_an_image_that_cannot_be_decoded_not_one_that_canno
 def test_rect_boxes_are_scaled_in_float64_as_yolov5_scales_them():
     """YOLOv5 scales float32 labels by NumPy float64 ratios (float64 arithmetic, stored as float32).
     A rect shape given as Python ints once made it float32 arithmetic: targets 1e-7 off YOLOv5's in
-    benchmarks/parity_yolov5.py (320 rect)."""
+    benchmarks/compat/parity_yolov5.py (320 rect)."""
     from yolo_data.boxes import xywhn_to_xyxy
     from yolo_data.tensors import targets_of
     rng = np.random.default_rng(0)

@@ -3,7 +3,7 @@ environment (benchmarks/requirements-peers.txt), as pytest tests.
 
     ../bench-venv/bin/python -m pytest -q benchmarks/compat
 
-Each test runs one of the comparison scripts of ``benchmarks/`` (the same a reader runs by hand, see
+Each test runs one of the comparison scripts beside this file (the same a reader runs by hand, see
 BENCHMARKS.md) and checks what it concludes.  Where a peer is missing the suite fails, it never
 skips.  Data: the datasets folder beside the project ($YOLO_DATA_BENCH_DATA, default
 ../shared/datasets), which must be there.
@@ -15,7 +15,8 @@ import sys
 from importlib.util import find_spec
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 DATA = Path(os.environ.get("YOLO_DATA_BENCH_DATA") or ROOT.parent / "shared" / "datasets")
 # found, not imported: importing Ultralytics here would write its settings into $HOME (the scripts
 # isolate it in a temporary folder first)
@@ -28,11 +29,11 @@ def test_every_peer_is_installed():
 
 
 def run(script: str, *args: str, timeout: int = 900, check: bool = True) -> str:
-    """Run ``benchmarks/<script>`` with this Python; returns its output (stdout), failing the test on a
+    """Run ``benchmarks/compat/<script>`` with this Python; returns its output (stdout), failing the test on a
     non-zero exit (unless ``check`` is False) with the output's end."""
     assert DATA.is_dir(), f"the datasets folder {DATA} is missing (set YOLO_DATA_BENCH_DATA)"
     env = {**os.environ, "YOLO_DATA_BENCH_DATA": str(DATA)}
-    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], cwd=ROOT, env=env,
+    p = subprocess.run([sys.executable, str(HERE / script), *args], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0 or not check, f"{script} {' '.join(args)} exited {p.returncode}:\n{(p.stdout + p.stderr)[-4000:]}"
     return p.stdout

@@ -3,13 +3,13 @@
 Run in the benchmark environment (pycocotools and ultralytics installed; BENCHMARKS.md, Setup), with the
 datasets in ``--root``, $YOLO_DATA_BENCH_DATA or ../shared/datasets beside the checkout:
 
-    python benchmarks/coco_voc_parity.py [--root DATASETS]
+    python benchmarks/compat/coco_voc_parity.py [--root DATASETS]
 
 Ultralytics' settings go to a temporary folder (YOLO_CONFIG_DIR), offline (YOLO_OFFLINE=1).
 
 1. VOC: ``DATASETS/bccd_voc`` read in place (ImageSets lists, yaml names) against ``DATASETS/bccd``, its
    YOLO conversion (YOLOv5's VOC rule, 6 decimals), box by box.
-2. COCO: a COCO export of the same photos (benchmarks/coco_from_voc.py, Roboflow-style quirks) read by
+2. COCO: a COCO export of the same photos (benchmarks/generators/coco_from_voc.py, Roboflow-style quirks) read by
    yolo_data against pycocotools' ``COCO`` (non-crowd annotations, boxes normalised by the image's size)
    and against the label files Ultralytics' ``convert_coco`` writes (``cls91to80=False``; written with
    ``%g``, 6 significant digits).
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 from coco_from_voc import CATEGORIES, write_coco  # noqa: E402
 from yolo_data import LoadImagesAndLabels  # noqa: E402

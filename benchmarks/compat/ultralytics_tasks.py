@@ -1,7 +1,7 @@
 """Ultralytics' segment, pose and OBB trainers and validators on yolo_data, in the benchmark environment.
 
-    python benchmarks/ultralytics_tasks.py [--tasks segment pose obb] [--imgsz 160] [--epochs 40] [--batch 16]
-                                           [--single-cls]
+    python benchmarks/compat/ultralytics_tasks.py [--tasks segment pose obb] [--imgsz 160] [--epochs 40]
+                                                  [--batch 16] [--single-cls]
 
 For each task, on a temporary copy of its dataset (segment: coco128-seg; pose: tiger-pose, kpt_shape
 [12, 2]; obb: pen-obb; from $YOLO_DATA_BENCH_DATA or ../shared/datasets):
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 from ultralytics_plugin import copy_dataset  # noqa: E402
 

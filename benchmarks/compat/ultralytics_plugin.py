@@ -1,6 +1,6 @@
 """Ultralytics' own trainer and validator on yolo_data (issue 13), in the benchmark environment.
 
-    python benchmarks/ultralytics_plugin.py [--data DIR] [--imgsz 256]     # in the benchmark environment
+    python benchmarks/compat/ultralytics_plugin.py [--data DIR] [--imgsz 256]     # in the benchmark environment
 
 ``--data`` is a YOLO-format dataset folder with its yaml (default: bccd in $YOLO_DATA_BENCH_DATA or
 ../shared/datasets).  Ultralytics' settings go to a temporary folder, offline.
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 METRICS = ("metrics/precision(B)", "metrics/recall(B)", "metrics/mAP50(B)", "metrics/mAP50-95(B)")
 

@@ -1,9 +1,9 @@
 """Training-loader memory: yolo_data against YOLOv5 7.0 and Ultralytics 8.x, same data, same settings.
 
-    python benchmarks/bench_memory.py                       # default (~3 min, 2 cores; benchmark environment)
-    python benchmarks/bench_memory.py --quick               # coco128, tiny
-    python benchmarks/bench_memory.py --datasets synthetic coco128 --repeats 5
-    python benchmarks/bench_memory.py --libraries yolo_data # any environment with yolo_data
+    python benchmarks/speed/run.py memory                       # default (~3 min, 2 cores; benchmark environment)
+    python benchmarks/speed/run.py memory --quick               # coco128, tiny
+    python benchmarks/speed/run.py memory --datasets synthetic coco128 --repeats 5
+    python benchmarks/speed/run.py memory --libraries yolo_data # any environment with yolo_data
 
 Datasets, environment variables and ``--libraries`` as in bench_train.py (a peer is imported only by the
 children that measure it, and a missing one stops the run with one line first).
@@ -62,7 +62,7 @@ from typing import Dict, List, Optional
 
 HERE = Path(__file__).resolve().parent
 sys.dont_write_bytecode = True  # leave no __pycache__ in the checkout
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # benchmarks/, for common
 import bench_train as bt  # noqa: E402  (stdlib-only at import time; the libraries are imported in children)
 import common  # noqa: E402
 from common import log  # noqa: E402

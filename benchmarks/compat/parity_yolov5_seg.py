@@ -15,7 +15,7 @@ fully with workers=0 and shuffle=False, and compared batch by batch:
 
 Run with the benchmark environment (BENCHMARKS.md, Setup); yolo_data comes from this checkout::
 
-    python benchmarks/parity_yolov5_seg.py [--quick] [--root DIR] [--dataset coco128-seg] [--verbose]
+    python benchmarks/compat/parity_yolov5_seg.py [--quick] [--root DIR] [--dataset coco128-seg] [--verbose]
 
 Exits 0 when everything is equal (dtype notes aside), 1 otherwise.  Nothing outside a temporary
 folder is written; network access is blocked.
@@ -32,7 +32,7 @@ from typing import List, Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 from common import ensure_pkg_resources, isolate_environment, library_output  # noqa: E402
 from parity_yolov5 import copy_dataset, rel, same_value, splits_of  # noqa: E402

@@ -13,7 +13,7 @@ copies of the VOC photos; ``file_name`` is ``cells/<photo>.jpg``, a sub-folder, 
   annotations; one annotation of an image id that is not in ``images``.
 - every object gets a polygon (its box's corners cut by a quarter: an octagon) as ``segmentation``.
 
-Run: ``python benchmarks/coco_from_voc.py VOC_ROOT OUT [--list ImageSets/Main/train.txt]``.
+Run: ``python benchmarks/generators/coco_from_voc.py VOC_ROOT OUT [--list ImageSets/Main/train.txt]``.
 """
 from __future__ import annotations
 

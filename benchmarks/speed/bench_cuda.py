@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """End-to-end throughput into CUDA tensors: loader -> pinned memory -> non-blocking copy to the GPU.
 
-    python benchmarks/bench_cuda.py [--data DIR] [--workers 8] [--images 1280] [--repeats 3]
-    python benchmarks/bench_cuda.py --device cpu      # a dry run of the same loop without a GPU
+    python benchmarks/speed/run.py cuda [--data DIR] [--workers 8] [--images 1280] [--repeats 3]
+    python benchmarks/speed/run.py cuda --device cpu      # a dry run of the same loop without a GPU
 
-``--data`` is an image folder; by default the generated 2,000-image set (benchmarks/make_synthetic.py) in
+``--data`` is an image folder; by default the generated 2,000-image set (benchmarks/generators/make_synthetic.py) in
 $YOLO_DATA_BENCH_SYNTHETIC or yolo_data_bench in the system temp folder, generated there when missing.
 
 For the training loader (augment, hyp.scratch-low, imgsz 640, batch 16) and the validation loader
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 from common import REPO  # noqa: E402
 

@@ -1,12 +1,12 @@
 """Training-loader throughput: yolo_data against YOLOv5 7.0 and Ultralytics 8.x, same data, same settings.
 
-    python benchmarks/bench_train.py                 # full run (about 10-15 min, 2 cores; benchmark environment)
-    python benchmarks/bench_train.py --task segment  # segmentation loaders, coco128-seg
-    python benchmarks/bench_train.py --task segment --datasets coco128-seg synthetic --synthetic-objects 20 60
-    python benchmarks/bench_train.py --quick         # coco128, tiny
-    python benchmarks/bench_train.py --datasets coco128 --workers 2 --images 160 --repeats 5
-    python benchmarks/bench_train.py --libraries yolo_data yolo_data_4dec   # any environment with yolo_data
-    python benchmarks/bench_train.py --data OUT/highres.yaml                # any dataset yaml (its train split)
+    python benchmarks/speed/run.py train                 # full run (about 10-15 min, 2 cores; benchmark environment)
+    python benchmarks/speed/run.py train --task segment  # segmentation loaders, coco128-seg
+    python benchmarks/speed/run.py train --task segment --datasets coco128-seg synthetic --synthetic-objects 20 60
+    python benchmarks/speed/run.py train --quick         # coco128, tiny
+    python benchmarks/speed/run.py train --datasets coco128 --workers 2 --images 160 --repeats 5
+    python benchmarks/speed/run.py train --libraries yolo_data yolo_data_4dec   # any environment with yolo_data
+    python benchmarks/speed/run.py train --data OUT/highres.yaml                # any dataset yaml (its train split)
 
 The peers are imported only when named in ``--libraries`` (default: all but yolo_data_cv2, which is yolo_data
 with simplejpeg switched off), and a missing one stops
@@ -55,7 +55,7 @@ Everything else is the same for both tasks.  What is measured, per dataset x wor
 
 Datasets: coco128 (segment: coco128-seg; under ``--root`` or $YOLO_DATA_BENCH_DATA, default
 ../shared/datasets; only read) and a generated COCO-like set of ``--synthetic-n`` images
-(benchmarks/make_synthetic.py; reused from ``--synthetic-root`` or $YOLO_DATA_BENCH_SYNTHETIC, default
+(benchmarks/generators/make_synthetic.py; reused from ``--synthetic-root`` or $YOLO_DATA_BENCH_SYNTHETIC, default
 yolo_data_bench in the system temp folder, when a complete one with the same settings is there, generated
 otherwise), or any dataset yaml given
 with ``--data`` (its ``train`` split, one folder).  Each library gets its own
@@ -89,7 +89,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common
 import common  # noqa: E402
 from common import (HYP_FILE, ensure_pkg_resources, isolate_environment, library_output, log,  # noqa: E402
                     shutdown, wait_for_children, warm_page_cache)

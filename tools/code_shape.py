@@ -1,7 +1,7 @@
 """The package's shape in numbers: parameters and lines of the entry points and the dataset class, and
 the import graph between the package's modules (its depth, and whether any import runs back up).
 
-    python benchmarks/code_shape.py [package folder]
+    python tools/code_shape.py [package folder]
 
 Lines are counted from the ``def``/``class`` line to the last line of the body, docstring included.
 An arrow A -> B means module A imports B at module level or inside a function; the depth is the

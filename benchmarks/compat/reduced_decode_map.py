@@ -1,6 +1,6 @@
 """What the reduced JPEG decode does to mAP in evaluation (issue 14), in the benchmark environment.
 
-    python benchmarks/reduced_decode_map.py [--data DIR] [--epochs 25] [--imgsz 160] [--val-imgsz 160 320]
+    python benchmarks/compat/reduced_decode_map.py [--data DIR] [--epochs 25] [--imgsz 160] [--val-imgsz 160 320]
 
 Evaluation keeps YOLOv5's pixels by default (full decode); ``reduced_decode=True`` decodes a JPEG at
 1/2, 1/4 or 1/8 scale where it shrinks that much.  This trains yolo11n.yaml from scratch with
@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 from ultralytics_plugin import METRICS, copy_dataset, train, validate  # noqa: E402
 

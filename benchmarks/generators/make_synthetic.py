@@ -1,7 +1,7 @@
 """Generate a synthetic, COCO-like YOLO detection (or segmentation) dataset for benchmarks and tests.
 
-    python benchmarks/make_synthetic.py OUT --n 2000 [--val 0] [--seed 0] [--size 640] [--quality 90]
-    python benchmarks/make_synthetic.py OUT --n 2000 --segments --objects 20 60   # polygons, dense scenes
+    python benchmarks/generators/make_synthetic.py OUT --n 2000 [--val 0] [--seed 0] [--size 640] [--quality 90]
+    python benchmarks/generators/make_synthetic.py OUT --n 2000 --segments --objects 20 60   # polygons, dense scenes
 
 Layout (YOLOv5 style)::
 
@@ -279,7 +279,7 @@ def _init_worker() -> None:
 
 def _write_yaml(out: Path, splits: Dict[str, int]) -> Path:
     """data.yaml in YOLOv5 form; plain text (yaml-compatible), so no yaml writer is needed."""
-    lines = ["# synthetic COCO-like dataset written by benchmarks/make_synthetic.py", "path: .",
+    lines = ["# synthetic COCO-like dataset written by benchmarks/generators/make_synthetic.py", "path: .",
              "train: images/train"]
     if splits.get("val"):
         lines.append("val: images/val")

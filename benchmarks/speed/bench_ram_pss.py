@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Memory of cache='ram' under DDP: one copy of the pixels per node, whatever the ranks and workers.
 
-    python benchmarks/bench_ram_pss.py [--data YAML] [--nproc 4] [--workers 2] [--imgsz 640] [--link-copies K]
+    python benchmarks/speed/run.py ddp-ram [--data YAML] [--nproc 4] [--workers 2] [--imgsz 640] [--link-copies K]
                                        [--timeout SECONDS]
 
 Launches ``torchrun --nproc_per_node=NPROC`` (gloo, CPU) on this script's worker part: every rank
@@ -12,7 +12,7 @@ split between the processes mapping them) in total, and PSS of the image-cache m
 its device and inode: the RAM cache is a file without a name).  Rank 0 prints the sums next to the size
 of the cached pixels.
 
-``--data`` is a dataset yaml; by default the generated 2,000-image set (benchmarks/make_synthetic.py) in
+``--data`` is a dataset yaml; by default the generated 2,000-image set (benchmarks/generators/make_synthetic.py) in
 $YOLO_DATA_BENCH_SYNTHETIC or yolo_data_bench in the system temp folder, generated there when missing.
 
 ``--timeout`` bounds the torchrun part, so that a hung rank cannot hold the machine for ever: default
@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 from common import REPO  # noqa: E402
 

@@ -20,9 +20,9 @@ It needs an environment with both ``yolov5`` (pip package 7.0.x) and yolo_data's
 benchmark environment, BENCHMARKS.md, Setup); yolo_data itself is imported from this checkout.  The
 datasets are read from ``--root``, $YOLO_DATA_BENCH_DATA or ../shared/datasets.  Run from anywhere::
 
-    python benchmarks/parity_yolov5.py            # coco128 and bccd, all configs
-    python benchmarks/parity_yolov5.py --quick    # coco128 train, 2 configs
-    python benchmarks/parity_yolov5.py --datasets coco128 --root /path/to/datasets
+    python benchmarks/compat/parity_yolov5.py            # coco128 and bccd, all configs
+    python benchmarks/compat/parity_yolov5.py --quick    # coco128 train, 2 configs
+    python benchmarks/compat/parity_yolov5.py --datasets coco128 --root /path/to/datasets
     (--verbose shows the libraries' own output: progress bars, cache and settings notices)
 
 Exits 0 when everything is equal, 1 when anything differs.  Nothing outside a temporary folder is
@@ -45,7 +45,7 @@ from typing import List, Optional
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 from common import ensure_pkg_resources, isolate_environment, library_output  # noqa: E402
 

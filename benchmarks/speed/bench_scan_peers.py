@@ -1,11 +1,11 @@
 """Label scan from scratch and cache reload: yolo_data against YOLOv5 7.0 and Ultralytics 8.x.
 
-    python benchmarks/bench_scan_peers.py                  # 10,000 images, 3 rounds (benchmark environment)
-    python benchmarks/bench_scan_peers.py --copies 1 --repeats 1   # a quick run (2,000)
-    python benchmarks/bench_scan_peers.py --peer-threads 2 --profile
-    python benchmarks/bench_scan_peers.py --libs yolo_data yolo_data_w1   # any environment with yolo_data
+    python benchmarks/speed/run.py scan                  # 10,000 images, 3 rounds (benchmark environment)
+    python benchmarks/speed/run.py scan --copies 1 --repeats 1   # a quick run (2,000)
+    python benchmarks/speed/run.py scan --peer-threads 2 --profile
+    python benchmarks/speed/run.py scan --libs yolo_data yolo_data_w1   # any environment with yolo_data
 
-Data: the generated COCO-like set (benchmarks/make_synthetic.py, 2,000 JPEGs of 147 KB, 640 px; kept in
+Data: the generated COCO-like set (benchmarks/generators/make_synthetic.py, 2,000 JPEGs of 147 KB, 640 px; kept in
 $YOLO_DATA_BENCH_SYNTHETIC or yolo_data_bench in the system temp folder, and generated there when
 missing; ``--source`` names another) is turned
 into a ``--copies`` x 2,000 image split: every image is hard-linked ``--copies`` times under new names
@@ -67,7 +67,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 from common import (cpu_model, ensure_pkg_resources, isolate_environment, library_output, log,  # noqa: E402
                     usable_cores, warm_page_cache)
@@ -362,7 +362,7 @@ def main(argv=None) -> int:
     args.source = args.source or common.synthetic_set().parent
     src = args.source.resolve()
     if not (src / "images" / SPLIT).is_dir():
-        raise SystemExit(f"{src}/images/{SPLIT} not found; generate it with benchmarks/make_synthetic.py")
+        raise SystemExit(f"{src}/images/{SPLIT} not found; generate it with benchmarks/generators/make_synthetic.py")
     with tempfile.TemporaryDirectory(prefix="bench_scan_peers_", dir=args.tmp) as tmp:
         tmp = Path(tmp)
         if common.is_shared(tmp):

@@ -1,6 +1,6 @@
 """The Ultralytics plug-in's images against Ultralytics' own datasets, on images of awkward sizes.
 
-    python benchmarks/ultralytics_sizes.py [--imgsz 320] [--random 60]     # in the benchmark environment
+    python benchmarks/compat/ultralytics_sizes.py [--imgsz 320] [--random 60]     # in the benchmark environment
 
 Writes a temporary YOLO dataset of PNG images (lossless, so any difference is the resize's): every
 side length up to 5,000 whose scaled size is not whole in floating point at ``--imgsz`` (Ultralytics
@@ -8,7 +8,7 @@ caps such a side at imgsz, YOLOv5 gives imgsz + 1), paired with several short si
 ``--random`` images of random sizes (some smaller than imgsz: enlarged).  Then compares:
 
 (a) validation: Ultralytics' rect val loader and ``loader_settings(cfg, 'val')``'s, batch by batch
-    matched by file: pixels, classes, boxes, ori_shape, ratio_pad (benchmarks/ultralytics_plugin.py's
+    matched by file: pixels, classes, boxes, ori_shape, ratio_pad (benchmarks/compat/ultralytics_plugin.py's
     comparison);
 (b) training's first resize: Ultralytics' training dataset's ``load_image`` and our training dataset's,
     image by image (sizes and pixels; our training reads these PNGs in full, so pixels compare too).
@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 
 

@@ -4,7 +4,7 @@ the loader and its first ``iter``: yolo_data's loader starts its workers, and th
 built (as YOLOv5's InfiniteDataLoader does); the comparison is the same loader with that early start
 turned off (workers forked on the first ``iter``, torch's default).  Alternating, medians.
 
-    python benchmarks/bench_first_batch.py [--data DATASETS/coco128/images/train2017]
+    python benchmarks/speed/run.py first-batch [--data DATASETS/coco128/images/train2017]
         [--setup-s 2] [--repeats 3] [--workers 2]
 
 The data folder (default: coco128's train2017 in $YOLO_DATA_BENCH_DATA or ../shared/datasets) is copied
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 from yolo_data import create_dataloader  # noqa: E402
 

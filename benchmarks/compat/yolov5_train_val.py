@@ -5,7 +5,7 @@ Installs nothing: run it in the separate benchmark environment that has ``yolov5
 yolo_data comes from this checkout through ``sys.path``, never as a dependency of YOLOv5 or the other way
 round):
 
-    python benchmarks/yolov5_train_val.py [--epochs 1] [--img 320] [--data DIR]
+    python benchmarks/compat/yolov5_train_val.py [--epochs 1] [--img 320] [--data DIR]
 
 ``--data`` defaults to coco128 in $YOLO_DATA_BENCH_DATA or ../shared/datasets.
 
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 from common import REPO as ROOT, ensure_pkg_resources  # noqa: E402
 
@@ -75,7 +75,7 @@ def patched(src: Path, dst: Path) -> Path:
 
 
 def run_script(script: Path, args, tmp: Path, log: Path) -> (int, float):
-    code = RUNNER.format(here=str(HERE), root=str(ROOT), tmp=str(tmp), script=str(script), args=list(map(str, args)))
+    code = RUNNER.format(here=str(HERE.parent), root=str(ROOT), tmp=str(tmp), script=str(script), args=list(map(str, args)))
     # YOLOv5 7.0 loads its own checkpoints with torch.load, which torch >= 2.6 restricts to weights only;
     # these are weights this run trained in its temp folder, so the old default is safe, for this child only
     env = dict(os.environ, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")

@@ -4,7 +4,7 @@
 
 Run it in the benchmark environment that has ``yolov5`` (as ``yolov5_train_val.py``)::
 
-    python benchmarks/yolov5_seg_train_val.py [--epochs 1] [--img 160] [--data DIR]
+    python benchmarks/compat/yolov5_seg_train_val.py [--epochs 1] [--img 160] [--data DIR]
 
 ``--data`` defaults to coco128-seg in $YOLO_DATA_BENCH_DATA or ../shared/datasets.  On copies of it, on
 the CPU, offline: ``segment/train.py`` and ``segment/val.py`` are copied with
@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # benchmarks/, for common
 import common  # noqa: E402
 import yolov5_train_val as base  # noqa: E402  (run_script, patched, yolov5_dir, last_metrics)
 

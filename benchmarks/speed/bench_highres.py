@@ -1,9 +1,9 @@
 """High-resolution photos: a generated set of 12-megapixel photo-like JPEGs (4032x3024, as phones and
 drones write them; every 4th one stored on its side with EXIF orientation 6), YOLO labels beside them.
 
-    python benchmarks/bench_highres.py make OUT [--unique 200] [--n 1000]
-    python benchmarks/bench_highres.py decode OUT           # per-image decode + resize, full vs reduced
-    python benchmarks/bench_highres.py cache OUT [--opencv] # disk image cache build, full vs reduced
+    python benchmarks/speed/run.py highres make OUT [--unique 200] [--n 1000]
+    python benchmarks/speed/run.py highres decode OUT           # per-image decode + resize, full vs reduced
+    python benchmarks/speed/run.py highres cache OUT [--opencv] # disk image cache build, full vs reduced
 
 ``make`` writes ``OUT/images/train`` and ``OUT/labels/train`` (``--unique`` generated photos, then
 hard links up to ``--n`` images, each with its own label file) and ``OUT/highres.yaml``; an existing
@@ -26,7 +26,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common
 from common import footer, log  # noqa: E402  (puts the checkout first on sys.path)
 
 W, H = 4032, 3024  # a 12-megapixel phone photo

@@ -1,8 +1,8 @@
 """Benchmark yolo_data's label scan (no cache) against reloading the label cache.
 
-    python benchmarks/bench_scan.py [--n 2000] [--repeats 5] [--data DIR] [--cold] [--stages] [--profile]
+    python benchmarks/speed/run.py scan-steps [--n 2000] [--repeats 5] [--data DIR] [--cold] [--stages] [--profile]
 
-Without ``--data`` a synthetic COCO-like set (benchmarks/make_synthetic.py) of ``--n`` images is used;
+Without ``--data`` a synthetic COCO-like set (benchmarks/generators/make_synthetic.py) of ``--n`` images is used;
 it is generated once under ``--root`` ($YOLO_DATA_BENCH_SYNTHETIC, default yolo_data_bench in the system
 temp folder) and reused by later runs with the same settings.
 
@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 from common import PageCache, cpu_model, timed  # noqa: E402
 

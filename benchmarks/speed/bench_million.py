@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """A million images end to end: yolo_data against YOLOv5 7.0 (PyPI, benchmark environment), same files.
 
-    python benchmarks/bench_million.py --root ../bench-data/million --images 1000000 \\
+    python benchmarks/speed/run.py million --root ../bench-data/million --images 1000000 \\
         --peer-python ../bench-venv/bin/python               # or $YOLO_DATA_PEER_PYTHON; --no-peer: yolo_data only
-    python benchmarks/bench_million.py --root ../bench-data/m300 --images 300 --no-peer --repeats 1 --small-images 0
+    python benchmarks/speed/run.py million --root ../bench-data/m300 --images 300 --no-peer --repeats 1 --small-images 0
 
 **Data.** ``--root`` gets one flat COCO-style split, ``images/train2017/000000000000.jpg`` ...
 ``images/train2017/000000999999.jpg`` and ``labels/train2017/*.txt``: hard links to a few hundred real
@@ -58,7 +58,7 @@ from typing import Dict, List, Optional
 
 HERE = Path(__file__).resolve().parent
 sys.dont_write_bytecode = True  # leave no __pycache__ in the checkout
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 from common import HYP_FILE, REPO, log, shutdown  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Reload of a 1,000,000-image label cache: time, breakdown, and proof that no per-image objects are made.
 
-    python benchmarks/bench_reload_1m.py                      # 1M images, 5 repeats
-    python benchmarks/bench_reload_1m.py --n 20000 --repeats 1 --from-records-n 2000  # a quick run
+    python benchmarks/speed/run.py reload-1m                      # 1M images, 5 repeats
+    python benchmarks/speed/run.py reload-1m --n 20000 --repeats 1 --from-records-n 2000  # a quick run
 
 No image files are involved.  A synthetic split is built directly as a yolo_data ``LabelStore``
 (vectorised, no per-image Python objects): paths ``/data/coco/images/train/000000123456.jpg`` (unique,
@@ -50,7 +50,7 @@ import zlib
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 from common import cpu_model, log, timed  # noqa: E402
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Where a yolo_data item's time goes, and the throughput ceiling that follows on this machine.
 
-    python benchmarks/profile_items.py [--data DIR] [--cache none|ram] [--batches 30] [--loader-images 400]
+    python benchmarks/speed/run.py profile [--data DIR] [--cache none|ram] [--batches 30] [--loader-images 400]
 
-``--data`` is an image folder; by default the generated 2,000-image set (benchmarks/make_synthetic.py) in
+``--data`` is an image folder; by default the generated 2,000-image set (benchmarks/generators/make_synthetic.py) in
 $YOLO_DATA_BENCH_SYNTHETIC or yolo_data_bench in the system temp folder, generated there when missing.
 
 Three parts, each for the training loader (augment, hyp.scratch-low, imgsz 640, batch 16) and the
@@ -36,7 +36,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 from common import REPO  # noqa: E402
 
