@@ -165,7 +165,7 @@ def cache_build(out: Path, imgsz: int, repeats: int, workers: int, opencv: bool 
           f"alternating): full decode {full:.1f} s, reduced {fast:.1f} s ({full / fast:.2f}x)")
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("make", help="generate the set")
@@ -183,7 +183,7 @@ def main() -> int:
     c.add_argument("--repeats", type=int, default=3)
     c.add_argument("--workers", type=int, default=2)
     c.add_argument("--opencv", action="store_true", help="decode every JPEG by OpenCV (no simplejpeg)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     if a.cmd == "make":
         print(make(a.out, a.unique, max(a.n, a.unique)))
     elif a.cmd == "decode":
