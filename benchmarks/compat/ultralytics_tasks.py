@@ -1,18 +1,19 @@
-"""Ultralytics' segment, pose and OBB trainers and validators on yolo_data, in the benchmark environment.
+"""Ultralytics' detect, segment, pose and OBB trainers and validators on yolo_data, in the benchmark environment.
 
-    python benchmarks/compat/ultralytics_tasks.py [--tasks segment pose obb] [--imgsz 160] [--epochs 40]
-                                                  [--batch 16] [--single-cls]
+    python benchmarks/compat/ultralytics_tasks.py [--tasks detect segment pose obb] [--imgsz 160] [--epochs 40]
+                                                  [--batch 16] [--val-images N] [--single-cls]
 
-For each task, on a temporary copy of its dataset (segment: coco128-seg; pose: tiger-pose, kpt_shape
-[12, 2]; obb: pen-obb; from $YOLO_DATA_BENCH_DATA or ../shared/datasets):
+For each task, on a temporary copy of its dataset (detect: bccd; segment: coco128-seg; pose: tiger-pose,
+kpt_shape [12, 2]; obb: pen-obb; from $YOLO_DATA_BENCH_DATA or ../shared/datasets):
 
 (a) the validation inputs of Ultralytics' own dataset and of yolo_data's plug-in, image by image
     (matched by file): pixels, classes, boxes (obb: xywhr), keypoints, masks, ori_shape, ratio_pad;
-(b) trains ``yolo11n-<task>.yaml`` from scratch (no weights are downloaded) with ``YoloDataTrainer``
+(b) trains ``yolo11n[-<task>].yaml`` from scratch (no weights are downloaded) with ``YoloDataTrainer``
     on the validation split itself (a model that has seen its images makes detections worth comparing
     after minutes on a CPU; the point is the validators, not the model), then validates its last.pt
     with Ultralytics' own validator and with ``YoloDataValidator`` (same weights, split and settings)
-    and prints both metrics and whether they are identical.
+    and prints both metrics and whether they are identical.  ``--val-images N`` keeps only the first N
+    validation images (by name) for (b): a shorter training; (a) always covers the whole split.
 
 Ultralytics is AGPL-3.0 and installed only in the benchmark environment; this script imports it.
 """
@@ -32,9 +33,11 @@ from ultralytics_plugin import copy_dataset  # noqa: E402
 # Float rounding only: Ultralytics finds an oriented box from its resampled outline, the plug-in from the
 # 4 corners (the same rectangle); pixels, classes, masks and keypoints must be equal
 INPUT_TOLERANCE = 1e-6
-MODEL_SUFFIX = {"segment": "seg", "pose": "pose", "obb": "obb"}
-DATASETS = {"segment": "coco128-seg", "pose": "tiger-pose", "obb": "pen-obb"}
-METRICS = {"segment": ("metrics/precision(B)", "metrics/mAP50(B)", "metrics/mAP50-95(B)", "metrics/precision(M)",
+MODELS = {"detect": "yolo11n.yaml", "segment": "yolo11n-seg.yaml", "pose": "yolo11n-pose.yaml",
+          "obb": "yolo11n-obb.yaml"}
+DATASETS = {"detect": "bccd", "segment": "coco128-seg", "pose": "tiger-pose", "obb": "pen-obb"}
+METRICS = {"detect": ("metrics/precision(B)", "metrics/recall(B)", "metrics/mAP50(B)", "metrics/mAP50-95(B)"),
+           "segment": ("metrics/precision(B)", "metrics/mAP50(B)", "metrics/mAP50-95(B)", "metrics/precision(M)",
                        "metrics/recall(M)", "metrics/mAP50(M)", "metrics/mAP50-95(M)"),
            "pose": ("metrics/precision(B)", "metrics/mAP50(B)", "metrics/mAP50-95(B)", "metrics/precision(P)",
                     "metrics/recall(P)", "metrics/mAP50(P)", "metrics/mAP50-95(P)"),
@@ -89,6 +92,22 @@ def compare_inputs(task: str, data: Path, a) -> str:
             "(normalised)"), same
 
 
+def first_images(data: Path, n: int) -> int:
+    """Delete all but the first ``n`` images (by name) of the copy's validation split and their label
+    files; returns how many are left."""
+    import yaml
+    spec = yaml.safe_load(data.read_text())
+    images = Path(spec["path"]) / spec["val"]
+    files = sorted(f for f in images.iterdir() if f.is_file())
+    labels = images.parents[1] / "labels" / images.name
+    for f in files[n:]:
+        f.unlink()
+        (labels / f.with_suffix(".txt").name).unlink(missing_ok=True)
+    for cache in labels.parent.glob("*.cache"):
+        cache.unlink()
+    return min(n, len(files))
+
+
 def train(task: str, data: Path, tmp: Path, a) -> Path:
     import yaml
     from ultralytics import YOLO
@@ -98,10 +117,10 @@ def train(task: str, data: Path, tmp: Path, a) -> Path:
     data = data.with_name("train-on-val.yaml")
     data.write_text(yaml.safe_dump(spec))
     with common.library_output(a.verbose):
-        YOLO(f"yolo11n-{MODEL_SUFFIX[task]}.yaml").train(data=str(data), trainer=YoloDataTrainer, epochs=a.epochs, imgsz=a.imgsz,
-                                           batch=a.batch, workers=2, device="cpu", plots=False, amp=False, val=False,
-                                           seed=0, project=str(tmp / "runs"), name=task, exist_ok=True, verbose=False,
-                                           single_cls=a.single_cls)
+        YOLO(MODELS[task]).train(data=str(data), trainer=YoloDataTrainer, epochs=a.epochs, imgsz=a.imgsz,
+                                 batch=a.batch, workers=2, device="cpu", plots=False, amp=False, val=False, seed=0,
+                                 project=str(tmp / "runs"), name=task, exist_ok=True, verbose=False,
+                                 single_cls=a.single_cls)
     return tmp / "runs" / task / "weights" / "last.pt"
 
 
@@ -116,21 +135,24 @@ def validate(task: str, weights: Path, data: Path, validator, a) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--tasks", nargs="+", default=["segment", "pose", "obb"], choices=sorted(DATASETS))
+    p.add_argument("--tasks", nargs="+", default=list(DATASETS), choices=list(DATASETS))
     p.add_argument("--imgsz", type=int, default=160)
     p.add_argument("--epochs", type=int, default=40, help="0: compare the validation inputs only")
     p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--val-images", type=int, default=0,
+                   help="train on and validate only the first N validation images (0: all)")
     p.add_argument("--single-cls", action="store_true", help="train and validate as one class (learnt sooner)")
     p.add_argument("--verbose", action="store_true")
     a = p.parse_args()
     config = tempfile.TemporaryDirectory()
     common.isolate_environment(Path(config.name), "ultralytics_tasks")
     from ultralytics import __version__
+    from ultralytics.models.yolo.detect import DetectionValidator
     from ultralytics.models.yolo.obb import OBBValidator
     from ultralytics.models.yolo.pose import PoseValidator
     from ultralytics.models.yolo.segment import SegmentationValidator
     from yolo_data.integrations.ultralytics import YoloDataValidator
-    own = {"segment": SegmentationValidator, "pose": PoseValidator, "obb": OBBValidator}
+    own = {"detect": DetectionValidator, "segment": SegmentationValidator, "pose": PoseValidator, "obb": OBBValidator}
     print(f"Ultralytics {__version__}, imgsz {a.imgsz}, batch {a.batch}")
     identical = "validation inputs" + (" and metrics" if a.epochs else "")
     same_everywhere = True
@@ -143,6 +165,8 @@ def main() -> None:
             same_everywhere &= same_inputs
             if not a.epochs:
                 continue
+            if a.val_images:
+                print(f"[{task}] trained on and validated with the first {first_images(data, a.val_images)} images")
             t = time.perf_counter()
             weights = train(task, data, tmp, a)
             print(f"[{task}] trained {a.epochs} epochs with YoloDataTrainer in {time.perf_counter() - t:.0f} s")
