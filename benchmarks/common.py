@@ -25,9 +25,12 @@ import ctypes
 import ctypes.util
 import datetime
 import io
+import json
 import mmap
 import os
 import platform
+import re
+import shlex
 import signal
 import socket
 import statistics
@@ -496,10 +499,7 @@ def machine() -> str:
 
 def footer() -> str:
     """The report's last line: the command, the machine and the date."""
-    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path("?")
-    with contextlib.suppress(ValueError, OSError):
-        script = script.resolve().relative_to(REPO)  # benchmarks/speed/bench_scan.py
-    cmd = " ".join([script.as_posix()] + sys.argv[1:])
+    cmd = command().split(" ", 1)[1]  # without 'python '
     when = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     return f"<sub>{cmd}; {machine()}; {when}</sub>"
 
@@ -576,3 +576,151 @@ def ensure_pkg_resources() -> None:
         from packaging.version import parse
         sys.modules["pkg_resources"] = types.SimpleNamespace(parse_version=parse)
 
+
+# -- results as files -------------------------------------------------------------------------------
+# Every speed benchmark writes what it measured to benchmarks/results/<question>[-<task>][-<dataset>].json
+# (README.md beside this file describes the layout): the same top-level keys for every benchmark.
+RESULTS = HERE / "results"
+RESULT_KEYS = ("benchmark", "question", "command", "date", "machine", "versions", "git", "settings", "results")
+QUESTION: Optional[str] = None  # set by speed/run.py: the question asked, which names the file
+VERSIONS = {"yolo_data": None, "torch": ("torch",), "torchvision": ("torchvision",), "numpy": ("numpy",),
+            "opencv": ("opencv-python", "opencv-python-headless", "opencv-contrib-python"),
+            "simplejpeg": ("simplejpeg",), "yolov5": ("yolov5",), "ultralytics": ("ultralytics",),
+            "pycocotools": ("pycocotools",)}
+
+
+def add_result_options(parser) -> None:
+    """``--results DIR`` and ``--no-results`` on a benchmark's argument parser."""
+    group = parser.add_argument_group("results file")
+    group.add_argument("--results", type=Path, default=RESULTS, metavar="DIR",
+                       help="folder of the JSON results file (default: benchmarks/results)")
+    group.add_argument("--no-results", action="store_true", help="write no results file (smoke runs)")
+
+
+def command() -> str:
+    """The command line as typed, the script's path relative to the checkout where it is inside it:
+    ``'python benchmarks/speed/run.py train --quick'``."""
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path("?")
+    with contextlib.suppress(ValueError, OSError):
+        script = script.resolve().relative_to(REPO)
+    return shlex.join(["python", script.as_posix(), *sys.argv[1:]])
+
+
+def _gpu_names() -> List[str]:
+    """The CUDA devices' names: from torch where this process imported it, else nvidia-smi; [] without."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        with contextlib.suppress(Exception):
+            if torch.cuda.is_available():
+                return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+            return []
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        p = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                           text=True, timeout=10)
+        if p.returncode == 0:
+            return [line.strip() for line in p.stdout.splitlines() if line.strip()]
+    return []
+
+
+def machine_info() -> Dict[str, object]:
+    """The machine a result came from: CPU model, cores (all and usable), RAM in GiB, GPUs, OS."""
+    ram = None
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in open("/proc/meminfo", encoding="utf-8"):
+            if line.startswith("MemTotal"):
+                ram = round(int(line.split()[1]) / (1 << 20), 1)
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "usable_cores": usable_cores(), "ram_gib": ram,
+            "gpus": _gpu_names(), "os": f"{platform.system()} {platform.release()} {platform.machine()}",
+            "hostname": socket.gethostname()}
+
+
+def versions() -> Dict[str, Optional[str]]:
+    """Python's and the installed distributions' versions (importlib.metadata: nothing is imported);
+    yolo_data's is the checkout's own ``__version__``, read from its source.  None: not installed."""
+    out = {"python": platform.python_version()}
+    for name, dists in VERSIONS.items():
+        if dists is None:
+            text = (REPO / "yolo_data" / "__init__.py").read_text(encoding="utf-8")
+            m = re.search(r'^__version__ = "([^"]+)"', text, re.M)
+            out[name] = m.group(1) if m else None
+        else:
+            out[name] = next((v for v in map(version_of, dists) if v), None)
+    return out
+
+
+def git_state() -> Dict[str, object]:
+    """The checkout's commit and whether tracked files differ from it (None where git cannot tell)."""
+    def git(*args):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            p = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=30)
+            if p.returncode == 0:
+                return p.stdout.strip()
+        return None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
+
+
+def jsonable(value):
+    """``value`` with paths, tuples, sets, NumPy numbers and arrays made JSON values; NaN and infinities
+    become None (JSON has none)."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "tolist") and callable(value.tolist):  # NumPy scalars and arrays, torch tensors
+        return jsonable(value.tolist())
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def medians(runs: Sequence[Dict[str, object]]) -> Dict[str, object]:
+    """{key: median over ``runs``} of every numeric value in the runs' dicts (lists of numbers: element by
+    element); runs holding an ``error`` are left out, and so are NaNs (not measured)."""
+    runs = [r for r in runs if isinstance(r, dict) and "error" not in r]
+    out = {}
+    for key in dict.fromkeys(k for r in runs for k in r):
+        vals = [r[key] for r in runs if key in r]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+            out[key] = med(v for v in vals if v == v)
+        elif all(isinstance(v, (list, tuple)) and all(isinstance(x, (int, float)) for x in v) for v in vals):
+            out[key] = [med(column) for column in zip(*vals)]
+    return out
+
+
+def result_name(question: str, task: Optional[str] = None, datasets: Sequence[str] = ()) -> str:
+    """``<question>[-<task>][-<dataset>...].json``, names made safe for a file name."""
+    parts = [question] + ([task] if task else []) + [re.sub(r"[^A-Za-z0-9_.+]+", "_", str(d)) for d in datasets]
+    return "-".join(parts) + ".json"
+
+
+def write_result(question: str, results: Dict[str, object], args, task: Optional[str] = None,
+                 datasets: Sequence[str] = ()) -> Optional[Path]:
+    """Write one run's results to ``args.results / result_name(...)`` (replacing an older file of the same
+    question, task and data) unless ``args.no_results``; returns the path (None when not written).
+
+    ``question`` is the script's own unless speed/run.py set ``QUESTION``; ``results`` holds the raw
+    per-repeat numbers and the medians the report prints; ``vars(args)`` become the settings."""
+    if getattr(args, "no_results", False):
+        return None
+    question = QUESTION or question
+    benchmark = Path(sys._getframe(1).f_globals.get("__file__") or "?")  # the script that measured
+    with contextlib.suppress(ValueError, OSError):
+        benchmark = benchmark.resolve().relative_to(REPO)
+    settings = {k: v for k, v in vars(args).items() if k not in ("results", "no_results")}
+    doc = {"benchmark": Path(benchmark).as_posix(), "question": question, "command": command(),
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "machine": machine_info(), "versions": versions(), "git": git_state(), "settings": settings,
+           "results": results}
+    folder = Path(args.results)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / result_name(question, task, datasets)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(jsonable(doc), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    log(f"results written to {path}")
+    return path

@@ -7,19 +7,25 @@ yolo_data-only run that imports a peer fails here even where the peers are insta
 """
 from __future__ import annotations
 
+import datetime
+import json
 import os
+import platform
 import shutil
 import sys
 from importlib import util
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import yolo_data
 from conftest import holding, run_all, tagged_env
 from yolo_data import decode
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "benchmarks"
+MAKE_SYNTHETIC = BENCH / "generators" / "make_synthetic.py"
 N = 16  # images in the generated set
 SYNTHETIC = f"synthetic-n{N}-seed0-640px-q90"  # the name common.synthetic_set gives those settings
 
@@ -30,7 +36,7 @@ def tiny(tmp_path_factory):
     datasets folder, and fake peers that refuse to be imported."""
     root = tmp_path_factory.mktemp("bench_smoke")
     synthetic = root / "synthetic"
-    p = run_all([sys.executable, str(BENCH / "generators" / "make_synthetic.py"), str(synthetic / SYNTHETIC), "--n", str(N),
+    p = run_all([sys.executable, str(MAKE_SYNTHETIC), str(synthetic / SYNTHETIC), "--n", str(N),
                  "--workers", "1"], 120, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     datasets = root / "datasets"
@@ -47,12 +53,15 @@ def tiny(tmp_path_factory):
 
 def run(tiny, tmp_path, script, *args, fakes=True, timeout=120):
     """(exit code, stdout, stderr) of ``python benchmarks/SCRIPT ARGS`` (``speed/bench_scan.py``...) with the data
-    in ``tiny``; the script and every process it starts (torchrun, ranks, workers) end with the call."""
+    in ``tiny``; the script and every process it starts (torchrun, ranks, workers) end with the call.  A speed
+    benchmark writes its results file into ``tmp_path/results``, never into the checkout."""
     env = dict(os.environ, YOLO_DATA_BENCH_DATA=str(tiny["datasets"]),
                YOLO_DATA_BENCH_SYNTHETIC=str(tiny["synthetic"]), TMPDIR=str(tmp_path))
     env.pop("YOLO_DATA_PEER_PYTHON", None)
     if fakes:
         env["PYTHONPATH"] = os.pathsep.join([str(tiny["fakes"])] + [p for p in [env.get("PYTHONPATH")] if p])
+    if script.startswith("speed/"):
+        args = (*args, "--results", tmp_path / "results")
     p = run_all([sys.executable, str(BENCH / script), *map(str, args)], timeout, capture_output=True, text=True,
                 env=env, cwd=tmp_path)
     return p.returncode, p.stdout, p.stderr
@@ -71,7 +80,7 @@ def table(out: str) -> dict:
 def ok(rc, out, err, script):
     assert rc == 0, err[-3000:]
     footer = out.strip().splitlines()[-1]
-    assert footer.startswith(f"<sub>benchmarks/{script}") and " cores (" in footer and "Python " in footer, footer
+    assert footer.startswith(f"<sub>benchmarks/{script} ") and " cores (" in footer and "Python " in footer, footer
     return table(out)
 
 
@@ -94,9 +103,61 @@ def test_bench_scan(tiny, tmp_path):
 
 def test_bench_scan_generates_its_set(tiny, tmp_path):
     """Without --data: the set named by the settings in $YOLO_DATA_BENCH_SYNTHETIC, reused."""
-    rc, out, err = run(tiny, tmp_path, "speed/bench_scan.py", "--n", N, "--repeats", "1", "--warmup", "0", "--workers", "1")
+    rc, out, err = run(tiny, tmp_path, "speed/bench_scan.py", "--n", N, "--repeats", "1", "--warmup", "0",
+                       "--workers", "1")
     ok(rc, out, err, "speed/bench_scan.py")
     assert f"<!-- reusing {tiny['set']}" in out and f"found {N}, ok {N}" in out
+
+
+def test_entry_point_writes_the_printed_numbers_as_json(tiny, tmp_path):
+    """run.py QUESTION runs the benchmark, and its results file holds the machine, versions, commit, the
+    command as typed, the settings and the very numbers of the report."""
+    data = tiny["datasets"] / "sample" / "images" / "train"
+    rc, out, err = run(tiny, tmp_path, "speed/run.py", "first-batch", "--data", data, "--setup-s", 0.1,
+                       "--repeats", 2, "--workers", 1, "--batch-size", 8, "--imgsz", 160)
+    rows = ok(rc, out, err, "speed/run.py first-batch")
+    files = list((tmp_path / "results").iterdir())
+    assert [f.name for f in files] == ["first-batch-sample.json"], files
+    doc = json.loads(files[0].read_text())
+    assert list(doc) == ["benchmark", "question", "command", "date", "machine", "versions", "git", "settings",
+                         "results"]
+    assert doc["benchmark"] == "benchmarks/speed/bench_first_batch.py" and doc["question"] == "first-batch"
+    assert doc["command"].startswith("python benchmarks/speed/run.py first-batch --data ")
+    assert doc["command"].endswith("--imgsz 160 --results " + str(tmp_path / "results"))
+    assert doc["machine"]["cores"] == os.cpu_count() and doc["machine"]["cpu"] and doc["machine"]["ram_gib"] > 0
+    assert doc["versions"]["yolo_data"] == yolo_data.__version__ and doc["versions"]["numpy"] == np.__version__
+    assert doc["versions"]["python"] == platform.python_version() and "torch" in doc["versions"]
+    assert len(doc["git"]["commit"] or "x" * 40) == 40 and doc["git"]["dirty"] in (True, False, None)
+    assert datetime.datetime.fromisoformat(doc["date"]).utcoffset() == datetime.timedelta(0)
+    assert doc["settings"]["repeats"] == 2 and doc["settings"]["imgsz"] == 160
+    for label in ("early start (yolo_data)", "start on first iter"):
+        runs = doc["results"]["first_batch_s"][label]
+        assert len(runs) == 2 and all(t > 0 for t in runs)
+        assert rows[label] == [f"{doc['results']['median_s'][label]:.3f}", ", ".join(f"{t:.3f}" for t in runs)]
+
+
+def test_entry_point_refuses_a_task_the_benchmark_lacks_and_writes_nothing_when_asked(tiny, tmp_path):
+    rc, out, err = run(tiny, tmp_path, "speed/run.py", "memory", "--task", "segment")
+    assert rc == 1 and not out and err.strip() == ("run.py memory: --task segment: this benchmark (bench_memory.py) "
+                                                   "measures detection only and has no --task"), err
+    rc, out, err = run(tiny, tmp_path, "speed/run.py", "train", "--task", "pose")
+    assert rc == 1 and "bench_train.py measures detect, segment only" in err, err
+    data = tiny["datasets"] / "sample" / "images" / "train"
+    rc, out, err = run(tiny, tmp_path, "speed/run.py", "first-batch", "--data", data, "--setup-s", 0, "--repeats", 1,
+                       "--workers", 0, "--imgsz", 64, "--no-results")
+    assert rc == 0 and "start on first iter" in out and not (tmp_path / "results").exists(), err
+
+
+def test_every_speed_benchmark_answers_a_question_and_writes_results():
+    sys.path.insert(0, str(BENCH / "speed"))
+    try:
+        import run as entry
+    finally:
+        sys.path.remove(str(BENCH / "speed"))
+    scripts = {f.stem for f in (BENCH / "speed").glob("*.py")} - {"run"}
+    assert {q.script for q in entry.QUESTIONS.values()} == scripts
+    for script in scripts:
+        assert "common.write_result(" in (BENCH / "speed" / f"{script}.py").read_text(), script
 
 
 def test_bench_reload_1m(tiny, tmp_path):
@@ -118,8 +179,8 @@ def test_bench_first_batch(tiny, tmp_path):
 
 
 def test_bench_cuda_dry_run(tiny, tmp_path):
-    rc, out, err = run(tiny, tmp_path, "speed/bench_cuda.py", "--device", "cpu", "--data", tiny["set"] / "images" / "train",
-                       "--workers", 1, "--images", N, "--repeats", 1)
+    rc, out, err = run(tiny, tmp_path, "speed/bench_cuda.py", "--device", "cpu", "--data",
+                       tiny["set"] / "images" / "train", "--workers", 1, "--images", N, "--repeats", 1)
     rows = ok(rc, out, err, "speed/bench_cuda.py")
     assert numbers(rows["train"][1:])[0] > 0 and numbers(rows["val"][1:])[0] > 0, rows
 
@@ -180,7 +241,7 @@ def tiny_seg(tiny):
     """A generated set of N images with 20-40 polygon labels each, where bench_train's ``--task segment
     --datasets synthetic --synthetic-objects 20 40`` looks for it (the name common.synthetic_set gives)."""
     out = tiny["synthetic"] / f"{SYNTHETIC}-seg-obj{SEG_OBJECTS[0]}-{SEG_OBJECTS[1]}"
-    p = run_all([sys.executable, str(BENCH / "generators" / "make_synthetic.py"), str(out), "--n", str(N), "--workers", "1",
+    p = run_all([sys.executable, str(MAKE_SYNTHETIC), str(out), "--n", str(N), "--workers", "1",
                  "--segments", "--objects", *map(str, SEG_OBJECTS)], 120, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     return out
@@ -325,6 +386,7 @@ def test_bench_highres(tiny, tmp_path, monkeypatch):
     rc, stdout, err = run(tiny, tmp_path, "speed/bench_highres.py", "cache", out, "--imgsz", 200, "--repeats", 1)
     ok(rc, stdout, err, "speed/bench_highres.py")
     assert "disk image cache build at 200 (3 images" in stdout
-    rc, stdout, err = run(tiny, tmp_path, "speed/bench_highres.py", "cache", out, "--imgsz", 200, "--repeats", 1, "--opencv")
+    rc, stdout, err = run(tiny, tmp_path, "speed/bench_highres.py", "cache", out, "--imgsz", 200, "--repeats", 1,
+                          "--opencv")
     ok(rc, stdout, err, "speed/bench_highres.py")
     assert "decode threads, OpenCV, median of 1" in stdout, stdout

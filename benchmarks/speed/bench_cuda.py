@@ -76,6 +76,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--images", type=int, default=1280)
     ap.add_argument("--repeats", type=int, default=3)
+    common.add_result_options(ap)
     args = ap.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -86,13 +87,17 @@ def main(argv=None) -> int:
     print(f"### Into {name}: loader -> {'pinned memory -> ' if device.type == 'cuda' else ''}"
           f"non-blocking copy, {args.workers} workers, {args.data}\n")
     print("| loader | pin_memory | img/s median (min–max) |\n|---|---|---:|")
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for mode in MODES:
             for pin in ((True, False) if device.type == "cuda" else (False,)):
                 runs = [measure(args.data, mode, device, pin, args.workers, args.images, tmp)
                         for _ in range(args.repeats)]
                 print(f"| {mode} | {'on' if pin else 'off'} | {common.fmt_range(runs, 1, always=True)} |")
+                rows.append({"loader": mode, "pin_memory": pin, "img_per_s": runs,
+                             "median_img_per_s": common.med(runs)})
     print("\n" + common.footer())
+    common.write_result("cuda", {"device": name, "rows": rows}, args)
     return 0
 
 

@@ -33,6 +33,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--imgsz", type=int, default=640)
     ap.add_argument("--batch-size", type=int, default=32)
+    common.add_result_options(ap)
     args = ap.parse_args(argv)
     args.data = args.data or str(common.dataset("coco128") / "images" / "train2017")
     src = Path(args.data)
@@ -60,6 +61,9 @@ def main(argv=None) -> int:
     for mode, v in res.items():
         print(f"| {mode} | {statistics.median(v):.3f} | {', '.join(f'{x:.3f}' for x in v)} |")
     print("\n" + common.footer())
+    medians = {k: statistics.median(v) for k, v in res.items()}
+    common.write_result("first-batch", {"first_batch_s": res, "median_s": medians}, args,
+                        datasets=[Path(args.data).parents[1].name])
     return 0
 
 

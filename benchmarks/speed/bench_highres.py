@@ -27,7 +27,8 @@ import numpy as np
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common
-from common import footer, log  # noqa: E402  (puts the checkout first on sys.path)
+import common  # noqa: E402  (puts the checkout first on sys.path)
+from common import footer, log  # noqa: E402
 
 W, H = 4032, 3024  # a 12-megapixel phone photo
 EXIF_EVERY = 4  # every 4th photo is stored on its side, with EXIF orientation 6
@@ -97,7 +98,7 @@ def make(out: Path, unique: int, n: int) -> Path:
     return yaml
 
 
-def decode(out: Path, count: int, imgsz: int, repeats: int) -> None:
+def decode(out: Path, count: int, imgsz: int, repeats: int) -> dict:
     """Per image: yolo_data's ``load_image`` (decode + resize to ``imgsz``), full and reduced decode, by
     OpenCV alone and with simplejpeg where installed (decode.py), all alternating; one line per decoder."""
     from yolo_data import decode as decoding
@@ -131,9 +132,14 @@ def decode(out: Path, count: int, imgsz: int, repeats: int) -> None:
         print(f"- {dec}: full {full_ms:.1f} ms, reduced {fast_ms:.1f} ms ({full_ms / fast_ms:.2f}x)")
     print(f"pixel difference full vs reduced: mean {d.mean():.2f}, 99th percentile {np.percentile(d, 99):.0f} "
           "levels of 255 (the decoders give the same pixels: tests/test_decode.py)")
+    return {"photos": len(files), "sizes": sorted(sizes),
+            "decoders": {dec: {"full_s": times[dec, False], "reduced_s": times[dec, True],
+                               "full_median_ms": ms[dec, False], "reduced_median_ms": ms[dec, True]}
+                         for dec in decoders},
+            "pixel_difference_mean": float(d.mean()), "pixel_difference_p99": float(np.percentile(d, 99))}
 
 
-def cache_build(out: Path, imgsz: int, repeats: int, workers: int, opencv: bool = False) -> None:
+def cache_build(out: Path, imgsz: int, repeats: int, workers: int, opencv: bool = False) -> dict:
     """Seconds to build a disk image cache of the whole set (training resize), full and reduced decode
     alternating, each into a fresh temporary folder (removed afterwards).  ``opencv``: every JPEG decoded
     by OpenCV (no simplejpeg)."""
@@ -163,6 +169,8 @@ def cache_build(out: Path, imgsz: int, repeats: int, workers: int, opencv: bool 
     print(f"disk image cache build at {imgsz} ({n} images, {workers} decode threads, "
           f"{'OpenCV' if opencv or decoding.simplejpeg_module() is None else 'simplejpeg'}, median of {repeats}, "
           f"alternating): full decode {full:.1f} s, reduced {fast:.1f} s ({full / fast:.2f}x)")
+    return {"images": n, "decoder": "OpenCV" if opencv or decoding.simplejpeg_module() is None else "simplejpeg",
+            "full_s": times[False], "reduced_s": times[True], "full_median_s": full, "reduced_median_s": fast}
 
 
 def main(argv=None) -> int:
@@ -177,20 +185,26 @@ def main(argv=None) -> int:
     d.add_argument("--count", type=int, default=20)
     d.add_argument("--imgsz", type=int, default=640)
     d.add_argument("--repeats", type=int, default=3)
+    common.add_result_options(d)
     c = sub.add_parser("cache", help="time a disk image cache build, full vs reduced decode")
     c.add_argument("out", type=Path)
     c.add_argument("--imgsz", type=int, default=640)
     c.add_argument("--repeats", type=int, default=3)
     c.add_argument("--workers", type=int, default=2)
     c.add_argument("--opencv", action="store_true", help="decode every JPEG by OpenCV (no simplejpeg)")
+    common.add_result_options(c)
     a = ap.parse_args(argv)
     if a.cmd == "make":
         print(make(a.out, a.unique, max(a.n, a.unique)))
-    elif a.cmd == "decode":
-        decode(a.out, a.count, a.imgsz, a.repeats)
+        print(footer())
+        return 0
+    if a.cmd == "decode":
+        results = decode(a.out, a.count, a.imgsz, a.repeats)
     else:
-        cache_build(a.out, a.imgsz, a.repeats, a.workers, a.opencv)
+        results = cache_build(a.out, a.imgsz, a.repeats, a.workers, a.opencv)
     print(footer())
+    common.write_result("highres", results, a, datasets=[a.cmd + ("-opencv" if getattr(a, "opencv", False) else ""),
+                                                         a.out.name])
     return 0
 
 

@@ -422,6 +422,7 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true",
                    help="smoke test: coco128, 12 batches, window 4, 1 round (overrides those options)")
     p.add_argument("--verbose", action="store_true", help="show what the libraries print (in child logs)")
+    common.add_result_options(p)
     args = p.parse_args(argv)
     if args.datasets is None:
         args.datasets = [] if args.data else ["synthetic"]
@@ -482,6 +483,10 @@ def main(argv=None) -> int:
                         f"{m['procs']} procs, {m['samples']} samples, {m['ips']:.0f} img/s")
         loads.append(common.load_average())
         report(results, args.libraries, args, prep["machine"], n_images, errors, loads)
+        common.write_result("memory", {
+            "images": n_images, "errors": errors, "measurements_mib": results,
+            "medians_mib": {ds: {lib: common.medians(ms) for lib, ms in per_lib.items()}
+                            for ds, per_lib in results.items()}}, args, datasets=datasets)
         log(f"total {time.perf_counter() - t_start:.0f} s")
         return 1 if errors else 0
     finally:

@@ -372,6 +372,7 @@ def parse_args(argv=None):
     ap.add_argument("--yolo-data", help="import yolo_data from this folder (e.g. an exported older commit); "
                     "default: this checkout")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    common.add_result_options(ap)
     args = ap.parse_args(argv)
     if args.rect_repeats is None:
         args.rect_repeats = args.repeats
@@ -450,6 +451,11 @@ def main(argv=None) -> int:
             for k in [k for k in res[lib] if k.startswith("prep-")]:
                 res[lib].pop(k)
         print(report(args, libs, res, sizes, stages, build_s), flush=True)
+        common.write_result("million", {
+            "sizes": sizes, "build_s": build_s, "runs": res, "yolo_data_stages": stages,
+            "medians": {lib: {group: common.medians(runs) for group, runs in groups.items()}
+                        for lib, groups in res.items()},
+            "yolo_data_stages_medians": common.medians(stages)}, args, datasets=[f"n{args.images}"])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         if args.remove:

@@ -123,6 +123,7 @@ def main(argv=None) -> int:
                     help="seconds the torchrun part may take before all its processes are killed (default 3600)")
     ap.add_argument("--rank-part", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    common.add_result_options(ap)
     args = ap.parse_args(argv)
     if args.rank_part:
         rank_main(args)
@@ -170,6 +171,10 @@ def main(argv=None) -> int:
           f"{args.nproc * pixels / gib:.2f} GiB; everything but the cache is {(total - pss['cache']) / procs / 2**20:.0f} MiB "
           "per process.")
     print("\n" + common.footer())
+    common.write_result("ddp-ram", {"images": n_images, "processes": procs, "cached_pixels_bytes": pixels,
+                                    "summed_pss_bytes": total, "summed_pss_by_kind_bytes": pss,
+                                    "pss_per_rank": ranks, "pss_over_pixels": total / pixels}, args,
+                        datasets=[Path(args.data).parent.name])
     return 0
 
 

@@ -344,6 +344,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--from-records-n", type=int, default=200_000,
                    help="images in the per-image from_records comparison (0: skip; default 200,000)")
     p.add_argument("--tmp", type=Path, default=None, help="parent of the temporary folder (default: system tmp)")
+    common.add_result_options(p)
     return p.parse_args(argv)
 
 
@@ -371,6 +372,14 @@ def main(argv=None) -> int:
         print(report(args, store, n_poly_rows, cfile, t_build, t_save, warm, cold, parts, objs, acc, fr,
                      load_before, os.getloadavg()))
         print("\n" + common.footer())
+        size = cfile.stat().st_size
+    med = common.med
+    common.write_result("reload-1m", {
+        "images": args.n, "polygon_rows": n_poly_rows, "cache_file_bytes": size, "build_s": t_build, "save_s": t_save,
+        "warm_load_s": warm[0], "warm_load_median_s": med(warm[0]), "warm_resident_before": warm[1],
+        "cold_load_s": cold[0], "cold_load_median_s": med(cold[0]), "cold_resident_before": cold[1],
+        "breakdown_s": parts, "breakdown_median_s": {k: med(v) for k, v in parts.items()},
+        "objects": objs, "access_s_per_call": acc, "from_records_s": fr}, args, datasets=[f"n{args.n}"])
     return 0
 
 

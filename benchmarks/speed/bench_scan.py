@@ -312,6 +312,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--cold", action="store_true", help="evict the dataset's file pages before each run")
     p.add_argument("--stages", action="store_true", help="also time the scan's steps separately")
     p.add_argument("--profile", action="store_true", help="also print a cProfile top-10 of a serial scan")
+    common.add_result_options(p)
     return p.parse_args(argv)
 
 
@@ -337,6 +338,15 @@ def main(argv=None) -> int:
     if args.profile:
         print("\n```\n" + profile_serial(images, nc).rstrip() + "\n```")
     print("\n" + common.footer())
+    n = res["last_scan"].counts["found"]
+    results = {"images": n, "workers": args.workers or default_workers(), "counts": res["last_scan"].counts,
+               "cache_file_bytes": cache_file.stat().st_size, "stages_s": stages}
+    for key in ("scan", "reload"):
+        results[key] = {"seconds": res[key], "median_s": statistics.median(res[key]),
+                        "images_per_s_median": n / statistics.median(res[key]),
+                        "page_cache_resident_before": res["resident_" + key]}
+    common.write_result("scan-steps", results, args,
+                        datasets=[Path(images).parents[1].name if args.data else f"synthetic{args.n}"])
     return 0
 
 

@@ -353,6 +353,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--profile-n", type=int, default=2000, help="images in the cProfile run (default 2000)")
     p.add_argument("--tmp", type=Path, default=None, help="parent of the temporary folder (default: system tmp)")
     p.add_argument("--verbose", action="store_true", help="show what the libraries print")
+    common.add_result_options(p)
     return p.parse_args(argv)
 
 
@@ -385,6 +386,15 @@ def main(argv=None) -> int:
             yd_images = copies.get("yolo_data") or copies.get("yolo_data_w1") or next(iter(copies.values()))
             print(profile_report(yd_images, yd_workers, args.profile_n), flush=True)
     print("\n" + common.footer())
+    results = {"images": n_images, "yolo_data_workers": yd_workers, "library_versions": libs.versions,
+               "scan_ratio_yolo_data_over_fastest_peer": ratio, "libraries": {}}
+    for lib, series in res.items():
+        results["libraries"][lib] = {
+            "scan_s": series.scan, "scan_median_s": _med(series.scan), "reload_s": series.reload,
+            "reload_median_s": _med(series.reload), "cache_file_bytes": series.cache_bytes,
+            "images_kept": series.outcome.images if series.outcome else None,
+            "boxes_kept": series.outcome.boxes if series.outcome else None}
+    common.write_result("scan", results, args, datasets=[f"{src.name}x{args.copies}"])
     return 0
 
 

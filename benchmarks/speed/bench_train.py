@@ -85,7 +85,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
@@ -554,6 +554,7 @@ def parse_args(argv=None):
     p.add_argument("--verbose", action="store_true", help="show what the libraries print")
     p.add_argument("--cache", choices=["none", "ram"], default="none",
                    help="image cache for every library (ram: yolo_data shares one copy per node)")
+    common.add_result_options(p)
     args = p.parse_args(argv)
     real = "coco128-seg" if args.task == "segment" else "coco128"
     if args.datasets is None:
@@ -633,6 +634,13 @@ def main(argv=None) -> int:
         counter.uninstall()
         loads.append(common.load_average())
         report(results, errors, args.libraries, args, machine, (loads[0], loads[1]), sources, n_images)
+        rows = []
+        for (ds, cfg), per_lib in results.items():
+            runs = {lib: [asdict(m) for m in ms] for lib, ms in per_lib.items()}
+            rows.append({"dataset": ds, "loader": cfg, "runs": runs,
+                         "medians": {lib: common.medians(r) for lib, r in runs.items()}})
+        common.write_result("train", {"images": n_images, "library_versions": libs.versions, "errors": errors,
+                                      "rows": rows}, args, task=args.task, datasets=[s.name for s in sources])
         log(f"total {time.perf_counter() - t_start:.0f} s")
         return 1 if errors else 0
     finally:

@@ -83,7 +83,8 @@ def in_process(data, mode, cache, batches, cache_dir):
             builtin["simplejpeg decode"] = builtin.get("simplejpeg decode", 0.0) + v[2]
     top = sorted(builtin.items(), key=lambda kv: -kv[1])[:8]
     rest = total - sum(t for _, t in top)
-    return min(passes), statistics.median(passes), [(k, t / n * 1e3) for k, t in top], rest / n * 1e3, total / n * 1e3
+    return (min(passes), statistics.median(passes), [(k, t / n * 1e3) for k, t in top], rest / n * 1e3, total / n * 1e3,
+            passes)
 
 
 def proc_stat(pid):
@@ -130,16 +131,21 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", choices=["none", "ram"], default="none")
     ap.add_argument("--batches", type=int, default=30)
     ap.add_argument("--loader-images", type=int, default=400, help="images timed through create_dataloader")
+    common.add_result_options(ap)
     args = ap.parse_args(argv)
     args.data = common.synthetic_images(args.data)
     cv2.setNumThreads(0)  # as in DataLoader workers
     import torch
     torch.set_num_threads(1)
     cores = len(os.sched_getaffinity(0))
+    results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for mode in ("train", "val"):
             cache = False if args.cache == "none" else args.cache
-            best, med, top, rest, profiled = in_process(args.data, mode, cache, args.batches, tmp)
+            best, med, top, rest, profiled, passes = in_process(args.data, mode, cache, args.batches, tmp)
+            results[mode] = {"ms_per_item_passes": passes, "ms_per_item_min": best, "ms_per_item_median": med,
+                             "profiled_ms_per_item": profiled, "profile_ms_per_item": dict(top),
+                             "profile_rest_ms_per_item": rest, "through_loader": []}
             print(f"### {mode} (image cache {args.cache}), {args.data}\n")
             print(f"One process, `__getitems__` + `collate_fn`: **{best:.2f} ms per item** (median {med:.2f}).\n")
             print(f"Under cProfile ({profiled:.2f} ms per item with the profiler's overhead):\n")
@@ -153,11 +159,14 @@ def main(argv=None) -> int:
             for w in (1, 2):
                 r = through_loader(args.data, mode, args.cache, w, tmp, args.loader_images)
                 per_img = r["w_user"] + r["w_sys"] + r["main_user"] + r["main_sys"]
+                results[mode]["through_loader"].append({"workers": w, **r,
+                                                        "ceiling_img_s": min(w, cores) * 1e3 / per_img})
                 print(f"| {w} | {r['img_s']:.1f} | {r['w_user']:.2f} | {r['w_sys']:.2f} | "
                       f"{r['main_user'] + r['main_sys']:.2f} | {r['w_faults']:.0f} | "
                       f"{min(w, cores) * 1e3 / per_img:.0f} |")
             print()
     print(common.footer())
+    common.write_result("profile", results, args)
     return 0
 
 

@@ -35,7 +35,8 @@ class Question(NamedTuple):
 
 QUESTIONS = {
     "train": Question("bench_train", "How fast do the training and validation loaders deliver, against YOLOv5 "
-                      "and Ultralytics? (img/s, decodes and CPU ms per image, first batch)", tasks=("detect", "segment")),
+                      "and Ultralytics? (img/s, decodes and CPU ms per image, first batch)",
+                      tasks=("detect", "segment")),
     "ram-cache": Question("bench_train", "How fast is training with cache='ram'?",
                           ("--cache", "ram", "--no-val"), tasks=("detect", "segment")),
     "workers": Question("bench_train", "How does training throughput scale with workers?",
