@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benchmarks")]
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benchmarks"), str(ROOT / "benchmarks" / "compat")]
 from docs_examples import DATASETS, blocks, environment, run, workspace  # noqa: E402
 
 COMPAT = [b for b in blocks() if b.where == "compat"]
