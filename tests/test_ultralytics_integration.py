@@ -1,4 +1,4 @@
-"""The Ultralytics plug-in (issue 13).
+"""The Ultralytics plug-in.
 
 Always run (no Ultralytics needed): Ultralytics' batch dict from our loader against the dataset, the
 ratio_pad offsets against the letterbox, the hyperparameter mapping, the labels-as-dicts view against

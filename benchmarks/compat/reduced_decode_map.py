@@ -1,4 +1,4 @@
-"""What the reduced JPEG decode does to mAP in evaluation (issue 14), in the benchmark environment.
+"""What the reduced JPEG decode does to mAP in evaluation, in the benchmark environment.
 
     python benchmarks/compat/reduced_decode_map.py [--data DIR] [--epochs 25] [--imgsz 160] [--val-imgsz 160 320]
 

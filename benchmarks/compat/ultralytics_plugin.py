@@ -1,4 +1,4 @@
-"""Ultralytics' own trainer and validator on yolo_data (issue 13), in the benchmark environment.
+"""Ultralytics' own trainer and validator on yolo_data, in the benchmark environment.
 
     python benchmarks/compat/ultralytics_plugin.py [--data DIR] [--imgsz 256]     # in the benchmark environment
 
