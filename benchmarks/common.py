@@ -504,6 +504,24 @@ def footer() -> str:
     return f"<sub>{cmd}; {machine()}; {when}</sub>"
 
 
+def report_end(errors: Sequence[str] = ()) -> None:
+    """A report's end: the errors met, if any, as a list, then the footer."""
+    if errors:
+        print("\n**Errors:**\n")
+        for e in errors:
+            print(f"- {e}")
+    print(f"\n{footer()}")
+
+
+def parity_verdict(results) -> int:
+    """Print a parity comparison's verdict ('ALL EQUAL', or how many cases differ; each result has
+    ``.ok``) and the footer; the exit status: 1 where a case differs."""
+    bad = [r for r in results if not r.ok]
+    print(f"\n{'ALL EQUAL' if not bad else f'{len(bad)} of {len(results)} cases differ'}")
+    print(f"\n{footer()}")
+    return 1 if bad else 0
+
+
 # -- the peers (YOLOv5, Ultralytics, pycocotools): the benchmark environment only --------------------
 PEER_MODULES = {"yolov5": "yolov5", "ultralytics": "ultralytics", "pycocotools": "pycocotools"}
 LIBRARY_LOG = io.StringIO()  # what the libraries print (progress bars, notices); never closed

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from yolo_data.boxes import resample_polygon, transform_points
-from yolo_data.mosaic import _tiles, copy_paste, mixup, mosaic4, mosaic9, mosaic_border, mosaic_centre
+from yolo_data.mosaic import copy_paste, mixup, mosaic4, mosaic9, mosaic_border, mosaic_centre
 from yolo_data.perspective import (PerspectiveParams, box_candidates, draw_perspective, flip_lr, flip_ud,
                                    perspective_matrix, random_perspective, warp_boxes, warp_sample)
 from yolo_data.photometric import augment_hsv

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 from multiprocessing.reduction import ForkingPickler
 
-import numpy as np
 import pytest
 import torch
 from torch.multiprocessing.reductions import shared_cache

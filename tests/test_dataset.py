@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from yolo_data import create_dataloader
-from yolo_data.dataset import LoadImagesAndLabels, YoloDataset
+from yolo_data.dataset import LoadImagesAndLabels
 from conftest import make_dataset
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample.yaml"

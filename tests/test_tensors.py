@@ -1,6 +1,5 @@
 """The tensor edge: items written into one batch tensor, HSV and flips applied on the way out, and
 collate handing the batch tensor on without a copy."""
-import cv2
 import numpy as np
 import pytest
 import torch

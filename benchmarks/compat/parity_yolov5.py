@@ -334,10 +334,7 @@ def main(argv=None) -> int:
                     print(f"done {results[-1].name} {cfg}: {'equal' if results[-1].ok else 'DIFFERS'}",
                           file=sys.stderr, flush=True)
         print_table(results)
-    bad = [r for r in results if not r.ok]
-    print(f"\n{'ALL EQUAL' if not bad else f'{len(bad)} of {len(results)} cases differ'}")
-    print("\n" + common.footer())
-    return 1 if bad else 0
+    return common.parity_verdict(results)
 
 
 if __name__ == "__main__":

@@ -390,11 +390,7 @@ def report(results, libs_used, args, machine: str, n_images: Dict[str, int], err
         print("\nUltralytics keeps the last min(n, 8 × batch, 1000) images each process loaded in RAM even with "
               "cache=False (its mosaic partners come from that buffer); YOLOv5 and yolo_data hold no images "
               "between items.")
-    if errors:
-        print("\n**Errors:**\n")
-        for e in errors:
-            print(f"- {e}")
-    print(f"\n{common.footer()}")
+    common.report_end(errors)
 
 
 # -- main ------------------------------------------------------------------------------------------------

@@ -514,11 +514,7 @@ def report(results: Dict[Tuple[str, str], Dict[str, List[Measurement]]], errors:
               "batch_partners=False (partners from the whole dataset, 4 decodes per sample, as YOLOv5)"
               + ("; yolo_data_cv2 is yolo_data with every image decoded by OpenCV (no simplejpeg)"
                  if "yolo_data_cv2" in libs_used else "") + ".")
-    if errors:
-        print("\n**Errors:**\n")
-        for e in errors:
-            print(f"- {e}")
-    print(f"\n{common.footer()}")
+    common.report_end(errors)
 
 
 # -- main ----------------------------------------------------------------------------------------------
