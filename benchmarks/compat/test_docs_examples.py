@@ -13,7 +13,6 @@ run in the peers' environment with tiny settings:
 Data: ../shared/datasets ($YOLO_DATA_BENCH_DATA), as the rest of the suite.
 """
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benchmarks"), str(ROOT / "benchmarks" / "compat")]
-from docs_examples import DATASETS, blocks, environment, run, workspace  # noqa: E402
+from docs_examples import DATASETS, blocks, run, workspace  # noqa: E402
 
 COMPAT = [b for b in blocks() if b.where == "compat"]
 
@@ -67,16 +66,22 @@ def yolov5_script_run(block, tmp: Path):
     base.patched(src / "val.py", scripts / "val.py")
     # YOLOv5 resolves a relative 'path' against its own folder: give it the absolute one
     yaml_file = workspace_dataset(tmp, "coco128-seg") / "data.yaml" if segment else tmp / "data" / "sample.yaml"
-    spec = yaml.safe_load(yaml_file.read_text())
-    spec["path"] = str((yaml_file.parent / spec.get("path", ".")).resolve())
-    data = tmp / "v5data.yaml"
-    data.write_text(yaml.safe_dump(spec))
+    data = with_absolute_path(yaml_file, tmp / "v5data.yaml")
     cfg = v5 / "models" / "segment" / "yolov5n-seg.yaml" if segment else v5 / "models" / "yolov5n.yaml"
     args = ["--img", 64, "--batch", 8, "--epochs", 1, "--weights", "", "--cfg", cfg, "--data", data,
             "--hyp", v5 / "data" / "hyps" / "hyp.scratch-low.yaml", "--device", "cpu", "--workers", 0,
             "--noplots", "--exist-ok", "--project", tmp / "runs", "--name", "docs"]
     rc, _ = base.run_script(train, args, tmp, tmp / "train.log")
     return rc, (tmp / "train.log").read_text()
+
+
+def with_absolute_path(yaml_file: Path, out: Path) -> Path:
+    """Write ``yaml_file``'s dataset spec to ``out`` with its ``path`` made absolute (YOLOv5 resolves a
+    relative one against its own folder, Ultralytics against its datasets folder, not the yaml's)."""
+    spec = yaml.safe_load(yaml_file.read_text())
+    spec["path"] = str((yaml_file.parent / spec.get("path", ".")).resolve())
+    out.write_text(yaml.safe_dump(spec))
+    return out
 
 
 def workspace_dataset(tmp: Path, name: str) -> Path:
@@ -89,18 +94,15 @@ def workspace_dataset(tmp: Path, name: str) -> Path:
 def test_example_runs_with_the_peers(block, tmp_path):
     assert all((DATASETS / d).is_dir() for d in block.datasets), f"{block.datasets} not all in {DATASETS}"
     cwd = workspace(tmp_path, block)
-    for name in block.datasets:  # Ultralytics resolves a relative 'path' against its datasets folder
+    for name in block.datasets:
         for yaml_file in (cwd / name).glob("*.yaml"):
-            spec = yaml.safe_load(yaml_file.read_text())
-            spec["path"] = str((yaml_file.parent / spec.get("path", ".")).resolve())
-            yaml_file.write_text(yaml.safe_dump(spec))
+            with_absolute_path(yaml_file, yaml_file)
     if "ultralytics" in block.needs:
         r = run(block, cwd, prelude=ULTRALYTICS_PRELUDE, timeout=600)
         rc, out = r.returncode, r.stdout + r.stderr
     elif block.needs:
         rc, out = yolov5_script_run(block, cwd)
     else:
-        r = subprocess.run(["bash", "-euo", "pipefail", "-c", block.code], cwd=cwd,
-                           env=environment({"OMP_NUM_THREADS": "1"}), capture_output=True, text=True, timeout=600)
+        r = run(block, cwd, env={"OMP_NUM_THREADS": "1"}, timeout=600)
         rc, out = r.returncode, r.stdout + r.stderr
     assert rc == 0, f"{block.id} failed:\n{block.code}\n{out[-4000:]}"
