@@ -1,4 +1,4 @@
-"""Command-line entry points: ``yolo-data-cache`` (= ``python tools/build_cache.py``) and the demo."""
+"""Command-line entry points: ``yolo-data`` (report, cache, demo), ``yolo-data-cache`` (= ``python tools/build_cache.py``) and the demo."""
 from __future__ import annotations
 
 import argparse
@@ -188,3 +188,77 @@ def demo_main(argv=None) -> int:
         print(f"  {Path(p).name}: original (h0, w0)={s[0]}, ratio={tuple(round(r, 3) for r in s[1][0])}, "
               f"pad={s[1][1]}")
     return 0
+
+
+def report_main(argv=None) -> int:
+    """``yolo-data report DATA``: write DATA's dataset report (HTML and JSON); exit 1 when a category
+    of ``--fail-on`` has findings, 2 when the data cannot be read."""
+    from .report import FINDINGS, ReportOptions, write_report
+    ap = argparse.ArgumentParser(
+        prog="yolo-data report",
+        description="Write a dataset report: counts, every problem, classes per split, object and image sizes, "
+                    "duplicates and leakage between splits, training batches; as one HTML page and a JSON file.")
+    ap.add_argument("data", nargs="?", default=str(SAMPLE_YAML),
+                    help="dataset yaml, image path (folder, .txt list), COCO .json, or Pascal VOC folder or "
+                         "ImageSets list; default: the bundled sample")
+    ap.add_argument("--out", default="dataset_report",
+                    help="write OUT.html and OUT.json (default: dataset_report in the current folder)")
+    ap.add_argument("--imgsz", type=int, default=640, help="training size object sizes are measured at")
+    ap.add_argument("--task", choices=("detect", "segment", "pose", "obb"), default=None,
+                    help="how label rows are read (default: pose where the yaml has kpt_shape, else detect)")
+    ap.add_argument("--no-duplicates", action="store_true", help="do not read the images to look for duplicates")
+    ap.add_argument("--no-pictures", action="store_true", help="no pictures of training batches and rare classes")
+    ap.add_argument("--class-balance", type=float, default=0.1, metavar="T",
+                    help="show class frequencies as class_balance=T samples them (default 0.1)")
+    ap.add_argument("--fail-on", default="", metavar="LIST",
+                    help=f"exit 1 when any of these has findings (comma-separated, or 'all'): {', '.join(FINDINGS)}")
+    ap.add_argument("--workers", type=int, default=None, help="threads reading images, processes scanning labels")
+    ap.add_argument("--cache-dir", default=None, help="label caches go to this folder instead of beside the labels")
+    args = ap.parse_args(argv)
+    fail_on = list(FINDINGS) if args.fail_on.strip() == "all" else [c.strip() for c in args.fail_on.split(",") if c.strip()]
+    unknown = [c for c in fail_on if c not in FINDINGS]
+    if unknown:
+        ap.error(f"--fail-on: unknown {', '.join(unknown)}; choose from {', '.join(FINDINGS)} or 'all'")
+    if not 0 < args.class_balance <= 1:
+        ap.error(f"--class-balance must be in (0, 1], got {args.class_balance}")
+    logging.basicConfig(level=logging.ERROR, format="%(message)s")  # problems go into the report
+    options = ReportOptions(img_size=args.imgsz, task=args.task, duplicates=not args.no_duplicates,
+                            pictures=not args.no_pictures, class_balance=args.class_balance, workers=args.workers,
+                            cache_dir=args.cache_dir)
+    try:
+        rep = write_report(args.data, args.out, options)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    f = rep.figures
+    for name, s in f["splits"].items():
+        if "error" in s:
+            print(f"{name}: cannot read {s['source']}: {s['error']}")
+        else:
+            print(f"{name}: {s['images']:,} images, {s['objects']:,} objects, {s['backgrounds']:,} backgrounds, "
+                  f"{s['left_out']:,} left out, {s['warnings']:,} warnings")
+    print("findings: " + ", ".join(f"{k} {v:,}" for k, v in f["findings"].items()))
+    print(f"wrote {rep.html_file} and {rep.json_file} in {f['seconds']:.1f} s")
+    failed = rep.failed(fail_on)
+    if failed:
+        print(f"failed on: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+COMMANDS = {"report": report_main, "cache": build_cache_main, "demo": demo_main}
+
+
+def main(argv=None) -> int:
+    """``yolo-data COMMAND ...``: report (a dataset report), cache (= yolo-data-cache), demo."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        print("usage: yolo-data {report,cache,demo} ...\n\n"
+              "  report DATA   write a dataset report (HTML and JSON): problems, classes, sizes, duplicates, leakage\n"
+              "  cache DATA    build or refresh the label caches of a dataset (= yolo-data-cache)\n"
+              "  demo [DATA]   build the caches and describe one batch (= yolo-data-demo)\n",
+              file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
+        if argv and argv[0] not in ("-h", "--help"):
+            print(f"yolo-data: unknown command {argv[0]!r}", file=sys.stderr)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    return COMMANDS[argv[0]](argv[1:])

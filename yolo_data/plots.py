@@ -1,4 +1,5 @@
-"""Draw a batch as one picture (what YOLOv5 saves as train_batch0.jpg)."""
+"""Pictures of data: a batch as one grid (what YOLOv5 saves as train_batch0.jpg), and objects of one class
+side by side (the dataset report)."""
 from __future__ import annotations
 
 import math
@@ -50,3 +51,33 @@ def draw_batch(imgs: torch.Tensor, targets: torch.Tensor, paths: Sequence[str], 
         r, c = divmod(i, cols)
         grid[r * th:(r + 1) * th, c * tw:(c + 1) * tw] = img
     return grid
+
+
+def instance_strip(objects: Sequence, cls: int, tile: int = 112, margin: float = 0.15) -> Optional[np.ndarray]:
+    """Objects of one class side by side: ``objects`` [(image path, (4,) [x, y, w, h] normalised)], each
+    cropped from its image with ``margin`` of its size around it, drawn with its box, scaled to
+    ``tile`` pixels high.  A BGR uint8 strip, or None when no image could be read (the report then
+    leaves the picture out)."""
+    from .decode import ImageDecodeError, ImageReadError, imread_bgr
+    tiles = []
+    for path, (x, y, w, h) in objects:
+        try:
+            im = imread_bgr(path)
+        except (ImageReadError, ImageDecodeError):
+            continue
+        ih, iw = im.shape[:2]
+        bx1, by1, bx2, by2 = (x - w / 2) * iw, (y - h / 2) * ih, (x + w / 2) * iw, (y + h / 2) * ih
+        mx, my = max(w * iw * margin, 4), max(h * ih * margin, 4)
+        x1, y1 = int(max(bx1 - mx, 0)), int(max(by1 - my, 0))
+        x2, y2 = int(min(bx2 + mx, iw)), int(min(by2 + my, ih))
+        if x2 - x1 < 1 or y2 - y1 < 1:
+            continue
+        crop = im[y1:y2, x1:x2].copy()
+        cv2.rectangle(crop, (int(bx1) - x1, int(by1) - y1), (int(bx2) - x1, int(by2) - y1), class_colour(cls),
+                      max(1, round(max(crop.shape[:2]) / 100)))
+        s = tile / crop.shape[0]
+        width = min(max(1, round(crop.shape[1] * s)), 4 * tile)  # a very long object is squeezed, not a banner
+        crop = cv2.resize(crop, (width, tile), interpolation=cv2.INTER_AREA if s < 1 else cv2.INTER_LINEAR)
+        tiles.append(crop)
+        tiles.append(np.full((tile, 4, 3), 255, np.uint8))
+    return np.concatenate(tiles[:-1], axis=1) if tiles else None

@@ -1,0 +1,180 @@
+"""The dataset report: figures equal to what the label cache holds, every problem named, injected
+duplicates and leakage found, ``--fail-on`` exit codes, and the page checked in a real browser."""
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from conftest import tree_digest
+from yolo_data.cli import main as cli_main
+from yolo_data.report import FINDINGS, ReportOptions, make_report, write_report
+from yolo_data.split import load_split
+
+sys.path.insert(0, str(Path(__file__).parent))
+from browser import find_browser, visit  # noqa: E402
+
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample"
+FAST = ReportOptions(pictures=False, progress=False)
+
+
+def sample_copy(tmp_path: Path, names=("circle", "rectangle", "triangle")) -> Path:
+    root = tmp_path / "ds"
+    shutil.copytree(SAMPLE, root)
+    yaml = tmp_path / "data.yaml"
+    yaml.write_text(f"path: {root}\ntrain: images/train\nval: images/val\nnames: {list(names)}\n")
+    return yaml
+
+
+def troubled(tmp_path: Path) -> Path:
+    """The sample with a fourth class ('star', train only), and injected trouble: an exact copy, a
+    re-encoded copy with other labels and a resized copy of train images in val (leakage), a copy within
+    train, an undecodable image, a label with an unknown class, and a box of a tenth of a pixel."""
+    yaml = sample_copy(tmp_path, ("circle", "rectangle", "triangle", "star"))
+    root = tmp_path / "ds"
+    im, lb = root / "images", root / "labels"
+
+    def put(src_split, src, dst_split, dst, data=None, label=None):
+        (im / dst_split / dst).write_bytes(data if data is not None else (im / src_split / src).read_bytes())
+        text = label if label is not None else (lb / src_split / (Path(src).stem + ".txt")).read_text()
+        (lb / dst_split / (Path(dst).stem + ".txt")).write_text(text)
+
+    def jpeg(img, q):
+        return cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, q])[1].tobytes()
+
+    put("train", "train_001.jpg", "val", "leak_copy.jpg")
+    b = cv2.imread(str(im / "train" / "train_002.jpg"))
+    put("train", "train_002.jpg", "val", "leak_reencoded.jpg", jpeg(b, 60), label="0 0.5 0.5 0.2 0.2\n")
+    c = cv2.imread(str(im / "train" / "train_003.jpg"))
+    put("train", "train_003.jpg", "val", "leak_resized.jpg", jpeg(cv2.resize(c, None, fx=0.75, fy=0.75), 90))
+    put("train", "train_004.jpg", "train", "again_004.jpg")
+    (im / "train" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    (lb / "train" / "broken.txt").write_text("0 0.5 0.5 0.1 0.1\n")
+    put("train", "train_005.jpg", "train", "unknown_class.jpg", label="9 0.5 0.5 0.1 0.1\n")
+    star = (lb / "train" / "train_006.txt")
+    star.write_text(star.read_text() + "3 0.5 0.5 0.3 0.3\n0 0.5 0.5 0.0001 0.2\n")
+    return yaml
+
+
+def test_sample_figures_equal_the_label_cache(tmp_path):
+    yaml = sample_copy(tmp_path)
+    before = tree_digest(tmp_path / "ds" / "images")
+    rep = make_report(yaml, FAST)
+    f = rep.figures
+    assert list(f["splits"]) == ["train", "val"]
+    for name in ("train", "val"):
+        ref = load_split(tmp_path / "ds" / "images" / name, names=["circle", "rectangle", "triangle"])
+        s, store = f["splits"][name], ref.store
+        assert s["images"] == len(store) and s["objects"] == len(store.labels)
+        assert s["backgrounds"] == store.num_backgrounds() and s["left_out"] == ref.counts["corrupt"] == 0
+        classes = store.labels[:, 0].astype(int)
+        assert s["classes"]["instances"] == np.bincount(classes, minlength=3).tolist()
+        images = [sum(1 for i in range(len(store)) if c in store.labels_of(i)[:, 0]) for c in range(3)]
+        assert s["classes"]["images"] == images
+        assert sum(s["boxes_per_image"]["counts"]) == len(store)
+        assert sum(s["box_size"]["counts"]) == len(store.labels) == sum(s["aspect_ratio"]["counts"])
+        hw = store.shapes_hw
+        o = s["image_sizes"]["orientation"]
+        assert (o["landscape"], o["portrait"], o["square"]) == (
+            int((hw[:, 1] > hw[:, 0]).sum()), int((hw[:, 1] < hw[:, 0]).sum()), int((hw[:, 1] == hw[:, 0]).sum()))
+        # a box's size after the letterbox, by hand for the first one
+        h0, w0 = hw[0]
+        x, y, w, h = store.labels[0, 1:]
+        side = np.sqrt(w * w0 * h * h0) * 640 / max(h0, w0)
+        edges = s["box_size"]["edges"]
+        k = max(i for i, e in enumerate(edges) if side >= e)
+        assert s["box_size"]["counts"][k] >= 1
+    assert f["duplicates"]["checked"] and f["duplicates"]["groups"] == []  # no false positive on the sample
+    assert f["duplicates"]["images_read"] == 24
+    assert all(v == 0 for v in f["findings"].values()), f["findings"]
+    assert tree_digest(tmp_path / "ds" / "images") == before  # nothing written among the images
+
+
+def test_troubled_dataset_every_problem_and_duplicate(tmp_path):
+    yaml = troubled(tmp_path)
+    rep = make_report(yaml, FAST)
+    f = rep.figures
+    train, val = f["splits"]["train"], f["splits"]["val"]
+    left_out = [p for group in train["problems"]["left out"].values() for p in group]
+    named = {Path(p["file"]).name for p in left_out}
+    assert {"broken.jpg", "unknown_class.txt"} <= named or {"broken.jpg", "unknown_class.jpg"} <= named
+    assert train["left_out"] == 2 and f["findings"]["corrupt"] == 2
+    groups = f["duplicates"]["groups"]
+    across = [g for g in groups if g["across"]]
+    leaked = {frozenset(Path(m["file"]).name for m in g["members"]) for g in across}
+    assert leaked == {frozenset({"train_001.jpg", "leak_copy.jpg"}), frozenset({"train_002.jpg", "leak_reencoded.jpg"}),
+                      frozenset({"train_003.jpg", "leak_resized.jpg"})}
+    kinds = {frozenset(Path(m["file"]).name for m in g["members"]): g["kind"] for g in groups}
+    assert kinds[frozenset({"train_001.jpg", "leak_copy.jpg"})] == "identical"
+    assert kinds[frozenset({"train_003.jpg", "leak_resized.jpg"})] == "similar"
+    within = [g for g in groups if not g["across"]]
+    assert [sorted(Path(m["file"]).name for m in g["members"]) for g in within] == [["again_004.jpg", "train_004.jpg"]]
+    disagree = [g for g in groups if not g["labels_agree"]]
+    assert [sorted(Path(m["file"]).name for m in g["members"]) for g in disagree] == [["leak_reencoded.jpg", "train_002.jpg"]]
+    assert f["findings"]["leakage"] == 3 and f["findings"]["duplicates"] == 1 and f["findings"]["label-conflict"] == 1
+    star = f["classes"][3]
+    assert star["name"] == "star" and star["instances"] == {"train": 1, "val": 0} and star["absent_from"] == ["val"]
+    assert f["missing_classes"] == [{"id": 3, "name": "star", "absent_from": ["val"], "present_in": ["train"]}]
+    assert train["box_size"]["dropped_by_filter"] == 1 == f["findings"]["tiny-boxes"]
+    assert val["images"] == 8 + 3
+    assert f["sampled"]["split"] == "train" and f["sampled"]["class_instances"][3] > 1.0  # the rare star repeated
+    assert f["splits"]["train"]["imbalance"]["rarest"]["name"] == "star"
+
+
+def test_cli_fail_on_and_files(tmp_path, capsys):
+    yaml = troubled(tmp_path)
+    out = tmp_path / "out" / "rep"
+    assert cli_main(["report", str(yaml), "--out", str(out), "--no-pictures", "--fail-on", "leakage,corrupt"]) == 1
+    captured = capsys.readouterr()
+    assert "failed on: leakage, corrupt" in captured.err
+    assert f"wrote {out}.html and {out}.json" in captured.out
+    figures = json.loads(out.with_suffix(".json").read_text())
+    assert figures["findings"]["leakage"] == 3
+    page = out.with_suffix(".html").read_text()
+    assert "leak_reencoded.jpg" in page and "broken.jpg" in page and "star" in page
+    assert cli_main(["report", str(yaml), "--out", str(out), "--no-pictures", "--no-duplicates",
+                     "--fail-on", "leakage"]) == 0  # not checked: nothing found
+    with pytest.raises(SystemExit) as e:
+        cli_main(["report", str(yaml), "--fail-on", "leekage"])
+    assert e.value.code == 2 and "unknown leekage" in capsys.readouterr().err
+    assert cli_main(["report", str(tmp_path / "nothing.yaml"), "--out", str(out)]) == 2
+    assert "error:" in capsys.readouterr().err
+    assert set(FINDINGS) == set(figures["findings"])
+
+
+def test_clean_sample_passes_fail_on_all(tmp_path, capsys):
+    yaml = sample_copy(tmp_path)
+    assert cli_main(["report", str(yaml), "--out", str(tmp_path / "r"), "--fail-on", "all"]) == 0
+    assert "findings: corrupt 0" in capsys.readouterr().out
+
+
+def test_a_folder_is_one_split(tmp_path):
+    sample_copy(tmp_path)
+    rep = make_report(tmp_path / "ds" / "images" / "val", FAST)
+    assert list(rep.figures["splits"]) == ["val"] and rep.figures["splits"]["val"]["images"] == 8
+    assert rep.figures["names"] == ["0", "1", "2"]  # no yaml: classes by number
+
+
+def test_page_in_a_real_browser(tmp_path):
+    browser = find_browser()
+    if browser is None:
+        pytest.skip("no Chromium installed (.ci/run installs Debian's chromium)")
+    yaml = troubled(tmp_path)
+    rep = write_report(yaml, tmp_path / "report", ReportOptions(progress=False))
+    assert set(rep.figures["pictures"]) >= {"batch0", "batch1"} and any(k.startswith("class") for k in rep.figures["pictures"])
+    seen = visit(browser, rep.html_file)
+    assert seen.errors == []
+    assert seen.title == f"Dataset report: {yaml}"
+    assert len(seen.images) == len(rep.figures["pictures"])
+    assert all(complete and width > 0 for _, complete, width in seen.images), seen.images
+    # nothing fetched: the page itself and its inline pictures only
+    assert all(u.startswith("data:image/jpeg;base64,") for u in seen.requests[1:]) and seen.requests[0].startswith("file:")
+    for text in ("Findings", "leak_reencoded.jpg", "class N but the dataset has N names", "star",
+                 "Training batches as the loader makes them"):
+        assert text in seen.text
+    assert "broken.jpg: cannot read image header" in seen.all_text  # in its problem group, folded
+    assert seen.screenshot.startswith(b"\x89PNG")
+    (tmp_path / "report.png").write_bytes(seen.screenshot)
