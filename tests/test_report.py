@@ -178,3 +178,12 @@ def test_page_in_a_real_browser(tmp_path):
     assert "broken.jpg: cannot read image header" in seen.all_text  # in its problem group, folded
     assert seen.screenshot.startswith(b"\x89PNG")
     (tmp_path / "report.png").write_bytes(seen.screenshot)
+
+
+def test_yolo_data_command_dispatch(tmp_path, capsys):
+    assert cli_main([]) == 2 and "usage: yolo-data {report,cache,demo}" in capsys.readouterr().err
+    assert cli_main(["--help"]) == 0 and "report DATA" in capsys.readouterr().out
+    assert cli_main(["reprot"]) == 2 and "unknown command 'reprot'" in capsys.readouterr().err
+    yaml = sample_copy(tmp_path)
+    assert cli_main(["cache", str(yaml), "--workers", "1"]) == 0
+    assert "train.yolo_data.cache (built)" in capsys.readouterr().out

@@ -252,13 +252,14 @@ COMMANDS = {"report": report_main, "cache": build_cache_main, "demo": demo_main}
 def main(argv=None) -> int:
     """``yolo-data COMMAND ...``: report (a dataset report), cache (= yolo-data-cache), demo."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: yolo-data {report,cache,demo} ...\n\n"
-              "  report DATA   write a dataset report (HTML and JSON): problems, classes, sizes, duplicates, leakage\n"
-              "  cache DATA    build or refresh the label caches of a dataset (= yolo-data-cache)\n"
-              "  demo [DATA]   build the caches and describe one batch (= yolo-data-demo)\n",
-              file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
-        if argv and argv[0] not in ("-h", "--help"):
-            print(f"yolo-data: unknown command {argv[0]!r}", file=sys.stderr)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    usage = ("usage: yolo-data {report,cache,demo} ...\n\n"
+             "  report DATA   write a dataset report (HTML and JSON): problems, classes, sizes, duplicates, leakage\n"
+             "  cache DATA    build or refresh the label caches of a dataset (= yolo-data-cache)\n"
+             "  demo [DATA]   build the caches and describe one batch (= yolo-data-demo)\n")
+    if argv[:1] in (["-h"], ["--help"]):
+        print(usage)
+        return 0
+    if not argv or argv[0] not in COMMANDS:
+        print(usage + (f"\nyolo-data: unknown command {argv[0]!r}" if argv else ""), file=sys.stderr)
+        return 2
     return COMMANDS[argv[0]](argv[1:])

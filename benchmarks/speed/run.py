@@ -57,6 +57,8 @@ QUESTIONS = {
                             "at construction?"),
     "profile": Question("profile_items", "Where does an item's time go, and what is the ceiling on this "
                         "machine?"),
+    "report": Question("bench_report", "How long does the dataset report of a million images take from the "
+                       "label cache?"),
     "cuda": Question("bench_cuda", "How fast into CUDA tensors, pinned memory on and off? (needs a GPU)"),
 }
 
