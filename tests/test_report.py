@@ -187,3 +187,25 @@ def test_yolo_data_command_dispatch(tmp_path, capsys):
     yaml = sample_copy(tmp_path)
     assert cli_main(["cache", str(yaml), "--workers", "1"]) == 0
     assert "train.yolo_data.cache (built)" in capsys.readouterr().out
+
+
+def test_a_coco_json_split_names_its_classes_and_problems(tmp_path):
+    from conftest import write_image
+    root = tmp_path / "coco"
+    for k in range(3):
+        write_image(root / "val2017" / f"{k}.jpg", 80, 60, seed=k)
+    images = [{"id": k, "file_name": f"{k}.jpg", "width": 80, "height": 60} for k in range(3)]
+    images.append({"id": 9, "file_name": "gone.jpg", "width": 80, "height": 60})
+    anns = [{"id": 1, "image_id": 0, "category_id": 7, "bbox": [8, 6, 16, 12]},
+            {"id": 2, "image_id": 1, "category_id": 3, "bbox": [8, 6, 16, 12]},
+            {"id": 3, "image_id": 2, "category_id": 7, "bbox": [8, 6, 16, 12]}]
+    js = root / "annotations" / "instances_val2017.json"
+    js.parent.mkdir(parents=True)
+    js.write_text(json.dumps({"images": images, "annotations": anns,
+                              "categories": [{"id": 3, "name": "kite"}, {"id": 7, "name": "truck"}]}))
+    f = make_report(js, FAST).figures
+    s = f["splits"]["instances_val2017.json"]
+    assert f["names"] == ["kite", "truck"] and s["format"] == "coco"
+    assert s["classes"]["instances"] == [1, 2] and s["images"] == 3 and s["left_out"] == 1
+    assert [Path(p["file"]).name for g in s["problems"]["left out"].values() for p in g] == ["gone.jpg"]
+    assert f["duplicates"]["images_read"] == 3 and f["duplicates"]["groups"] == []

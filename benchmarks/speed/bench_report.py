@@ -21,7 +21,6 @@ Output: a markdown table on stdout, progress on stderr.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
