@@ -25,7 +25,7 @@ from yolo_data.dataset import YoloDataset
 from yolo_data.geometry import letterbox_plan
 from yolo_data.hyp import AugmentConfig
 from yolo_data.integrations.ultralytics_args import (MAPPING, NO_EQUIVALENT, cache_mode, fraction_count,
-                                                     loader_settings, split_fraction)
+                                                     loader_settings, split_fraction, take_own_args)
 from yolo_data.integrations.ultralytics_batch import LabelDicts, snap_boxes_to_border, to_batch_dict, whole_pixel_pad
 from yolo_data.integrations.ultralytics_loader import ShardSampler, UltralyticsLoader, create_loader
 
@@ -275,6 +275,20 @@ def test_ultralytics_arguments_map_onto_ours(caplog):
            ["ram", "ram", "ram", "disk", False, False, False]
     with pytest.raises(ValueError):
         cache_mode("gpu")
+
+
+def test_class_balance_is_taken_out_of_ultralytics_overrides_and_reaches_the_train_loader_only():
+    overrides = {"data": "x.yaml", "epochs": 1, "class_balance": 0.2}
+    rest, own = take_own_args(overrides)
+    assert rest == {"data": "x.yaml", "epochs": 1} and own == {"class_balance": 0.2}
+    assert "class_balance" in overrides  # the caller's dict is left as it was
+    assert take_own_args(None) == (None, {}) and take_own_args({"data": "x"}) == ({"data": "x"}, {})
+    with pytest.raises(ValueError, match="class_balance must be"):
+        take_own_args({"class_balance": 2})
+    train = loader_settings({"rect": True}, "train", 8, 32, class_balance=0.2)
+    assert train.index.balance_threshold == 0.2 and not train.rect  # rect off, as with image_weights
+    assert loader_settings({}, "train", 8, 32).index.balance_threshold is None
+    assert loader_settings({}, "val", 8, 32, class_balance=0.2).index.balance_threshold is None
 
 
 def test_fraction_as_ultralytics_counts_it(sample):

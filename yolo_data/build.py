@@ -1,7 +1,7 @@
 """The composition root: the one place that assembles a loader from a path and a Settings.
 
-    workers and the /dev/shm budget -> dataset (rank 0 first) -> partner groups -> sampler -> collate
-    -> loader -> the ranks agree
+    workers and the /dev/shm budget -> dataset (rank 0 first) -> partner groups -> repeat factors
+    (class balance) -> sampler -> collate -> loader -> the ranks agree
 
 Entry points are adapters over :func:`build_loader`: YOLOv5's ``create_dataloader`` (loader.py) maps
 its arguments onto Settings, the Ultralytics plug-in (integrations/) passes its own dataset class,
@@ -21,9 +21,11 @@ import logging
 import os
 from typing import Callable, Optional
 
+import numpy as np
 import torch
 
 from . import distributed
+from .balance import class_factors, class_image_counts, epoch_length, repeat_factors
 from .collate import QuadCollate, collate_fn
 from .dataset import YoloDataset
 from .loader import YoloDataLoader
@@ -31,6 +33,7 @@ from .room import fit_workers_to_shm, shm_bytes_for_batches
 from .run import RunState
 from .sampling import ShardSampler, YoloSampler, partner_group_size
 from .settings import Settings
+from .summary import console, printing_rank
 from .workers import WorkerInit
 
 LOGGER = logging.getLogger("yolo_data")
@@ -49,6 +52,13 @@ def build_loader(path, settings: Settings, rank: int = -1, prefix: str = "", *, 
     collective.
     """
     per_rank, opts = settings.batch_size, settings.loader
+    threshold = settings.index.balance_threshold
+    if threshold is not None and not settings.augment:
+        raise ValueError(f"class_balance={settings.index.class_balance!r} is for training loaders (augment=True): "
+                         "an evaluation loader gives every image once, so that each counts once in the metrics")
+    if threshold is not None and settings.index.rect:
+        LOGGER.warning(f"{prefix}rect=True is off with class_balance (repeated images would break the rect "
+                       "batches' shapes), as with image_weights")
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     workers = min((os.cpu_count() or 1) // max(gpus, 1), per_rank if per_rank > 1 else 0, opts.workers)
     # the ranks of this node share /dev/shm (RAM cache and batches); srun and mpirun set no
@@ -79,9 +89,12 @@ def build_loader(path, settings: Settings, rank: int = -1, prefix: str = "", *, 
                 f"(a partner_group that divides every per-rank batch you use keeps them equal)")
         # image_weights: the training script weights the draws (YOLOv5's train.py sets dataset.indices
         # each epoch, or sampler.set_weights); weighting here too would apply it twice
+        factors = None if threshold is None else balance_factors(dataset, threshold, settings.index.single_cls,
+                                                                 prefix)
         sampler = YoloSampler(len(dataset), batch_size, shuffle=settings.shuffle, seed=settings.seed,
                               rank=distributed.get_rank() if ddp else 0, world_size=world, rect=dataset.rect,
-                              drop_last=opts.quad, shared_epoch=run.epoch, group=run.partner_group)
+                              drop_last=opts.quad, shared_epoch=run.epoch, group=run.partner_group,
+                              repeat_factors=factors)
     if collate is None:
         collate = QuadCollate(settings.seed, run.epoch) if opts.quad else collate_fn
     loader = loader_class(dataset, batch_size=batch_size, sampler=sampler, num_workers=workers,
@@ -91,6 +104,27 @@ def build_loader(path, settings: Settings, rank: int = -1, prefix: str = "", *, 
         distributed.check_ranks_agree({"images": len(dataset), "boxes": dataset.store.num_boxes(),
                                        "steps per epoch": len(loader)}, f"{prefix}{path}")
     return loader
+
+
+def balance_factors(dataset, threshold: float, single_cls: bool = False, prefix: str = "") -> np.ndarray:
+    """(n,) float64 repeat factors of ``dataset``'s images (balance.py), from its label store as the
+    dataset uses it (after ``min_items`` and ``single_cls``) and its own class names; says on the
+    printing rank how long the epoch becomes and which class is repeated most."""
+    store = dataset.store
+    classes, offsets = store.labels[:, 0], store.label_offsets
+    names = list(dataset.names)
+    nc = max(len(names), int(classes.max()) + 1 if len(classes) else 1)
+    factors = repeat_factors(classes, offsets, threshold, nc)
+    if printing_rank():
+        counts = class_image_counts(classes, offsets, nc)
+        r = class_factors(counts, len(factors), threshold)
+        r[counts == 0] = 0  # the rarest class present, not one without images
+        c = int(np.argmax(r))
+        name = str(c) if single_cls or c >= len(names) else names[c]
+        console()
+        LOGGER.info(f"{prefix}class_balance={threshold:g}: epoch of {epoch_length(factors):,} draws from "
+                    f"{len(factors):,} images (rarest class {name!r} x{max(r[c], 1.0):.2f}, in {int(counts[c]):,} images)")
+    return factors
 
 
 def _check_quad(batch_size: int, prefix: str) -> None:

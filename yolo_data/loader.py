@@ -74,9 +74,11 @@ class YoloDataLoader(DataLoader):
     def _fixed(self) -> dict:
         """What must be equal for a saved state to mean the same batches here."""
         s = self.sampler
+        # repeat factors (class balance) decide the epoch's draws and length; a state saved without the
+        # key had none, which compares equal to a loader without them (None)
         return {"images": s.n, "dataset": self._dataset_digest(), "global_batch": s.global_batch,
                 "seed": s.seed, "shuffle": bool(s.shuffle), "rect": bool(s.rect), "group": s.group,
-                "drop_last": bool(s.drop_last)}
+                "drop_last": bool(s.drop_last), "repeat_factors": digest(getattr(s, "repeat_factors", None))}
 
     def _dataset_digest(self) -> Optional[str]:
         """The images' names and labels (store.names_digest), computed once; None for another dataset."""
@@ -103,7 +105,8 @@ class YoloDataLoader(DataLoader):
     def load_state_dict(self, state: dict) -> None:
         """Go on from ``state`` (see state_dict): the next pass is the saved epoch from the saved step
         (or the next epoch when that one was done).  Raises ValueError when ``state`` was made by a
-        loader that would give other batches (other images, global batch, seed, shuffle, rect).  Image
+        loader that would give other batches (other images, global batch, seed, shuffle, rect, repeat
+        factors).  Image
         weights and ``dataset.indices`` are set by the training script each epoch: the resumed pass
         checks that they equal the saved run's when it starts."""
         if not isinstance(state, dict) or state.get("yolo_data_loader") != STATE_VERSION:
@@ -125,7 +128,8 @@ class YoloDataLoader(DataLoader):
         if differ:
             raise ValueError("this loader would give other batches than the saved one: " + ", ".join(differ)
                              + " (resuming needs the same dataset, seed, settings and global batch = "
-                             "per-rank batch x world size; 'dataset' is a digest of the image names and labels)")
+                             "per-rank batch x world size; 'dataset' is a digest of the image names and labels, "
+                             "'repeat_factors' of the class-balance factors)")
         self.sampler.resume_at(int(state["epoch"]), int(state["step"]))
         self._expect = {"weights": state.get("weights"), "indices": state.get("indices")}
         self._yielded = 0

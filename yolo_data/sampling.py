@@ -1,11 +1,13 @@
-"""Which images each rank loads in which order, per epoch: shuffling, rect batches, image weights, the
-split between ranks, and resuming mid-epoch.
+"""Which images each rank loads in which order, per epoch: shuffling, rect batches, image weights,
+class-balanced repeats, the split between ranks, and resuming mid-epoch.
 
 The epoch is first laid out as one *global* order, drawn from a generator seeded with (seed, epoch),
 that no rank count enters: global step ``s`` is places ``[s * B, (s + 1) * B)`` of that order, ``B``
 being the global batch (per-rank batch x world size).  Rank ``r`` of ``w`` takes the ``r``-th slice of
 ``b = B / w`` places of each step.  So for a fixed seed and global batch every step has the same images
 on 1, 2 or 8 ranks, and a run stopped after step ``k`` can go on from step ``k`` on any of them.
+With repeat factors (class balance, balance.py) the order is the epoch's repeat draws, shuffled:
+``floor(sum r_i)`` places every epoch instead of n.
 
 Places are also cut into *partner groups* of ``group`` consecutive places (mosaic and mixup partners
 are drawn within an item's group, see ``YoloDataset.__getitems__``); every rank takes whole groups
@@ -26,6 +28,7 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from . import distributed
+from .balance import epoch_length, repeat_draws
 
 
 class SharedEpoch:
@@ -111,6 +114,31 @@ def weighted_draws(weights: np.ndarray, k: int, rng: np.random.Generator) -> np.
     np.minimum(out, np.flatnonzero(weights)[-1], out=out)  # u rounded up to the total
     rng.shuffle(out)
     return out.astype(np.int64)
+
+
+def balanced_order(factors: np.ndarray, length: int, rng: np.random.Generator, shuffle: bool) -> np.ndarray:
+    """(length,) int64 positions: the epoch's repeat draws (balance.repeat_draws), in a random order
+    (``shuffle``) or sorted (each image's draws together, in dataset order)."""
+    draws = repeat_draws(factors, length, rng)
+    if shuffle:
+        rng.shuffle(draws)
+    else:
+        draws.sort()
+    return draws
+
+
+def _checked_factors(factors, n: int, rect: bool) -> Optional[np.ndarray]:
+    """``factors`` as a read-only (n,) float64 array of finite numbers >= 1, or None; a ValueError otherwise."""
+    if factors is None:
+        return None
+    if rect:
+        raise ValueError("repeat factors (class balance) and rect batches do not go together: repeated images "
+                         "would break the batches' shapes")
+    r = np.array(factors, dtype=np.float64)
+    if r.shape != (n,) or not np.isfinite(r).all() or (r < 1).any():
+        raise ValueError(f"repeat factors must be {n} finite numbers >= 1 (one per image), got shape {r.shape}")
+    r.flags.writeable = False
+    return r
 
 
 @dataclass(frozen=True)
@@ -201,6 +229,9 @@ class YoloSampler(Sampler[ItemKey]):
     - ``group``: partner-group size; one that does not divide ``batch_size`` becomes ``batch_size``
       (ranks always take whole groups).  1: every item its own group.
     - image weights (``set_weights``): each epoch draws n positions with replacement, weighted.
+    - ``repeat_factors``: (n,) float64 r_i >= 1 (balance.repeat_factors): each epoch is
+      ``floor(sum r_i)`` draws, image i about r_i times (balance.repeat_draws), shuffled; fixed for the
+      sampler's life (the epoch's length depends on them).  Not with rect or image weights.
     - epoch: ``set_epoch(e)`` as with DistributedSampler; without it each new pass advances the
       epoch by one.  ``shared_epoch``: the run's SharedEpoch, which only this sampler writes, before
       the first key of a pass is produced (before any worker fetches an item of that pass).
@@ -209,8 +240,10 @@ class YoloSampler(Sampler[ItemKey]):
 
     def __init__(self, n: int, batch_size: int, shuffle: bool = False, seed: int = 0,
                  rank: Optional[int] = None, world_size: Optional[int] = None, rect: bool = False,
-                 drop_last: bool = False, shared_epoch: Optional[SharedEpoch] = None, group: int = 1):
+                 drop_last: bool = False, shared_epoch: Optional[SharedEpoch] = None, group: int = 1,
+                 repeat_factors: Optional[np.ndarray] = None):
         self.n, self.batch_size, self.shuffle, self.seed = n, batch_size, shuffle, check_seed(seed)
+        self.repeat_factors = _checked_factors(repeat_factors, n, rect)
         # rank and world size are asked now (at construction), never at import
         self.rank = max(distributed.get_rank() if rank is None else rank, 0)
         self.world_size = distributed.get_world_size() if world_size is None else world_size
@@ -218,7 +251,8 @@ class YoloSampler(Sampler[ItemKey]):
         self.drop_last = drop_last
         self.shared_epoch = shared_epoch
         self.group = partner_group_size(group, batch_size)
-        self.layout = StepLayout(n, batch_size, self.world_size, self.group, drop_last)
+        length = n if self.repeat_factors is None else epoch_length(self.repeat_factors)
+        self.layout = StepLayout(length, batch_size, self.world_size, self.group, drop_last)
         self.weights: Optional[np.ndarray] = None
         self.version = 0  # counts set_weights and resume_at calls (the loader's early start compares it)
         self.epoch = 0
@@ -241,6 +275,9 @@ class YoloSampler(Sampler[ItemKey]):
     def set_weights(self, weights: Optional[np.ndarray]) -> None:
         """(n,) non-negative image weights (e.g. labels_to_image_weights), or None for uniform."""
         if weights is not None:
+            if self.repeat_factors is not None:
+                raise ValueError("image weights and repeat factors (class balance) both weight the draws; "
+                                 "this sampler has repeat factors")
             weights = np.asarray(weights, dtype=np.float64)
             if weights.shape != (self.n,) or not np.isfinite(weights).all() or (weights < 0).any() \
                     or weights.sum() <= 0:
@@ -283,12 +320,16 @@ class YoloSampler(Sampler[ItemKey]):
 
     # -- the global order for an epoch ---------------------------------------------------------------
     def order(self) -> np.ndarray:
-        """(n,) int64 positions of the current epoch in global order (computed once per epoch)."""
+        """(layout.length,) int64 positions of the current epoch in global order (computed once per
+        epoch): n of them, or floor(sum r_i) with repeat factors."""
         key = (self.epoch, self.version if self.weights is not None else -1)
         if self._order is None or self._order[0] != key:
             rng = epoch_rng(self.seed, self.epoch)
-            self._order = key, global_order(self.n, rng, self.shuffle, self.weights,
-                                            self.global_batch if self.rect else 0)
+            if self.repeat_factors is not None:
+                order = balanced_order(self.repeat_factors, self.layout.length, rng, self.shuffle)
+            else:
+                order = global_order(self.n, rng, self.shuffle, self.weights, self.global_batch if self.rect else 0)
+            self._order = key, order
         return self._order[1]
 
     def _plan(self, start_step: int = 0):

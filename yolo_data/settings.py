@@ -3,7 +3,8 @@
     Settings
       augment, img_size, batch_size (per rank), stride, seed
       source:       SourceSettings   which images and labels (split, fraction, names, keep_difficult, cache_dir)
-      index:        IndexSettings    which items, in which shapes (rect, pad, min_items, single_cls, image_weights)
+      index:        IndexSettings    which items, in which shapes (rect, pad, min_items, single_cls, image_weights,
+                                     class_balance)
       images:       ImageSettings    how pixels are read (cache, ram_dir, linear_resize, reduced_decode, scale_up,
                                      capped_resize)
       augmentation: AugmentSettings  training augmentation (hyp, batch_partners, partner_group)
@@ -43,6 +44,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Sequence, Union
 
+from .balance import threshold_of
 from .sampling import check_seed
 
 PARTNER_GROUP = 8  # default partner-group size (see AugmentSettings)
@@ -70,12 +72,29 @@ class IndexSettings:
     letterbox shape that holds it (stride multiples, plus ``pad`` strides); off with
     ``image_weights``, as in YOLOv5.  ``min_items``: leave out images with fewer boxes.
     ``single_cls``: every class id becomes 0.  ``image_weights``: the training script weights the draws
-    (YOLOv5's train.py sets ``dataset.indices``; or ``loader.sampler.set_weights``)."""
+    (YOLOv5's train.py sets ``dataset.indices``; or ``loader.sampler.set_weights``).
+    ``class_balance``: the training loader repeats images of rare classes (balance.py: LVIS's repeat
+    factors); a threshold t in (0, 1], True for 0.1, False/None/0 off.  Each epoch then has
+    floor(sum of the factors) draws.  Not with ``image_weights`` (two weightings of the same draws);
+    rect is off with it, as with image_weights (repeated images would break the rect batches); an
+    evaluation loader (augment False) refuses it, since each image must count once there."""
     rect: bool = False
     pad: float = 0.0
     min_items: int = 0
     single_cls: bool = False
     image_weights: bool = False
+    class_balance: Union[bool, float] = False
+
+    def __post_init__(self):
+        t = threshold_of(self.class_balance)  # a ValueError naming what it takes
+        if t is not None and self.image_weights:
+            raise ValueError("settings: class_balance and image_weights both weight the draws of an epoch; "
+                             "use one of them")
+
+    @property
+    def balance_threshold(self) -> Optional[float]:
+        """The repeat-factor threshold ``class_balance`` asks for, or None when it is off."""
+        return threshold_of(self.class_balance)
 
 
 @dataclass(frozen=True)
@@ -282,8 +301,9 @@ class Settings:
 
     @property
     def rect(self) -> bool:
-        """Rect batches: asked for, and no image weights (whose draws would break the batches' shapes)."""
-        return self.index.rect and not self.index.image_weights
+        """Rect batches: asked for, and no image weights or class balance (whose draws would break the
+        batches' shapes)."""
+        return self.index.rect and not self.index.image_weights and self.index.balance_threshold is None
 
     @property
     def mosaic_possible(self) -> bool:

@@ -14,7 +14,10 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
     under DDP, -1 otherwise); ``settings`` (a :class:`~yolo_data.settings.Settings`) gives everything
     they do not cover, and any of its fields may also be given by name (``split='val'``,
     ``cache_dir=...``, ``partner_group=4``); YOLOv5's arguments win over both.  ``augment`` picks the
-    training or evaluation preset of every decision not given (settings.py).
+    training or evaluation preset of every decision not given (settings.py).  ``class_balance=0.1``
+    (a threshold in (0, 1], True for 0.1): the training loader repeats images of rare classes by
+    LVIS's repeat factors (balance.py); each epoch then has floor(sum of the factors) draws, so
+    ``len(loader)`` grows.  Refused with ``image_weights`` and for evaluation (``augment=False``).
 
     ``path``: image folder, .txt list, list of these, or a dataset yaml (``split`` picks 'train'/'val'/
     'test'; default 'train' when ``augment`` else 'val'); also a COCO .json or a Pascal VOC folder or

@@ -81,3 +81,11 @@ def test_ultralytics_first_resize_and_validation_pixels_on_awkward_sizes():
 
 def test_coco_and_voc_read_in_place_against_pycocotools_and_the_yolo_conversion():
     run("coco_voc_parity.py")
+
+
+def test_ultralytics_trainer_takes_class_balance_for_its_train_loader_and_ddp_ranks():
+    out = run("ultralytics_class_balance.py")
+    assert "train loader: 5 steps of 4, 18 draws from 16 images" in out
+    for line in ("class_balance reached the train loader: True", "model callbacks keep nothing of the run: True",
+                 "a DDP rank's trainer has class_balance 0.5: True"):
+        assert line in out, out[-3000:]

@@ -30,7 +30,7 @@ from ultralytics.utils import DEFAULT_CFG, LOGGER
 from ultralytics.utils.ops import xyxyxyxy2xywhr
 from ultralytics.utils.torch_utils import unwrap_model
 
-from .ultralytics_args import loader_settings
+from .ultralytics_args import loader_settings, take_own_args
 from .ultralytics_loader import UltralyticsDataset, create_loader
 
 __all__ = ["YoloDataTrainer", "YoloDataValidator", "YoloDataSegmentationTrainer", "YoloDataSegmentationValidator",
@@ -62,33 +62,70 @@ def _task_of(args) -> str:
     return getattr(args, "task", None) or "detect"
 
 
+class OwnArgs:
+    """yolo_data's own training arguments (ultralytics_args.OWN_ARGS), carried as a callback that does
+    nothing: Ultralytics' DDP launch rebuilds the trainer in each rank's process from its args (which
+    must hold Ultralytics' keys only), its model and its callbacks, so the callbacks are what brings
+    them to the ranks."""
+    event = "on_pretrain_routine_start"
+
+    def __init__(self, values: dict):
+        self.values = dict(values)
+
+    def __call__(self, trainer) -> None:
+        pass
+
+    @classmethod
+    def found_in(cls, callbacks) -> dict:
+        """The values of the last OwnArgs in a callbacks dict ({} when it holds none)."""
+        found = [c for c in (callbacks or {}).get(cls.event, []) if isinstance(c, cls)]
+        return dict(found[-1].values) if found else {}
+
+
 class YoloDataTrainer(DetectionTrainer):
     """Ultralytics' DetectionTrainer whose train and val loaders are yolo_data's; made for a pose or
     obb model (``task``), it is the task's trainer (YoloDataPoseTrainer, YoloDataOBBTrainer).
 
     ``workers`` is kept as asked also on CPU (Ultralytics' trainer sets it to 0 there; yolo_data's
     workers overlap decoding with the model's step and give the same batches for any count).  The val
-    loader uses the same number of workers (Ultralytics doubles it)."""
+    loader uses the same number of workers (Ultralytics doubles it).
+
+    ``class_balance`` (``train(..., trainer=YoloDataTrainer, class_balance=0.1)``): the train loader
+    repeats images of rare classes (Settings class_balance).  Ultralytics refuses keys it does not know,
+    so the trainer takes it out of the overrides first; it reaches DDP ranks through the callbacks
+    (OwnArgs).  A resumed run (``resume=True``) needs it given again."""
 
     def __new__(cls, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
         if cls is YoloDataTrainer:
-            cls = _TRAINERS.get(get_cfg(cfg, overrides).task, cls)
+            cls = _TRAINERS.get(get_cfg(cfg, take_own_args(overrides)[0]).task, cls)
         return super().__new__(cls)
 
     def __init__(self, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
+        overrides, own = take_own_args(overrides)
+        # given: this process's request; else a DDP rank's trainer, rebuilt with the launcher's callbacks
+        own = own or OwnArgs.found_in(_callbacks)
+        self.class_balance = own.get("class_balance", False)
         self.requested_workers = int(get_cfg(cfg, overrides).workers)  # before BaseTrainer zeroes it on CPU
+        # lists of our own: Ultralytics copies only the dict, and what we add must not stay in the model's
+        # callbacks for its next train()
+        _callbacks = {k: list(v) for k, v in _callbacks.items()} if _callbacks else None
         super().__init__(cfg, overrides, _callbacks)
-        self.add_callback("on_train_epoch_start", _set_loader_epoch)
+        self.callbacks[OwnArgs.event] = [c for c in self.callbacks.get(OwnArgs.event, [])
+                                         if not isinstance(c, OwnArgs)]
+        if own:
+            self.add_callback(OwnArgs.event, OwnArgs(own))
+        if _set_loader_epoch not in self.callbacks.get("on_train_epoch_start", []):
+            self.add_callback("on_train_epoch_start", _set_loader_epoch)
 
     def build_dataset(self, img_path, mode: str = "train", batch=None):
         """An UltralyticsDataset (used on its own by Ultralytics' auto_batch; loaders build theirs)."""
         settings = loader_settings(self.args, mode, batch or 16, _grid(unwrap_model(self.model).stride),
-                                   workers=self.requested_workers, data=self.data)
+                                   workers=self.requested_workers, data=self.data, class_balance=self.class_balance)
         return UltralyticsDataset(img_path, settings, prefix=f"{mode}: ")
 
     def get_dataloader(self, dataset_path, batch_size: int = 16, rank: int = 0, mode: str = "train"):
         settings = loader_settings(self.args, mode, batch_size, _grid(unwrap_model(self.model).stride),
-                                   workers=self.requested_workers, data=self.data)
+                                   workers=self.requested_workers, data=self.data, class_balance=self.class_balance)
         return create_loader(dataset_path, settings, rank=rank, prefix=f"{mode}: ",
                              to_xywhr=_to_xywhr(self.args.task))
 

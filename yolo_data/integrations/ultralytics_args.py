@@ -10,8 +10,9 @@ does with it; the README's 'Training with Ultralytics' prints the same table.
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
+from ..balance import threshold_of
 from ..hyp import AugmentConfig
 from ..settings import Settings, fraction_count  # noqa: F401 (fraction_count: where it was imported from)
 
@@ -60,6 +61,24 @@ NO_EQUIVALENT: Dict[str, str] = {
     "mosaic9": "(yolo_data's own hyp key, not Ultralytics'): 0",
 }
 # Not data settings, passed on by Ultralytics itself: multi_scale (preprocess_batch, unchanged), imgsz, batch.
+# yolo_data's own training arguments, which Ultralytics does not know (its get_cfg refuses unknown keys):
+# the trainer takes them out of the overrides before Ultralytics sees them.
+OWN_ARGS: Dict[str, str] = {
+    "class_balance": "Settings class_balance of the train loader: images of rare classes repeated by LVIS's "
+                     "repeat factors (a threshold in (0, 1], True for 0.1); the val loader never",
+}
+
+
+def take_own_args(overrides: Optional[Dict[str, Any]]) -> Tuple[Optional[Dict[str, Any]], Dict[str, Any]]:
+    """(Ultralytics' overrides without yolo_data's own keys, those keys' values): a new dict, the
+    caller's is left as it was.  A bad ``class_balance`` is a ValueError here, before any training."""
+    if not overrides:
+        return overrides, {}
+    rest = {k: v for k, v in overrides.items() if k not in OWN_ARGS}
+    own = {k: overrides[k] for k in OWN_ARGS if k in overrides}
+    if "class_balance" in own:
+        threshold_of(own["class_balance"])
+    return rest, own
 
 
 def _get(cfg: Union[Dict[str, Any], Any], key: str):
@@ -112,7 +131,8 @@ def split_fraction(fraction, split: str) -> Union[float, int]:
     return fraction
 
 
-def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, rect=None, data=None) -> Settings:
+def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, rect=None, data=None,
+                    class_balance: Union[bool, float, None] = False) -> Settings:
     """yolo_data Settings for ``mode`` 'train' (the training preset) or 'val' (the evaluation preset)
     from Ultralytics arguments ``cfg``.
 
@@ -122,7 +142,8 @@ def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, 
     does, for training and evaluation: linearly, no side above imgsz (``capped_resize``).  Under DDP
     each evaluating rank takes whole batches, each image once.  ``data``: Ultralytics' dataset dict
     (the trainer's ``data``), whose ``kpt_shape`` and ``flip_idx`` a pose split needs (Ultralytics
-    hands the loader a split's folder, not the yaml)."""
+    hands the loader a split's folder, not the yaml).  ``class_balance``: the train loader's (see
+    OWN_ARGS); ignored for 'val', where every image counts once."""
     if mode not in ("train", "val"):
         raise ValueError(f"mode must be 'train' or 'val', not {mode!r}")
     train = mode == "train"
@@ -138,4 +159,5 @@ def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, 
         fraction=split_fraction(_get(cfg, "fraction"), mode), hyp=augment_config(cfg) if train else AugmentConfig(),
         linear_resize=True, capped_resize=True, each_image_once=True, task=str(_get(cfg, "task")),
         mask_ratio=int(_get(cfg, "mask_ratio")), overlap_mask=bool(_get(cfg, "overlap_mask")), mask_rule="ultralytics",
-        kpt_shape=(data or {}).get("kpt_shape"), flip_idx=(data or {}).get("flip_idx"))
+        kpt_shape=(data or {}).get("kpt_shape"), flip_idx=(data or {}).get("flip_idx"),
+        class_balance=class_balance if train else False)
