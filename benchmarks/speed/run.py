@@ -57,6 +57,8 @@ QUESTIONS = {
                             "at construction?"),
     "profile": Question("profile_items", "Where does an item's time go, and what is the ceiling on this "
                         "machine?"),
+    "duplicates": Question("bench_duplicates", "How fast are duplicate images found: fingerprints per image "
+                           "(1 and 2 threads) and the search over 1,000,000 images?"),
     "cuda": Question("bench_cuda", "How fast into CUDA tensors, pinned memory on and off? (needs a GPU)"),
 }
 
