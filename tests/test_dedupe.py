@@ -167,7 +167,7 @@ def test_fingerprints_read_once_name_the_broken_files_and_go_on(tmp_path):
     assert calls[-1] == (5, 5)
     assert prints.digest.shape == (5, 16) and prints.digest.dtype == np.uint8
     assert prints.phash.dtype == np.uint64 and prints.dhash.dtype == np.uint64
-    assert bytes(prints.digest[0]) == hashlib.blake2b(good.read_bytes(), digest_size=16).digest()
+    assert bytes(prints.digest[0]) == hashlib.sha256(good.read_bytes()).digest()[:16]
     # the failed files take no part; the two readings of one file are one identical group
     groups = find_duplicates({"train": (paths, prints)})
     assert groups == [DuplicateGroup("identical", [("train", 0, str(good)), ("train", 4, str(good))])]
