@@ -332,13 +332,14 @@ def _components(pairs: np.ndarray) -> List[List[int]]:
     return [sorted(m) for m in sets.values()]
 
 
-def _equal_runs(values: np.ndarray) -> np.ndarray:
-    """(p, 2) pairs linking each item to the next one with an equal row of ``values`` ((n,) or (n, k)):
-    chains that connect every set of equal values, in n - (distinct values) pairs."""
+def _equal_runs(values: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(links, first) for the rows of ``values`` ((n,) or (n, k)): links (p, 2) join each item to the next
+    one with an equal row (chains that connect every set of equal rows, n - distinct pairs), and first
+    holds one item of each distinct row.  One sort gives both."""
     rows = values.reshape(len(values), -1)
-    order = np.lexsort(rows.T[::-1]) if len(rows) else np.zeros(0, np.int64)
+    order = np.lexsort(rows.T[::-1])
     same = np.all(rows[order[1:]] == rows[order[:-1]], axis=1)
-    return np.stack([order[:-1][same], order[1:][same]], 1)
+    return np.stack([order[:-1][same], order[1:][same]], 1), order[np.r_[True, ~same]]
 
 
 def find_duplicates(splits: Dict[str, Tuple[Sequence[str], ImagePrints]], max_distance: int = MAX_DISTANCE,
@@ -370,18 +371,16 @@ def find_duplicates(splits: Dict[str, Tuple[Sequence[str], ImagePrints]], max_di
     phash = np.concatenate([p[1] for p in parts])
     dhash = np.concatenate([p[2] for p in parts])
 
-    hashes = np.stack([phash, dhash], 1)
-    _, first = np.unique(hashes, axis=0, return_index=True)
-    links = [_equal_runs(digest.view(np.uint64)),  # 16 bytes as two uint64: a 2-key sort
-             # equal hash pairs always match: linked here, and near matches are sought among distinct
-             # values only, so that a thousand black frames make one group and no bucket of a thousand
-             _equal_runs(hashes),
-             first[near_pairs(phash[first], dhash[first], max_distance, max_dhash_distance)]]
+    same_bytes, _ = _equal_runs(digest.view(np.uint64))  # 16 bytes as two uint64: a 2-key sort
+    # equal hash pairs always match: linked here, and near matches are sought among distinct values
+    # only, so that a thousand black frames make one group and no bucket of a thousand
+    same_hashes, first = _equal_runs(np.stack([phash, dhash], 1))
+    near = first[near_pairs(phash[first], dhash[first], max_distance, max_dhash_distance)]
     out = []
-    for members in _components(np.concatenate(links)):
-        same_bytes = bool(np.all(digest[members] == digest[members[0]]))
+    for members in _components(np.concatenate([same_bytes, same_hashes, near])):
+        identical = bool(np.all(digest[members] == digest[members[0]]))
         ms = sorted((names[k], i, splits[names[k]][0][i]) for k, i in where[members].tolist())
-        out.append(DuplicateGroup("identical" if same_bytes else "similar", ms))
+        out.append(DuplicateGroup("identical" if identical else "similar", ms))
     return sorted(out, key=lambda g: g.members[0])
 
 
