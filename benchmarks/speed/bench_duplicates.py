@@ -118,7 +118,7 @@ def main(argv=None) -> int:
         results["groups"][name] = [{"kind": g.kind, "across": g.across,
                                     "members": [[s, i, Path(p).name] for s, i, p in g.members]} for g in found[name]]
     for name, groups in found.items():
-        print(f"\n{name}: {len(groups)} groups" + ("" if groups else "."))
+        print(f"\n{name}: {len(groups)} group{'' if len(groups) == 1 else 's'}" + ("" if groups else "."))
         for g in groups:
             leak = ", across splits" if g.across else ""
             print(f"- {g.kind}{leak}: " + ", ".join(f"{s}/{Path(p).name}" for s, _, p in g.members))
