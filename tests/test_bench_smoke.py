@@ -390,3 +390,17 @@ def test_bench_highres(tiny, tmp_path, monkeypatch):
                           "--opencv")
     ok(rc, stdout, err, "speed/bench_highres.py")
     assert "decode threads, OpenCV, median of 1" in stdout, stdout
+
+
+def test_bench_duplicates(tiny, tmp_path):
+    rc, out, err = run(tiny, tmp_path, "speed/bench_duplicates.py", "--datasets", "sample", "--workers", 1, 2,
+                       "--repeats", 1, "--n", 20000, "--near", 50)
+    rows = ok(rc, out, err, "speed/bench_duplicates.py")
+    for threads in ("1", "2"):  # one row each: images/s above zero
+        row = [line for line in out.splitlines() if line.startswith(f"| sample | 24 | {threads} |")]
+        assert len(row) == 1 and float(row[0].split("|")[5].replace(",", "")) > 0, out
+    assert "sample: 0 groups." in out
+    assert numbers(rows["20,000"][:1])[0] > 0 and rows["20,000"][1:] == ["55 / 55", "0"], rows
+    doc = json.loads((tmp_path / "results" / "duplicates-sample.json").read_text())
+    assert doc["benchmark"] == "benchmarks/speed/bench_duplicates.py"
+    assert doc["results"]["synthetic"]["found"] == 55 and doc["results"]["groups"]["sample"] == []

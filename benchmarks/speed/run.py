@@ -59,6 +59,8 @@ QUESTIONS = {
                         "machine?"),
     "report": Question("bench_report", "How long does the dataset report of a million images take from the "
                        "label cache?"),
+    "duplicates": Question("bench_duplicates", "How fast are duplicate images found: fingerprints per image "
+                           "(1 and 2 threads) and the search over 1,000,000 images?"),
     "cuda": Question("bench_cuda", "How fast into CUDA tensors, pinned memory on and off? (needs a GPU)"),
 }
 
