@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from . import balance
 from .problems import Problem
 from .store import LabelStore
 
@@ -65,9 +66,7 @@ def class_counts(store: LabelStore, nc: int) -> Dict[str, List[int]]:
     classes = store.labels[:, 0].astype(np.int64)
     nc = max(nc, int(classes.max()) + 1 if len(classes) else 0)
     instances = np.bincount(classes, minlength=nc)
-    image = np.repeat(np.arange(len(store), dtype=np.int64), np.diff(store.label_offsets))
-    pairs = np.unique(image * nc + classes)  # each (image, class) once
-    images = np.bincount(pairs % nc, minlength=nc) if nc else np.zeros(0, np.int64)
+    images = balance.class_image_counts(classes, store.label_offsets, nc) if nc else np.zeros(0, np.int64)
     return {"instances": instances.tolist(), "images": images.tolist()}
 
 

@@ -45,7 +45,8 @@ LOGGER = logging.getLogger("yolo_data")
 REPORT_VERSION = 1
 FINDINGS = ("corrupt", "warnings", "empty-split", "leakage", "duplicates", "label-conflict", "missing-class",
             "tiny-boxes")
-DEFAULT_BALANCE = 0.1  # the threshold class_balance=True uses; the sampled frequencies are shown at it
+DEFAULT_BALANCE = 0.1
+IDENTICAL_IOU, SIMILAR_IOU = 0.9, 0.5  # boxes of duplicates agree at this IoU (see _duplicates)  # the threshold class_balance=True uses; the sampled frequencies are shown at it
 
 
 @dataclass
@@ -196,7 +197,11 @@ def _duplicates(splits: List[_Split], options: ReportOptions) -> dict:
     for g in groups:
         members = [{"split": sp, "file": path, "objects": int(len(stores[sp].labels_of(i)))} for sp, i, path in g.members]
         first = stores[g.members[0][0]].labels_of(g.members[0][1])
-        agree = all(dedupe.labels_agree(first, stores[sp].labels_of(i)) for sp, i, _ in g.members[1:])
+        # a re-encoded or resized copy keeps its normalised boxes (IoU about 1); near-identical pictures
+        # that are not copies (neighbouring frames of a video) move their objects a little: their labels
+        # disagree only when a class differs or a box moved by half of itself
+        iou = IDENTICAL_IOU if g.kind == "identical" else SIMILAR_IOU
+        agree = all(dedupe.labels_agree(first, stores[sp].labels_of(i), iou) for sp, i, _ in g.members[1:])
         out.append({"kind": g.kind, "across": bool(g.across), "splits": sorted(g.splits), "labels_agree": bool(agree),
                     "members": members})
     out.sort(key=lambda g: (not g["across"], g["labels_agree"], g["kind"], g["members"][0]["file"]))

@@ -193,7 +193,7 @@ def _duplicates(f: dict) -> str:
     rows = []
     for g in groups:
         members = "<br>".join(f"{e(m['split'])}: <code>{e(m['file'])}</code> ({m['objects']} objects)" for m in g["members"])
-        rows.append([e("identical files" if g["kind"] == "identical" else "same picture, re-encoded or resized"),
+        rows.append([e("identical files" if g["kind"] == "identical" else "near-identical: re-encoded, resized, or neighbouring video frames"),
                      f'<td class="bad">{e(" and ".join(g["splits"]))}</td>' if g["across"] else e(g["splits"][0]),
                      "yes" if g["labels_agree"] else '<td class="bad">no</td>', f'<td class="l">{members}</td>'])
     unread = "".join(f"<li>{e(u['file'])}: {e(u['reason'])}</li>" for u in d["unreadable"])
