@@ -61,7 +61,9 @@ def troubled(tmp_path: Path) -> Path:
     (lb / "train" / "broken.txt").write_text("0 0.5 0.5 0.1 0.1\n")
     put("train", "train_005.jpg", "train", "unknown_class.jpg", label="9 0.5 0.5 0.1 0.1\n")
     star = (lb / "train" / "train_006.txt")
-    star.write_text(star.read_text() + "3 0.5 0.5 0.3 0.3\n0 0.5 0.5 0.0001 0.2\n")
+    # train_006 is 320 px on its long side: at 640 a box of width 0.0001, 0.0024 (1.5 px), 0.009 (5.8 px)
+    star.write_text(star.read_text() + "3 0.5 0.5 0.3 0.3\n0 0.5 0.5 0.0001 0.2\n0 0.3 0.5 0.0024 0.2\n"
+                    "0 0.7 0.5 0.009 0.009\n")
     return yaml
 
 
@@ -124,7 +126,23 @@ def test_troubled_dataset_every_problem_and_duplicate(tmp_path):
     star = f["classes"][3]
     assert star["name"] == "star" and star["instances"] == {"train": 1, "val": 0} and star["absent_from"] == ["val"]
     assert f["missing_classes"] == [{"id": 3, "name": "star", "absent_from": ["val"], "present_in": ["train"]}]
-    assert train["box_size"]["dropped_by_filter"] == 1 == f["findings"]["tiny-boxes"]
+    assert train["box_size"]["dropped_by_filter"] == 2 == f["findings"]["tiny-boxes"]
+    # every object's letterboxed size, box by box, against the histograms
+    ref = load_split(tmp_path / "ds" / "images" / "train", names=["circle", "rectangle", "triangle", "star"]).store
+    sides, ratios = [], []
+    for i in range(len(ref)):
+        h0, w0 = (float(v) for v in ref.shapes_hw[i])
+        for _, _, _, w, h in ref.labels_of(i).tolist():
+            bw, bh = w * w0 * 640 / max(h0, w0), h * h0 * 640 / max(h0, w0)
+            sides.append((bw, bh))
+            ratios.append(bw / bh)
+    assert train["box_size"]["dropped_by_filter"] == sum(min(s) <= 2 for s in sides)
+    assert train["box_size"]["below_finest_stride"] == sum(max(s) < 8 for s in sides) == 1
+    edges = train["box_size"]["edges"] + [float("inf")]
+    sizes = [(bw * bh) ** 0.5 for bw, bh in sides]
+    assert train["box_size"]["counts"] == [sum(a <= v < b for v in sizes) for a, b in zip(edges, edges[1:])]
+    redges = [0.0] + train["aspect_ratio"]["edges"][1:] + [float("inf")]
+    assert train["aspect_ratio"]["counts"] == [sum(a <= v < b for v in ratios) for a, b in zip(redges, redges[1:])]
     assert val["images"] == 8 + 3
     assert f["sampled"]["split"] == "train" and f["sampled"]["class_instances"][3] > 1.0  # the rare star repeated
     assert f["splits"]["train"]["imbalance"]["rarest"]["name"] == "star"
