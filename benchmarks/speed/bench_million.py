@@ -146,6 +146,32 @@ def remove_caches(images: Path, lib: str) -> None:
             f.unlink()
 
 
+def balance_only(args, data, measure, res: Dict[str, List[dict]]) -> int:
+    """--class-balance: yolo_data's warm training loader with and without it, alternating."""
+    labels = data["main"].parent.parent / "labels"
+    if not (labels / f"{SPLIT}.yolo_data.cache").exists():
+        measure("yolo_data", "prep", "warm", "main")
+    for _ in range(args.repeats):
+        measure("yolo_data", "warm", "warm", "main")
+        measure("yolo_data", "balanced", "balanced", "main")
+    res.pop("prep", None)
+    med = {group: common.medians(runs) for group, runs in res.items()}
+    lines = [f"### class_balance={args.class_balance:g} at {args.images:,} images (yolo_data, warm, "
+             f"medians of {args.repeats})", "", "| | without | class_balance |", "|---|---:|---:|"]
+    for key, what in (("construct_s", "construction, s"), ("first_batch_s", "first batch, s"),
+                      ("sampler_items", "items per epoch"), ("steps", "steps per epoch (len(loader))"),
+                      ("sampler_iter_s", "`iter(loader.sampler)` consumed, s")):
+        a, b = med["warm"].get(key), med["balanced"].get(key)
+        fmt = (lambda v: f"{v:,.0f}") if key in ("sampler_items", "steps") else (lambda v: f"{v:.3f}")
+        lines.append(f"| {what} | {fmt(a)} | {fmt(b)} |")
+    per = [r["sampler_iter_s"] / r["sampler_items"] * 1e9 for g in ("warm", "balanced") for r in res[g][:1]]
+    lines.append(f"\nper item: {per[0]:.0f} ns without, {per[1]:.0f} ns with class_balance")
+    print("\n".join(lines), flush=True)
+    common.write_result("million", {"runs": res, "medians": med}, args,
+                        datasets=[f"n{args.images}", f"balance{args.class_balance:g}"])
+    return 0
+
+
 # -- the child: one measurement in a fresh process ----------------------------------------------------
 def worker_pss(pid: int) -> List[dict]:
     return [r for r in (common.smaps_rollup(k) for k in sorted(common.child_pids(pid))) if r]
@@ -181,6 +207,8 @@ def child_main(spec: dict) -> None:
     rect = task == "rect"
     kw = dict(hyp=hyp, augment=True, cache=False, pad=0.0, rect=rect, rank=-1, workers=WORKERS,
               image_weights=False, quad=False, prefix="train: ", shuffle=True, seed=0)
+    if task == "balanced":
+        kw["class_balance"] = spec["class_balance"]
     with common.library_output(False):
         t1 = time.perf_counter()
         loader, dataset = create_dataloader(spec["data"], IMGSZ, BATCH, STRIDE, **kw)
@@ -368,6 +396,10 @@ def parse_args(argv=None):
     ap.add_argument("--batches", type=int, default=10, help="batches taken before reading PSS")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per child process")
     ap.add_argument("--skip-scan", action="store_true", help="keep existing label caches (no scan row)")
+    ap.add_argument("--class-balance", type=float, default=None, metavar="T",
+                    help="instead of the comparison: yolo_data's training loader with class_balance=T against "
+                         "without, warm (construction, first batch, one epoch of the sampler); results in "
+                         "million-nN-balanceT.json")
     ap.add_argument("--remove", action="store_true", help="delete --root at the end")
     ap.add_argument("--yolo-data", help="import yolo_data from this folder (e.g. an exported older commit); "
                     "default: this checkout")
@@ -415,7 +447,8 @@ def main(argv=None) -> int:
     try:
         def measure(lib: str, group: str, task: str, key: str) -> dict:
             spec = {"lib": lib, "task": task, "data": str(data[key]), "batches": args.batches,
-                    "tmp": str(tmp / f"{lib}-{group}"), "yolo_data_root": args.yolo_data}
+                    "tmp": str(tmp / f"{lib}-{group}"), "yolo_data_root": args.yolo_data,
+                    "class_balance": args.class_balance}
             t = time.perf_counter()
             r = run_child(python[lib], spec, args.timeout)
             res[lib].setdefault(group, []).append(r)
@@ -423,6 +456,8 @@ def main(argv=None) -> int:
                 + (r.get("error") or ", ".join(f"{k} {v:.3f}" for k, v in r.items() if isinstance(v, float))))
             return r
 
+        if args.class_balance is not None:
+            return balance_only(args, data, measure, res["yolo_data"])
         if not args.skip_scan:
             for lib in libs:
                 remove_caches(data["scan"], lib)
