@@ -164,8 +164,8 @@ def balance_only(args, data, measure, res: Dict[str, List[dict]]) -> int:
         a, b = med["warm"].get(key), med["balanced"].get(key)
         fmt = (lambda v: f"{v:,.0f}") if key in ("sampler_items", "steps") else (lambda v: f"{v:.3f}")
         lines.append(f"| {what} | {fmt(a)} | {fmt(b)} |")
-    per = [r["sampler_iter_s"] / r["sampler_items"] * 1e9 for g in ("warm", "balanced") for r in res[g][:1]]
-    lines.append(f"\nper item: {per[0]:.0f} ns without, {per[1]:.0f} ns with class_balance")
+    per = [med[g]["sampler_iter_s"] / med[g]["sampler_items"] * 1e9 for g in ("warm", "balanced")]
+    lines.append(f"\nper item of the epoch (medians): {per[0]:.0f} ns without, {per[1]:.0f} ns with class_balance")
     print("\n".join(lines), flush=True)
     common.write_result("million", {"runs": res, "medians": med}, args,
                         datasets=[f"n{args.images}", f"balance{args.class_balance:g}"])
