@@ -404,3 +404,31 @@ def test_bench_duplicates(tiny, tmp_path):
     doc = json.loads((tmp_path / "results" / "duplicates-sample.json").read_text())
     assert doc["benchmark"] == "benchmarks/speed/bench_duplicates.py"
     assert doc["results"]["synthetic"]["found"] == 55 and doc["results"]["groups"]["sample"] == []
+
+
+def test_bench_report(tiny, tmp_path):
+    """The dataset report of 300 hard links to the sample's photos: every step timed, sizes shown."""
+    root = tmp_path / "million"
+    sample = tiny["datasets"] / "sample" / "images"
+    rc, out, err = run(tiny, tmp_path, "speed/bench_report.py", "--root", root, "--images", 300, "--repeats", 1,
+                       "--sources", sample / "train", sample / "val", timeout=240)
+    rows = ok(rc, out, err, "speed/bench_report.py")
+    assert [k for k in rows if k != "step"] == [
+        "read the split (listing, fingerprint, cache load)", "the figures (counts, classes, sizes, across splits)",
+        "make_report, without duplicates or pictures", "write the HTML page and the JSON file",
+        "make_report with pictures (2 training batches, rarest classes)"], out
+    assert "Dataset report of 300 images" in out and "with pictures:" in out
+
+
+def test_bench_million_class_balance(tiny, tmp_path):
+    """class_balance=1.0 on 300 links to the sample: more items and steps per epoch than without."""
+    root = tmp_path / "million"
+    sample = tiny["datasets"] / "sample" / "images"
+    rc, out, err = run(tiny, tmp_path, "speed/bench_million.py", "--root", root, "--images", 300, "--small-images", 0,
+                       "--sources", sample / "train", sample / "val", "--class-balance", 1.0, "--repeats", 1,
+                       "--batches", 2, "--timeout", 120, timeout=240)
+    rows = ok(rc, out, err, "speed/bench_million.py")
+    items = [int(v.replace(",", "")) for v in rows["items per epoch"]]
+    steps = [int(v.replace(",", "")) for v in rows["steps per epoch (len(loader))"]]
+    assert items[0] == 300 and items[1] > 300 and steps[1] > steps[0], out
+    assert "per item of the epoch (medians)" in out

@@ -169,6 +169,7 @@ def balance_only(args, data, measure, res: Dict[str, List[dict]]) -> int:
     print("\n".join(lines), flush=True)
     common.write_result("million", {"runs": res, "medians": med}, args,
                         datasets=[f"n{args.images}", f"balance{args.class_balance:g}"])
+    common.report_end()
     return 0
 
 
