@@ -1,6 +1,7 @@
 """The dataset report: figures equal to what the label cache holds, every problem named, injected
 duplicates and leakage found, ``--fail-on`` exit codes, and the page checked in a real browser."""
 import json
+from collections import Counter
 import shutil
 import sys
 from pathlib import Path
@@ -88,6 +89,9 @@ def test_sample_figures_equal_the_label_cache(tmp_path):
         o = s["image_sizes"]["orientation"]
         assert (o["landscape"], o["portrait"], o["square"]) == (
             int((hw[:, 1] > hw[:, 0]).sum()), int((hw[:, 1] < hw[:, 0]).sum()), int((hw[:, 1] == hw[:, 0]).sum()))
+        sizes = Counter((int(w), int(h)) for h, w in hw.tolist())
+        assert {(w, h): c for w, h, c in s["image_sizes"]["common"]} == dict(sizes.most_common(10))
+        assert s["image_sizes"]["distinct"] == len(sizes)
         # a box's size after the letterbox, by hand for the first one
         h0, w0 = hw[0]
         x, y, w, h = store.labels[0, 1:]
@@ -233,3 +237,17 @@ def test_a_coco_json_split_names_its_classes_and_problems(tmp_path):
     assert s["classes"]["instances"] == [1, 2] and s["images"] == 3 and s["left_out"] == 1
     assert [Path(p["file"]).name for g in s["problems"]["left out"].values() for p in g] == ["gone.jpg"]
     assert f["duplicates"]["images_read"] == 3 and f["duplicates"]["groups"] == []
+
+
+def test_a_split_that_cannot_be_read_is_named_and_fails_empty_split(tmp_path, capsys):
+    yaml = sample_copy(tmp_path)
+    yaml.write_text(yaml.read_text().replace("val: images/val", "val: images/nothere"))
+    out = tmp_path / "r"
+    assert cli_main(["report", str(yaml), "--out", str(out), "--no-pictures", "--fail-on", "empty-split"]) == 1
+    text = capsys.readouterr()
+    assert "val: cannot read" in text.out and "nothere does not exist" in text.out
+    assert "failed on: empty-split" in text.err
+    f = json.loads(out.with_suffix(".json").read_text())
+    assert f["findings"]["empty-split"] == 1 and f["splits"]["train"]["images"] == 16
+    assert "nothere does not exist" in f["splits"]["val"]["error"]
+    assert "cannot read" in out.with_suffix(".html").read_text()

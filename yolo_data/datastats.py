@@ -116,7 +116,7 @@ def split_figures(store: LabelStore, nc: int, img_size: int) -> dict:
                          "beyond_filter": int(np.count_nonzero((ratio >= CANDIDATE_MAX_RATIO)
                                                                | (ratio <= 1 / CANDIDATE_MAX_RATIO)))},
         "image_sizes": {
-            "common": [[int(s % 2**32), int(s // 2**32), int(c)] for s, c in zip(sizes[top], counts[top])],
+            "common": [[int(s // 2**32), int(s % 2**32), int(c)] for s, c in zip(sizes[top], counts[top])],  # [w, h, n]
             "distinct": int(len(sizes)),
             "width": histogram(ww, SIDE_EDGES), "height": histogram(hh, SIDE_EDGES),
             "orientation": {"landscape": int(np.count_nonzero(ww > hh)), "portrait": int(np.count_nonzero(ww < hh)),

@@ -188,7 +188,8 @@ def _duplicates(f: dict) -> str:
     if not d.get("checked"):
         return '<p class="muted">Not checked (the report was made without reading images).</p>'
     groups = d["groups"]
-    intro = (f"<p>{d['images_read']:,} images read in {d['seconds']:.1f} s: {len(groups):,} groups of the same picture "
+    intro = (f"<p>{d['images_read']:,} images read in {d['seconds']:.1f} s: {len(groups):,} "
+             f"group{'' if len(groups) == 1 else 's'} of the same or a near-identical picture "
              f"({sum(g['across'] for g in groups):,} across splits).</p>")
     rows = []
     for g in groups:
