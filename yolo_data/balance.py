@@ -102,13 +102,19 @@ def repeat_factors(classes, label_offsets, threshold: float, nc: Optional[int] =
     ``classes``: (L,) class ids of all label rows; ``label_offsets``: (n+1,) int64 rows per image;
     ``threshold``: t in (0, 1]; ``nc``: the number of classes (None: the largest id + 1)."""
     ids, offsets, nc = _check(classes, label_offsets, nc)
-    n = len(offsets) - 1
-    r_class = class_factors(np.bincount(_pairs(ids, offsets, nc)[1], minlength=nc), n, threshold)
-    out = np.ones(n, dtype=np.float64)
+    r_class = class_factors(np.bincount(_pairs(ids, offsets, nc)[1], minlength=nc), len(offsets) - 1, threshold)
+    return image_factors(r_class, ids, offsets)
+
+
+def image_factors(r_class: np.ndarray, classes, label_offsets) -> np.ndarray:
+    """(n,) float64: the largest of ``r_class`` (class_factors) over the classes of each image, 1
+    without boxes; ``classes``, ``label_offsets`` as in :func:`repeat_factors`."""
+    ids, offsets, _ = _check(classes, label_offsets, len(r_class))
+    out = np.ones(len(offsets) - 1, dtype=np.float64)
     has = np.flatnonzero(np.diff(offsets) > 0)
     if len(has):
         # segments between consecutive starts of images with rows are exactly those images' rows
-        out[has] = np.maximum.reduceat(r_class[ids], offsets[has])
+        out[has] = np.maximum.reduceat(np.asarray(r_class, np.float64)[ids], offsets[has])
     return out
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from . import distributed
-from .balance import class_factors, class_image_counts, epoch_length, repeat_factors
+from .balance import class_factors, class_image_counts, epoch_length, image_factors
 from .collate import QuadCollate, collate_fn
 from .dataset import YoloDataset
 from .loader import YoloDataLoader
@@ -114,10 +114,10 @@ def balance_factors(dataset, threshold: float, single_cls: bool = False, prefix:
     classes, offsets = store.labels[:, 0], store.label_offsets
     names = list(dataset.names)
     nc = max(len(names), int(classes.max()) + 1 if len(classes) else 1)
-    factors = repeat_factors(classes, offsets, threshold, nc)
+    counts = class_image_counts(classes, offsets, nc)
+    r = class_factors(counts, len(store), threshold)
+    factors = image_factors(r, classes, offsets)
     if printing_rank():
-        counts = class_image_counts(classes, offsets, nc)
-        r = class_factors(counts, len(factors), threshold)
         r[counts == 0] = 0  # the rarest class present, not one without images
         c = int(np.argmax(r))
         name = str(c) if single_cls or c >= len(names) else names[c]

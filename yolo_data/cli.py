@@ -11,6 +11,7 @@ from typing import List, Optional, Tuple
 from . import container
 from .datayaml import is_dataset_yaml, load_dataset_yaml
 from .split import SplitLabels, load_split
+from .summary import progress_bar
 
 # The sample that ships in a source checkout (data/ is not part of an installed wheel).
 SAMPLE_YAML = Path(__file__).resolve().parents[1] / "data" / "sample.yaml"
@@ -24,22 +25,6 @@ def _splits(data: str) -> Tuple[List[Tuple[str, object]], List[str]]:
             raise SystemExit(f"{data}: no train/val/test split listed")
         return list(spec.splits.items()), spec.names
     return [(Path(data).name or data, data)], []
-
-
-def _bar(name: str, enabled: bool):
-    from tqdm import tqdm
-    bar = None
-
-    def update(done, total):
-        nonlocal bar
-        if not enabled:
-            return
-        if bar is None:
-            bar = tqdm(total=total, desc=f"scanning {name}", unit="img", leave=False)
-        bar.update(done - bar.n)
-        if done >= total:
-            bar.close()
-    return update
 
 
 def format_table(rows: List[Tuple[str, SplitLabels]]) -> str:
@@ -58,7 +43,7 @@ def build_caches(data: str, workers: Optional[int] = None, cache_dir=None, force
                  progress: bool = True, keep_difficult: bool = False) -> List[Tuple[str, SplitLabels]]:
     splits, names = _splits(data)
     return [(name, load_split(paths, cache_dir=cache_dir, workers=workers, force=force, names=names or None,
-                              keep_difficult=keep_difficult, progress=_bar(name, progress and sys.stderr.isatty())))
+                              keep_difficult=keep_difficult, progress=progress_bar(f"scanning {name}", progress and sys.stderr.isatty())))
             for name, paths in splits]
 
 

@@ -31,7 +31,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -39,6 +39,7 @@ from . import balance, datastats, dedupe
 from .datayaml import is_dataset_yaml, load_dataset_yaml
 from .settings import Settings, TargetSettings
 from .split import SplitLabels, load_split
+from .summary import progress_bar
 from .task import resolve_task
 
 LOGGER = logging.getLogger("yolo_data")
@@ -95,22 +96,6 @@ class _Split:
     error: Optional[str] = None
 
 
-def _tqdm_progress(desc: str, enabled: bool) -> Optional[Callable[[int, int], None]]:
-    if not enabled:
-        return None
-    from tqdm import tqdm
-    bar = None
-
-    def update(done, total):
-        nonlocal bar
-        if bar is None:
-            bar = tqdm(total=total, desc=desc, unit="img", leave=False)
-        bar.update(done - bar.n)
-        if done >= total:
-            bar.close()
-    return update
-
-
 def read_splits(data, options: ReportOptions) -> Tuple[List[_Split], List[str], object, Optional[object]]:
     """(splits, class names, the task, the yaml's DatasetSpec or None) of ``data``: every split of a
     dataset yaml, or the one split a folder, list, COCO JSON or VOC source names.  A split that cannot
@@ -126,7 +111,7 @@ def read_splits(data, options: ReportOptions) -> Tuple[List[_Split], List[str], 
     for name, entry in entries:
         try:
             labels = load_split(entry, cache_dir=options.cache_dir, workers=options.workers, names=names or None,
-                                progress=_tqdm_progress(f"scanning {name}", tty), task=task.name,
+                                progress=progress_bar(f"scanning {name}", tty), task=task.name,
                                 kpt_shape=task.kpt_shape)
             out.append(_Split(name, entry, labels))
             names = names or labels.names
@@ -174,7 +159,7 @@ def _sampled(store, nc: int, threshold: float) -> dict:
     classes = store.labels[:, 0].astype(np.int64)
     factors = balance.repeat_factors(classes, store.label_offsets, threshold, nc)
     images, instances = balance.sampled_counts(factors, classes, store.label_offsets, nc)
-    return {"threshold": float(threshold), "epoch_length": int(np.floor(factors.sum())), "images": len(store),
+    return {"threshold": float(threshold), "epoch_length": balance.epoch_length(factors), "images": len(store),
             "largest_factor": float(factors.max(initial=1.0)),
             "class_images": [float(v) for v in images], "class_instances": [float(v) for v in instances]}
 
@@ -188,7 +173,7 @@ def _duplicates(splits: List[_Split], options: ReportOptions) -> dict:
     unique = list(dict.fromkeys(p for paths in per_split.values() for p in paths))
     where = {p: i for i, p in enumerate(unique)}
     prints = dedupe.fingerprint_images(unique, workers=options.workers,
-                                       progress=_tqdm_progress("reading images", options.progress and sys.stderr.isatty()))
+                                       progress=progress_bar("reading images", options.progress and sys.stderr.isatty()))
     by_split = {name: (paths, _take(prints, np.array([where[p] for p in paths], np.int64)))
                 for name, paths in per_split.items()}
     groups = dedupe.find_duplicates(by_split)

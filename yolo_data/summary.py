@@ -75,6 +75,24 @@ def printing_rank() -> bool:
     return get_local_rank(-1) in (-1, 0)
 
 
+def progress_bar(desc: str, enabled: bool):
+    """A progress callback (done, total) drawing a tqdm bar named ``desc`` (None when not ``enabled``,
+    e.g. stderr is not a terminal), closed when done reaches total."""
+    if not enabled:
+        return None
+    from tqdm import tqdm
+    bar = None
+
+    def update(done, total):
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=total, desc=desc, unit="img", leave=False)
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+    return update
+
+
 def _seconds(s: float) -> str:
     return f"{s:.3f} s" if s < 1 else f"{s:.2f} s" if s < 10 else f"{s:.1f} s"
 
