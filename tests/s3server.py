@@ -111,6 +111,14 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10.0)
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: the kernel SIGKILLs weed when its parent
+    dies, so a crashed or SIGKILLed test run cannot leave a server behind."""
+    import ctypes
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def _can_store(master_url: str) -> bool:
     """The S3 gateway answers before the volume server has registered with
     the master, and a PUT in that window fails. The master hands out a file id
@@ -163,7 +171,8 @@ def start_s3_server(data_dir: str | os.PathLike, timeout: float = START_TIMEOUT_
     # the group without touching pytest's.
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, cwd=data_dir,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     try:
         url = "http://127.0.0.1:%d" % s3
         master_url = "http://127.0.0.1:%d" % master
