@@ -254,12 +254,13 @@ def worker_memory(cls, srv):
         return out
 
 
-def fork_safety(cls, srv, use_in_parent):
+def fork_safety(cls, srv, use_in_parent, n_objects):
     client = cls(srv)
     if use_in_parent:
         client.get(image_key(0))  # opens pooled connections / starts runtimes
 
     def hammer(keys):
+        keys = [i % n_objects for i in keys]  # --objects may be small
         bad = sum(client.get(image_key(i)) != image_body(i) for i in keys)
         return "ok" if bad == 0 else "WRONG DATA in %d/%d GETs" % (bad, len(keys))
 
@@ -290,6 +291,8 @@ def main():
     ap.add_argument("--objects", type=int, default=2000, help="100 KB objects to GET (default 2000)")
     common.add_result_options(ap)
     args = ap.parse_args()
+    if args.objects < 100:
+        ap.error("--objects must be at least 100 (the worker fetches 100)")
     # SIGTERM (e.g. from timeout) must still run the finally that stops weed.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))
     # obstore last: after a fork it hung children and once crashed this process.
@@ -330,15 +333,14 @@ def main():
                 mem = guarded(lambda: worker_memory(cls, srv), 80)
                 row["worker +RSS/USS/PSS MB"] = ("%.1f / %.1f / %.1f" % mem) if isinstance(mem, tuple) else mem
                 print("  %s: worker memory done" % cls.name, flush=True)
-                row["fork: created in parent"] = guarded(lambda: fork_safety(cls, srv, False))
-                row["fork: used in parent"] = guarded(lambda: fork_safety(cls, srv, True))
+                row["fork: created in parent"] = guarded(lambda: fork_safety(cls, srv, False, args.objects))
+                row["fork: used in parent"] = guarded(lambda: fork_safety(cls, srv, True, args.objects))
                 rows.append(row)
                 print("done:", cls.name, flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    common.write_result("Which S3 client for datasets in object storage: GET rate, listing, "
-                        "memory per forked worker, fork safety?", {"rows": rows}, args)
+    common.write_result("s3-clients", {"rows": rows}, args)
     cols = ["client", "import MB", "seq", "8 thr", "32 thr", "asyncio 32", "list 10k",
             "worker +RSS/USS/PSS MB", "fork: created in parent", "fork: used in parent"]
     print("\n%d GETs of 100 KB per cell; req/s (client CPU ms per GET); %d cores shared with the server\n"
