@@ -24,13 +24,13 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from . import container
+from . import container, remote
 from .container import CacheError
 from .scan import default_workers
 from .labelfile import COORD_TOLERANCE, MAX_CLASS_ID, MAX_LABEL_BYTES
 from .labels import MIN_IMAGE_SIDE
 from .problems import Problem
-from .sources import LABEL_CACHE_SUFFIX, MAX_CACHE_STEM, cache_stem
+from .sources import CACHE_DIR_ENV, LABEL_CACHE_SUFFIX, MAX_CACHE_STEM, cache_stem, user_cache_dir  # noqa: F401
 from .store import LabelStore
 
 LOGGER = logging.getLogger("yolo_data")
@@ -40,7 +40,6 @@ KIND = "labels"
 # the store kept; 7: image sizes as shapes_hw [h, w], no longer shapes [w, h]; 8: keypoints); the
 # container's own format is container.FORMAT.
 FORMAT_VERSION = 8
-CACHE_DIR_ENV = "YOLO_DATA_CACHE_DIR"
 __all__ = ["CacheError", "CacheContents", "fingerprint", "check_listing", "load", "save", "user_cache_dir",
            "folder_cache_file"]
 
@@ -73,9 +72,13 @@ _MISSING = (-1, -1, -1)  # (size, mtime, type) of a path that cannot be stat'ed;
 def _stats(paths: Sequence[str]) -> array:
     """(size, mtime in ns, file type ``st_mode >> 12``: regular, folder, FIFO, ...) of each path, as
     int64s.  One stat per file and no string formatting per file (a stat costs about 1.5 us on local
-    disk, and at a million images this loop is the warm start's main cost)."""
+    disk, and at a million images this loop is the warm start's main cost).  An ``s3://`` object's are
+    (size, its ETag as a number, regular file), from its folder's listing: no request per object."""
     stat, vals = os.stat, array("q")
     for p in paths:
+        if p.startswith(remote.SCHEME):  # an object: its listed size and ETag (remote.stat)
+            vals.extend(remote.stat(p))
+            continue
         try:
             st = stat(p)
         except (OSError, ValueError):  # ValueError: a name with a NUL byte, which no file has
@@ -287,16 +290,6 @@ remove_stale_temps = container.remove_stale_temps
 
 
 # -- where ------------------------------------------------------------------------------------------
-def user_cache_dir() -> Path:
-    """The per-user cache folder: $YOLO_DATA_CACHE_DIR, else $XDG_CACHE_HOME/yolo_data, else
-    ~/.cache/yolo_data.  Read at call time."""
-    env = os.environ.get(CACHE_DIR_ENV)
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "yolo_data"
-
-
 def folder_cache_file(default: Path, folder: Path, suffix: str = LABEL_CACHE_SUFFIX) -> Path:
     """The file for ``default`` inside a shared cache folder (``train2017-<hash>.yolo_data.cache``); the
     hash of the full default path keeps two datasets with a split of the same name apart (and lets a

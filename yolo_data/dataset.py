@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from . import distributed, failures, summary
+from . import distributed, failures, remote, summary
 from .augstate import AugmentControl, TrainSettings
 from .cache import user_cache_dir
 from .collate import collate_fn
@@ -79,6 +79,8 @@ def read_labels(path, settings: Settings, prefix: str = "") -> Tuple[SplitLabels
     (``settings.split_name`` picks), or a split of another label format (formats.py: COCO .json, Pascal
     VOC folder/list, LabelMe folder); ``settings.source.fraction`` < 1 keeps the first images in file
     order."""
+    if settings.source.endpoint_url is not None:  # before the yaml: it may be in the bucket too
+        remote.configure(endpoint_url=settings.source.endpoint_url)
     paths, names, spec = resolve_split(path, settings.split_name, settings.augment)
     task = resolve_task(settings.targets, spec and spec.kpt_shape, spec and spec.flip_idx, str(path))
     part = settings.source
@@ -273,10 +275,14 @@ class YoloDataset(Dataset):
         out, epoch, indices = BatchImages(len(keys), self._scratch), self.epoch, self.indices
         ids = [int(indices[k.position]) for k in keys]
         draws = [DrawKey(epoch, k.draw) for k in keys]
-        if not (self.augment and self.batch_partners):
-            return [self.mapper(i, d, out, k) for k, (i, d) in enumerate(zip(ids, draws))]
-        g = self.run.partner_group
-        return self.mapper.batch(ids, draws, [k.draw // g if g else 0 for k in keys], out)
+        self.images.fetch(ids)  # a batch in a bucket: its images' bytes at once (partners are among them)
+        try:
+            if not (self.augment and self.batch_partners):
+                return [self.mapper(i, d, out, k) for k, (i, d) in enumerate(zip(ids, draws))]
+            g = self.run.partner_group
+            return self.mapper.batch(ids, draws, [k.draw // g if g else 0 for k in keys], out)
+        finally:
+            self.images.forget()
 
     collate_fn = staticmethod(collate_fn)  # YOLOv5 scripts use LoadImagesAndLabels.collate_fn
 

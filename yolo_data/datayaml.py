@@ -15,6 +15,8 @@ from typing import Dict, List, Optional, Tuple, Union
 
 import yaml
 
+from . import remote
+
 SPLITS = ("train", "val", "test")
 # A dataset yaml is a few kB (COCO 2 kB, ImageNet-21k's 21,841 names 0.5 MB).  PyYAML's pure-Python
 # loader needs about 1.5 s and 65 MB per MiB, so larger files are refused rather than parsed.
@@ -34,8 +36,8 @@ class DatasetSpec:
     ``kpt_shape``: (K, 2 or 3) keypoints per object of a pose dataset, else None; ``flip_idx``: the
     keypoint that takes each one's place in a left-right flip, or None.
     """
-    yaml_file: Path
-    root: Path
+    yaml_file: Union[Path, str]  # an s3:// URL (a str) for a yaml in a bucket
+    root: Union[Path, str]
     splits: Dict[str, List[str]] = field(default_factory=dict)
     names: List[str] = field(default_factory=list)
     kpt_shape: Optional[Tuple[int, int]] = None
@@ -149,10 +151,14 @@ def _names_list(names, yaml_file: Path) -> List[str]:
     return [str(v) for v in values]
 
 
-def _read_yaml(yaml_file: Path):
+def _read_yaml(yaml_file: Union[Path, str]):
     """The parsed yaml, its size and alias expansion bounded.  Raises ValueError naming the file."""
-    with open(yaml_file, "rb") as f:
-        raw = f.read(MAX_YAML_BYTES + 1)
+    if remote.is_remote(yaml_file):
+        size = remote.stat(yaml_file)[0]
+        raw = remote.read(yaml_file, 0, MAX_YAML_BYTES + 1) if size > MAX_YAML_BYTES else remote.read(yaml_file)
+    else:
+        with open(yaml_file, "rb") as f:
+            raw = f.read(MAX_YAML_BYTES + 1)
     if len(raw) > MAX_YAML_BYTES:
         raise ValueError(f"{yaml_file}: larger than {MAX_YAML_BYTES >> 20} MiB; "
                          "a dataset yaml is a few kB (is this the right file?)")
@@ -192,11 +198,15 @@ def load_dataset_yaml(yaml_file: PathLike) -> DatasetSpec:
     entries are relative to ``path``.  Without ``path`` they are relative to the yaml's folder.
     Anything malformed raises ValueError with one line naming the file, the key and what was expected.
     """
-    yaml_file = Path(yaml_file)
-    if not yaml_file.exists():
-        raise FileNotFoundError(f"dataset yaml {yaml_file} does not exist")
-    if not yaml_file.is_file():
-        raise ValueError(f"{yaml_file}: not a file (a dataset yaml is a text file)")
+    if remote.is_remote(yaml_file):
+        if not remote.exists(yaml_file):
+            raise FileNotFoundError(f"dataset yaml {yaml_file} does not exist")
+    else:
+        yaml_file = Path(yaml_file)
+        if not yaml_file.exists():
+            raise FileNotFoundError(f"dataset yaml {yaml_file} does not exist")
+        if not yaml_file.is_file():
+            raise ValueError(f"{yaml_file}: not a file (a dataset yaml is a text file)")
     data = _read_yaml(yaml_file)
     if not isinstance(data, dict):
         raise ValueError(f"{yaml_file}: expected a mapping with train/val/names, got {_kind(data)}")
@@ -204,17 +214,13 @@ def load_dataset_yaml(yaml_file: PathLike) -> DatasetSpec:
     if path is not None and not isinstance(path, str):
         hint = "; quote a folder named by a number" if isinstance(path, (int, float)) else ""
         raise ValueError(f"{yaml_file}: 'path' must be a folder (text), got {_kind(path)}{hint}")
-    root = Path(path or ".").expanduser()
-    if not root.is_absolute():
-        root = (yaml_file.parent / root)
-    root = Path(os.path.normpath(root.absolute()))
+    root = _root(path, yaml_file)
     splits = {}
     for split in SPLITS:
         entry = data.get(split)
         if entry in (None, ""):
             continue
-        splits[split] = [str(p if Path(p).is_absolute() else root / p)
-                         for p in _split_entries(entry, split, yaml_file)]
+        splits[split] = [_entry(root, p) for p in _split_entries(entry, split, yaml_file)]
     nc = data.get("nc")
     if nc is not None and (isinstance(nc, bool) or not isinstance(nc, int) or nc < 0):
         raise ValueError(f"{yaml_file}: 'nc' must be the number of classes (a whole number), got {_kind(nc)}")
@@ -224,6 +230,29 @@ def load_dataset_yaml(yaml_file: PathLike) -> DatasetSpec:
     kpt_shape, flip_idx = _keypoint_keys(data, yaml_file)
     return DatasetSpec(yaml_file=yaml_file, root=root, splits=splits, names=names, kpt_shape=kpt_shape,
                        flip_idx=flip_idx)
+
+
+def _root(path: Optional[str], yaml_file: Union[Path, str]) -> Union[Path, str]:
+    """The folder the split entries are relative to: ``path`` (relative to the yaml's folder), else the
+    yaml's folder; a URL where either is in a bucket."""
+    if remote.is_remote(path):
+        return path.rstrip("/")
+    if remote.is_remote(yaml_file):
+        return remote.join(remote.parent(yaml_file), path or ".")
+    root = Path(path or ".").expanduser()
+    if not root.is_absolute():
+        root = (yaml_file.parent / root)
+    return Path(os.path.normpath(root.absolute()))
+
+
+def _entry(root: Union[Path, str], entry: str) -> str:
+    """A split entry made absolute (an s3:// entry is kept as it is; a relative one in a bucket's
+    dataset is in the bucket)."""
+    if remote.is_remote(entry):
+        return entry
+    if remote.is_remote(root):
+        return remote.join(root, entry)
+    return str(entry if Path(entry).is_absolute() else root / entry)
 
 
 def _whole_numbers(value) -> bool:

@@ -32,6 +32,8 @@ from typing import Optional, Tuple
 import cv2
 import numpy as np
 
+from . import remote
+
 JPEG_SIGNATURE = b"\xff\xd8\xff"
 JPEG_SUFFIXES = ("jpg", "jpeg")
 # libjpeg's scaled decodes: 1/f of each side, rounded up, EXIF orientation applied as in a full decode
@@ -170,7 +172,7 @@ _UPRIGHT = {
 }
 
 
-def imread_bgr(path: str, flags: int = cv2.IMREAD_COLOR) -> np.ndarray:
+def imread_bgr(path: str, flags: int = cv2.IMREAD_COLOR, data: Optional[bytes] = None) -> np.ndarray:
     """(h, w, 3) uint8 BGR with EXIF orientation applied, as cv2.imread(path, ``flags``) decodes it (as
     YOLOv5: gray, RGBA and 16-bit images come out as 8-bit BGR).  ``flags``: IMREAD_COLOR, or one of
     REDUCED_FLAGS.  Raises ImageReadError naming the file when it cannot be read, ImageDecodeError when
@@ -179,15 +181,23 @@ def imread_bgr(path: str, flags: int = cv2.IMREAD_COLOR) -> np.ndarray:
     A .jpg/.jpeg file goes to simplejpeg first when it is installed (see ``decode_jpeg``); whatever it
     leaves is cv2.imread's, which also decodes what it can of a truncated JPEG (imdecode of the same
     bytes refuses it).  cv2.imread takes the path as UTF-8 and crashes the process on a name with lone
-    surrogates (bytes that are not UTF-8): such files are read here and given to cv2.imdecode."""
+    surrogates (bytes that are not UTF-8): such files are read here and given to cv2.imdecode.
+
+    ``data``: the file's bytes, already read (an object in a bucket, fetched with its batch); then the
+    file is not read again.  An ``s3://`` path is always decoded from its bytes (cv2.imdecode, whose
+    pixels are cv2.imread's for every complete image)."""
     path = os.fspath(path)
-    try:
-        utf8 = os.fsencode(path) == path.encode("utf-8")
+    try:  # (bytes at hand, or in a bucket: cv2.imread has no file to read)
+        utf8 = os.fsencode(path) == path.encode("utf-8") and data is None and not remote.is_remote(path)
     except UnicodeEncodeError:
         utf8 = False
     im = read = None
-    if flags in _FACTORS and path.rpartition(".")[2].lower() in JPEG_SUFFIXES and simplejpeg_module():
+    if data is not None:
+        read = data, _BytesStat(len(data))
+    elif remote.is_remote(path):
         read = read_whole(path)
+    if flags in _FACTORS and path.rpartition(".")[2].lower() in JPEG_SUFFIXES and simplejpeg_module():
+        read = read or read_whole(path)
         im = decode_jpeg(read[0], _FACTORS[flags]) if read[0] else None
     if im is None and utf8:
         im = cv2.imread(path, flags)
@@ -203,6 +213,13 @@ def imread_bgr(path: str, flags: int = cv2.IMREAD_COLOR) -> np.ndarray:
     return im
 
 
+class _BytesStat:
+    """What read_whole's callers ask of a stat_result, for bytes that came from a bucket."""
+
+    def __init__(self, size: int):
+        self.st_size, self.st_mtime_ns = size, 0
+
+
 def _imdecode(data: bytes, flags: int) -> Optional[np.ndarray]:
     try:
         return cv2.imdecode(np.frombuffer(data, np.uint8), flags) if data else None
@@ -213,7 +230,13 @@ def _imdecode(data: bytes, flags: int) -> Optional[np.ndarray]:
 def read_whole(path: str) -> Tuple[bytes, os.stat_result]:
     """(all bytes of the file, its stat).  Raises ImageReadError naming the file and the reason when it
     cannot be read whole: missing, not permitted, not a regular file, an I/O error, or changed (size or
-    modification time) while it was read."""
+    modification time) while it was read.  An ``s3://`` object is fetched (remote.read, with its retries)."""
+    if remote.is_remote(path):
+        try:
+            data = remote.read(path)
+        except OSError as e:
+            raise ImageReadError(f"{path}: image cannot be read ({e.strerror or e})") from None
+        return data, _BytesStat(len(data))
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import cv2
 import numpy as np
 
 from .decode import JPEG_SUFFIXES, REDUCED_FLAGS, ImageDecodeError, ImageReadError, imread_bgr  # noqa: F401
+from . import remote
 from .decode import simplejpeg_module
 
 
@@ -61,23 +62,23 @@ def resize_long_side(im: np.ndarray, img_size: int, linear: bool, capped: bool =
 
 
 def load_image(path: str, img_size: int, linear: bool, hw0: Optional[Tuple[int, int]] = None,
-               reduced: bool = False, capped: bool = False) -> LoadedImage:
+               reduced: bool = False, capped: bool = False, data: Optional[bytes] = None) -> LoadedImage:
     """Decode and resize ``path`` (see resize_long_side; ``linear`` picks the interpolation, ``capped``
     the rounding of the size).
     ``reduced`` with ``hw0`` (the (h0, w0) a full decode gives, as the scan recorded it): a JPEG is
     decoded at 1/f scale (see ``reduction``) and resized from there to the same target size; anything
     else, or a scaled decode of another size than libjpeg's ceil(side / f) (not JPEG data after all),
-    is decoded in full."""
+    is decoded in full.  ``data``: the file's bytes, when they were fetched already (remote.py)."""
     if reduced and hw0 is not None and path.rpartition(".")[2].lower() in JPEG_SUFFIXES:
         f = reduction(hw0, img_size)
         if f > 1:
-            im = imread_bgr(path, REDUCED_FLAGS[f])
+            im = imread_bgr(path, REDUCED_FLAGS[f], data)
             if im.shape[:2] == (-(-hw0[0] // f), -(-hw0[1] // f)):
                 h, w = target_size(hw0, img_size, capped)
                 interp = cv2.INTER_LINEAR if linear else cv2.INTER_AREA  # as resize_long_side when shrinking
                 resized = cv2.resize(im, dsize=(w, h), interpolation=interp)  # OpenCV's dsize: (width, height)
                 return LoadedImage(resized, tuple(hw0), (h, w))
-    im = imread_bgr(path)
+    im = imread_bgr(path, data=data)
     hw0 = im.shape[:2]
     im = resize_long_side(im, img_size, linear, capped)
     return LoadedImage(im, hw0, im.shape[:2])
@@ -100,9 +101,26 @@ class ImageSource:
         self.capped = capped
         self.cache = cache
         self.on_failure = on_failure
+        self.fetched: Dict[int, object] = {}  # image -> its bytes (or OSError), fetched with its batch
         # Import the optional decoder here, in the process that builds the dataset: forked DataLoader
         # workers then inherit it (or its absence, and any warning about it, said once) every epoch.
         simplejpeg_module()
+
+    def fetch(self, ids: Sequence[int]) -> None:
+        """Fetch the bytes of the images ``ids`` (a batch's) that are in a bucket and not in the image
+        cache, all at once (remote.read_many), for the calls that follow; ``forget`` drops them."""
+        todo = {}
+        for i in ids:
+            if self.cache is not None and self.cache.ok[i]:
+                continue
+            path = self.store.im_file(i)
+            if remote.is_remote(path) and i not in self.fetched:
+                todo[i] = path
+        if todo:
+            self.fetched.update(zip(todo, remote.read_many(list(todo.values()))))
+
+    def forget(self) -> None:
+        self.fetched.clear()
 
     def __call__(self, i: int) -> LoadedImage:
         if self.cache is not None:
@@ -111,8 +129,11 @@ class ImageSource:
                 return LoadedImage(*cached)
         path = self.store.im_file(i)
         h0, w0 = self.store.shapes_hw[i]
+        data = self.fetched.get(i)
+        if isinstance(data, OSError):  # its fetch failed, retries and all: as a file that cannot be read
+            raise ImageReadError(f"{path}: image cannot be read ({data.strerror or data})")
         try:
-            return load_image(path, self.img_size, self.linear, (int(h0), int(w0)), self.reduced, self.capped)
+            return load_image(path, self.img_size, self.linear, (int(h0), int(w0)), self.reduced, self.capped, data)
         except ImageDecodeError as e:
             if self.on_failure is not None:
                 self.on_failure(e)

@@ -56,7 +56,10 @@ class PairRecord:
 
 
 def _pread(f: BinaryIO, n: int, pos: int) -> bytes:
-    """n bytes at pos, without moving or filling f's buffer (one system call on POSIX)."""
+    """n bytes at pos, without moving or filling f's buffer (one system call on POSIX; an object in a
+    bucket reads through its own, which fetches only what it does not hold yet)."""
+    if hasattr(f, "pread"):
+        return f.pread(n, pos)
     if hasattr(os, "pread"):
         return os.pread(f.fileno(), n, pos)
     f.seek(pos)
@@ -117,9 +120,12 @@ def image_size(im_file: str) -> Tuple[Tuple[int, int], List[str]]:
         if fmt not in _HEADER_ONLY:
             # Decode the file already open and checked (through /proc where there is one), not whatever
             # the name may point to by now; the decoded size is the one training sees.
-            fd_path = f"/proc/self/fd/{f.fileno()}"
             try:
-                h, w = imread_bgr(fd_path if os.path.exists(fd_path) else im_file).shape[:2]
+                if hasattr(f, "pread"):  # an object in a bucket: its bytes, as training reads them
+                    h, w = imread_bgr(im_file, data=_pread(f, st.st_size, 0)).shape[:2]
+                else:
+                    fd_path = f"/proc/self/fd/{f.fileno()}"
+                    h, w = imread_bgr(fd_path if os.path.exists(fd_path) else im_file).shape[:2]
             except ImageReadError:
                 raise LabelError(f"OpenCV, the decoder used for training, cannot decode this {fmt.upper()} "
                                "image (Pillow reads its header)") from None

@@ -9,6 +9,7 @@ from typing import Callable, List, Optional, Sequence
 
 from PIL import Image
 
+from . import remote
 from .labels import LabelReader, PairRecord, verify_pair
 
 Progress = Callable[[int, int], None]  # (done, total)
@@ -35,14 +36,20 @@ def scan_pairs(im_files: Sequence[str], lb_files: Sequence, nc: Optional[int] = 
 
     Header parsing and label parsing are Python-bound, so threads would share one core; the pairs are
     cut into chunks and checked in worker processes.  A pool is not worth starting for a few hundred
-    pairs, which are checked in threads instead.
+    pairs, which are checked in threads instead.  So are the pairs of a split in a bucket, where the
+    requests' latency is the cost: ``remote.options().concurrency`` threads, a few pairs each.
     """
     n = len(im_files)
-    workers = max(1, min(workers or default_workers(), n))
-    chunk = max(16, min(512, n // (workers * 8) or 1))
+    far = n > 0 and remote.is_remote(im_files[0])
+    if far:  # objects in a bucket: the wait is the requests', so many threads each wait for a few pairs
+        workers = max(1, min(remote.options().concurrency, n))
+        chunk = 4
+    else:
+        workers = max(1, min(workers or default_workers(), n))
+        chunk = max(16, min(512, n // (workers * 8) or 1))
     jobs = [(list(im_files[i:i + chunk]), list(lb_files[i:i + chunk]), nc, reader) for i in range(0, n, chunk)]
     records: List[PairRecord] = []
-    if workers == 1 or n < 500 or sys.platform != "linux":
+    if far or workers == 1 or n < 500 or sys.platform != "linux":
         pool_cm = ThreadPoolExecutor(workers)
         results = pool_cm.map(_verify_chunk, jobs)
     else:

@@ -57,13 +57,17 @@ class SourceSettings:
     image folders and lists only).  ``names``: class names (None: the dataset yaml's, or the label
     format's own).  ``keep_difficult``: keep Pascal VOC objects marked difficult.  ``cache_dir``: where
     label and disk image caches go (None: beside the labels, or the per-user cache folder when that is
-    read-only).  ``scan_workers``: threads scanning labels and filling an image cache (None: 8)."""
+    read-only; for a dataset in a bucket, the per-user cache folder).  ``scan_workers``: threads scanning
+    labels and filling an image cache (None: 8).  ``endpoint_url``: the S3-compatible server of
+    ``s3://`` paths (``http://host:port``; None: ``$AWS_ENDPOINT_URL_S3``, ``$AWS_ENDPOINT_URL``, else
+    AWS; see remote.py)."""
     split: Optional[str] = None
     fraction: Union[float, int] = 1.0
     names: Optional[Sequence[str]] = None
     keep_difficult: bool = False
     cache_dir: Optional[str] = None
     scan_workers: Optional[int] = None
+    endpoint_url: Optional[str] = None
 
 
 @dataclass(frozen=True)

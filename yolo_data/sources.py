@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple, Union
 
+from . import remote
 from .problems import Problem
 
 LOGGER = logging.getLogger("yolo_data")
@@ -32,7 +33,21 @@ MAX_CACHE_STEM = 100
 # the labels; a name of our own means switching loaders never makes either rescan the other's split.
 LABEL_CACHE_SUFFIX = ".yolo_data.cache"
 
+CACHE_DIR_ENV = "YOLO_DATA_CACHE_DIR"
+# Under the user's cache folder: the label and image caches of datasets in buckets, by bucket and key.
+REMOTE_CACHE_FOLDER = "remote"
+
 PathLike = Union[str, os.PathLike]
+
+
+def user_cache_dir() -> Path:
+    """The per-user cache folder: $YOLO_DATA_CACHE_DIR, else $XDG_CACHE_HOME/yolo_data, else
+    ~/.cache/yolo_data.  Read at call time."""
+    env = os.environ.get(CACHE_DIR_ENV)
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "yolo_data"
 
 
 def walk_files(top: str) -> List[str]:
@@ -66,12 +81,15 @@ def walk_files(top: str) -> List[str]:
     return files
 
 
-def _read_lines(txt: Path) -> List[str]:
-    """Lines of a .txt list, stripped.  UTF-8 (a BOM is dropped); a line that is not UTF-8 (a
-    list saved in cp1252 or Latin-1) is decoded as the filesystem decodes names, so its bytes name the
-    same file on disk."""
-    with open(txt, "rb") as f:
-        raw = f.read()
+def _read_lines(txt: Union[Path, str]) -> List[str]:
+    """Lines of a .txt list (a file, or an object in a bucket), stripped.  UTF-8 (a BOM is dropped); a
+    line that is not UTF-8 (a list saved in cp1252 or Latin-1) is decoded as the filesystem decodes
+    names, so its bytes name the same file on disk."""
+    if remote.is_remote(txt):
+        raw = remote.read(txt)
+    else:
+        with open(txt, "rb") as f:
+            raw = f.read()
     if raw.startswith(codecs.BOM_UTF8):
         raw = raw[len(codecs.BOM_UTF8):]
     # Lines end at \n, \r\n or \r only: str.splitlines would also split a name at \x85 or \u2028.
@@ -96,7 +114,7 @@ def nul_problem(file: str, where: str) -> Problem:
     return Problem(file, f"{where} contains a NUL byte; left out", dropped=True)
 
 
-def read_list(txt: Path) -> Tuple[List[str], List[Problem]]:
+def read_list(txt: Union[Path, str]) -> Tuple[List[str], List[Problem]]:
     """The entries of a .txt list (lines stripped, empty lines skipped; see ``_read_lines``) and a
     problem naming the list and the line for each line holding a NUL byte, which is left out."""
     entries, problems = [], []
@@ -124,10 +142,18 @@ def list_images(path: Union[PathLike, Sequence[PathLike]]) -> ImageListing:
     as in YOLOv5), a single image file, or a list of these.  Files whose suffix is not an image format
     are skipped; a list's line holding a NUL byte is a problem (see ``read_list``).  Names are as the
     filesystem gives them (``os.fsdecode``), UTF-8 or not.
+
+    An ``s3://`` entry is the same in a bucket: a folder is every object under it (one listing, which
+    remote.py remembers for the fingerprint), a .txt object's relative lines are relative to its folder.
     """
     files: List[str] = []
     problems: List[Problem] = []
     for p in path if isinstance(path, (list, tuple)) else [path]:
+        if remote.is_remote(p):
+            found, bad = _list_remote(p)
+            files.extend(found)
+            problems.extend(bad)
+            continue
         p = Path(p)
         if p.is_dir():
             files.extend(walk_files(str(p)))
@@ -142,6 +168,25 @@ def list_images(path: Union[PathLike, Sequence[PathLike]]) -> ImageListing:
             raise FileNotFoundError(f"{p} does not exist (expected an image folder, a .txt list or a dataset yaml)")
     formats = frozenset(IMG_FORMATS)
     return ImageListing(sorted(f for f in files if f.rpartition(".")[2].lower() in formats), problems)
+
+
+def _list_remote(url: str) -> Tuple[List[str], List[Problem]]:
+    """list_images of one s3:// entry: a .txt list, an image object, or a folder (every object under it;
+    an image name that is neither is a folder that does not exist, so FileNotFoundError)."""
+    suffix = url.rpartition("/")[2].rpartition(".")[2].lower() if "." in url.rpartition("/")[2] else ""
+    if suffix == "txt":
+        folder = remote.parent(url)
+        entries, bad = read_list(url)
+        # a list in a bucket has no working directory: every relative line is taken from its folder
+        return [remote.join(folder, x) for x in entries], bad
+    if suffix in IMG_FORMATS and remote.exists(url):
+        return [url], []
+    found = remote.list_folder(url)
+    if not found:
+        raise FileNotFoundError(f"{url} does not exist or is empty (expected an image folder, a .txt list "
+                                "or a dataset yaml)")
+    # hidden names are skipped as walk_files skips them (macOS '._x.jpg' files)
+    return [o.url for o in found if "/." not in o.url[len(remote.SCHEME):]], []
 
 
 def split_images(entries: Sequence[PathLike]) -> ImageListing:
@@ -188,6 +233,8 @@ def default_cache_file(path: Union[PathLike, Sequence[PathLike]], first_label_fi
     entry alone.  Names longer than MAX_CACHE_STEM bytes are shortened (see ``_bounded_stem``).
     """
     entries = list(path) if isinstance(path, (list, tuple)) else [path]
+    if remote.is_remote(entries[0]):
+        return _remote_cache_file(entries, first_label_file)
     p = Path(entries[0])
     if p.is_file():  # YOLOv5's stem rule (a dotted folder name loses its last suffix), our suffix
         f = p.with_suffix(".cache")
@@ -199,6 +246,36 @@ def default_cache_file(path: Union[PathLike, Sequence[PathLike]], first_label_fi
     if len(entries) > 1:
         stem += "-" + _digest("\0".join(os.path.abspath(os.fspath(e)) for e in entries))
     return f.with_name(_bounded_stem(stem) + LABEL_CACHE_SUFFIX)
+
+
+def _remote_cache_file(entries: Sequence[str], first_label_file: Optional[str]) -> Path:
+    """default_cache_file of a split in a bucket: the name the same rule gives, but in the user's cache
+    folder (``<cache>/remote/<bucket>/labels/train2017.yolo_data.cache``), never in the bucket: a cache
+    is written into a bucket only when asked (``yolo-data-cache --publish``)."""
+    first = entries[0].rstrip("/")
+    stem, dot, suffix = first.rpartition("/")[2].rpartition(".")
+    if dot and suffix.lower() in ("txt", "json", *IMG_FORMATS):  # a list, an annotation file, an image
+        base = first[:-len(suffix) - 1]
+    elif first_label_file is None:
+        base = first
+    else:
+        base = remote.parent(first_label_file)
+    bucket, key = remote.split_url(base)
+    folder, _, stem = key.rpartition("/")
+    if len(entries) > 1:
+        stem += "-" + _digest("\0".join(entries))
+    return user_cache_dir() / REMOTE_CACHE_FOLDER / bucket / folder / (_bounded_stem(stem) + LABEL_CACHE_SUFFIX)
+
+
+def remote_cache_url(cache_file: Path) -> Optional[str]:
+    """The bucket URL where ``yolo-data-cache --publish`` puts a remote split's cache file (beside its
+    labels), or None for a cache file of a local split."""
+    root = user_cache_dir() / REMOTE_CACHE_FOLDER
+    try:
+        rel = Path(cache_file).relative_to(root)
+    except ValueError:
+        return None
+    return remote.SCHEME + rel.as_posix()
 
 
 def cache_stem(cache_file: PathLike) -> str:

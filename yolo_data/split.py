@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from . import cache, distributed, failures, formats
+from . import cache, distributed, failures, formats, remote
 from .labelformat import LabelFormat, SourceOptions
 from .problems import Problem
 from .scan import Progress, scan_pairs
@@ -65,7 +65,18 @@ def _candidates(default: Path, cache_dir: Optional[Union[str, Path]]) -> List[Pa
     labels first and the per-user cache folder second (used when the dataset folder is read-only)."""
     if cache_dir is not None:
         return [cache.folder_cache_file(default, Path(cache_dir))]
+    if _in_cache_folder(default):  # a split in a bucket: its default is in the cache folder already
+        return [default]
     return [default, cache.folder_cache_file(default, cache.user_cache_dir())]
+
+
+def _in_cache_folder(file: Path) -> bool:
+    """Whether ``file`` is in the per-user cache folder (where we may make folders)."""
+    try:
+        Path(file).relative_to(cache.user_cache_dir())
+        return True
+    except ValueError:
+        return False
 
 
 def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional[int] = None,
@@ -167,6 +178,7 @@ def _for_task(default: Path, options: SourceOptions) -> Path:
 
 def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progress, save) -> SplitLabels:
     t0 = time.perf_counter()
+    remote.forget()  # a bucket's folders are listed anew: objects may have changed since the last start
     fmt, listed = formats.split_format(path), formats.entries(path)  # asked once: a claim may list a folder
     if options.task not in fmt.tasks:
         raise ValueError(f"{path}: {fmt.name} annotations cannot be read for task '{options.task}' "
@@ -224,7 +236,7 @@ def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progr
                                        im_files if source.keeps_listing else None, kept)
         for i, cfile in enumerate(candidates):
             try:
-                if cfile != default:  # never create folders inside the user's dataset
+                if cfile != default or _in_cache_folder(cfile):  # never create folders inside the user's dataset
                     cfile.parent.mkdir(parents=True, exist_ok=True)
                 cache.save(cfile, contents)
                 written = cfile

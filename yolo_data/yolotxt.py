@@ -22,6 +22,7 @@ import numpy as np
 
 from .boxes import polygon_to_xyxy, xyxy_to_xywh
 from .labelfile import COORD_TOLERANCE, MAX_CLASS_ID, OBB_TOLERANCE, first_unique, NotRegular, open_regular, read_limited, without_duplicates
+from . import remote
 from .labelformat import LabelFormat, SourceOptions, SplitSource
 from .problems import LabelError
 from .sources import default_cache_file, img2label_path, split_images
@@ -230,6 +231,10 @@ class YoloFormat(LabelFormat):
         listing = split_images(entries)
         im_files = listing.files
         lb_files = [img2label_path(f) for f in im_files]
+        if remote.is_remote(im_files[0]) or remote.is_remote(lb_files[-1]):
+            # the labels' folders are listed once, so the fingerprint and the scan know each label
+            # object's size and ETag, and which are missing, without a request per object
+            remote.ensure_listed(im_files + lb_files)
         names = list(options.names) if options.names else None
         nc = len(names) if names else options.nc
         return SplitSource(self.name, im_files, lb_files, lb_files, YoloReader(nc, options.task, options.kpt_shape),

@@ -1,0 +1,208 @@
+"""Datasets in an S3 bucket (remote.py), against a real S3 server (SeaweedFS, tests/s3server.py): the
+batches equal a local copy's, caches stay local, nothing is written into the bucket, and bad objects,
+missing buckets and wrong credentials are named."""
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import make_dataset, write_image
+from s3server import s3_server  # noqa: F401  (the fixture)
+from yolo_data import create_dataloader, remote
+from yolo_data.split import load_split
+
+minio = pytest.importorskip("minio")
+
+SAMPLE = Path(__file__).resolve().parents[1] / "data"
+
+
+def upload(client, root: Path, bucket: str, prefix: str) -> None:
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            client.fput_object(bucket, f"{prefix}/{p.relative_to(root).as_posix()}", str(p))
+
+
+def bucket_digest(client, bucket: str) -> dict:
+    """{key: (size, etag)} of every object in the bucket."""
+    return {o.object_name: (o.size, o.etag) for o in client.list_objects(bucket, recursive=True)}
+
+
+@pytest.fixture(scope="module")
+def store(s3_server, tmp_path_factory):  # noqa: F811
+    """The server, a client of it, and the bundled sample uploaded as s3://data/sample + sample.yaml."""
+    host = s3_server.endpoint_url.split("//", 1)[1]
+    client = minio.Minio(host, s3_server.access_key, s3_server.secret_key, secure=False, region="us-east-1")
+    if not client.bucket_exists("data"):
+        client.make_bucket("data")
+    local = tmp_path_factory.mktemp("local")
+    shutil.copytree(SAMPLE / "sample", local / "sample", ignore=shutil.ignore_patterns("*.cache"))
+    shutil.copy(SAMPLE / "sample.yaml", local / "sample.yaml")
+    upload(client, local / "sample", "data", "sample")
+    client.fput_object("data", "sample.yaml", str(local / "sample.yaml"))
+    return s3_server, client, local
+
+
+@pytest.fixture
+def s3(store, monkeypatch):
+    """Credentials in the environment (the usual way), the endpoint configured, a fresh listing."""
+    srv, client, local = store
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", srv.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", srv.secret_key)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    before = remote.options()
+    remote.configure(endpoint_url=srv.endpoint_url)
+    remote.forget()
+    yield client, local
+    remote.configure(**before.__dict__)
+    remote.forget()
+
+
+def batches(loader, epochs=1):
+    out = []
+    for _ in range(epochs):
+        out.extend((imgs.clone(), targets.clone(), list(paths)) for imgs, targets, paths, _ in loader)
+    return out
+
+
+def same(remote_batches, local_batches, local_root: str):
+    assert len(remote_batches) == len(local_batches)
+    for (a, ta, pa), (b, tb, pb) in zip(remote_batches, local_batches):
+        assert torch.equal(a, b) and torch.equal(ta, tb)
+        assert [p.replace("s3://data/", local_root + "/") for p in pa] == pb
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_training_and_evaluation_batches_equal_those_of_a_local_copy(s3, workers):
+    client, local = s3
+    before = bucket_digest(client, "data")
+    for augment in (True, False):
+        kw = dict(augment=augment, shuffle=augment, seed=3, workers=workers, rect=not augment)
+        got, _ = create_dataloader("s3://data/sample.yaml", 64, 4, 32, **kw)
+        want, _ = create_dataloader(str(local / "sample.yaml"), 64, 4, 32, **kw)
+        same(batches(got, 2), batches(want, 2), str(local))
+    assert bucket_digest(client, "data") == before  # nothing written into the bucket
+
+
+def test_the_label_cache_is_kept_in_the_user_cache_folder_and_a_warm_start_reads_no_label(s3, user_cache_dir):
+    _, dataset = create_dataloader("s3://data/sample.yaml", 64, 4, 32, workers=0)
+    cache_file = Path(dataset.split_labels.cache_file)
+    assert cache_file == user_cache_dir / "remote" / "data" / "sample" / "labels" / "val.yolo_data.cache"
+    assert dataset.split_labels.built
+    n = len(dataset)
+    remote.forget()
+    start = remote.counts()
+    _, again = create_dataloader("s3://data/sample.yaml", 64, 4, 32, workers=0)
+    used = {k: v - start.get(k, 0) for k, v in remote.counts().items()}
+    assert not again.split_labels.built and len(again) == n
+    # the yaml (its HEAD and GET) and the listings of the images' and the labels' folders, no label or image
+    assert used.get("get", 0) == 1 and used.get("list", 0) == 2, used
+
+
+def test_a_changed_label_object_is_noticed_and_rescanned(s3, store, tmp_path):
+    client, _ = s3
+    root = tmp_path / "ds"
+    make_dataset(root, [(f"{i}.jpg", (40, 32), "0 0.5 0.5 0.2 0.2\n") for i in range(3)])
+    upload(client, root, "data", "changing")
+    first = load_split("s3://data/changing/images/train")
+    assert first.built and first.counts["boxes"] == 3
+    client.put_object("data", "changing/labels/train/1.txt", __import__("io").BytesIO(b"0 0.5 0.5 0.2 0.2\n1 0.2 0.2 0.1 0.1\n"), 36)
+    remote.forget()
+    second = load_split("s3://data/changing/images/train")
+    assert second.built and second.counts["boxes"] == 4
+    remote.forget()
+    third = load_split("s3://data/changing/images/train")
+    assert not third.built and third.counts["boxes"] == 4
+
+
+def test_bad_objects_are_named_by_their_urls_and_left_out(s3, tmp_path):
+    client, _ = s3
+    root = tmp_path / "bad"
+    make_dataset(root, [("good.jpg", (40, 32), "0 0.5 0.5 0.2 0.2\n"), ("nolabel.jpg", (40, 32), None),
+                        ("badlabel.jpg", (40, 32), "7 0.5 0.5 0.2 0.2\n"), ("broken.jpg", (40, 32), "0 0.5 0.5 0.1 0.1\n"),
+                        ("tilted.png", (30, 50), "1 0.5 0.5 0.2 0.2\n")])
+    (root / "images" / "train" / "broken.jpg").write_bytes(b"not an image at all")
+    upload(client, root, "data", "bad")
+    split = load_split("s3://data/bad/images/train", names=["a", "b"])
+    reasons = {p.file: p.reason for p in split.problems}
+    assert "class 7 but the dataset has 2 names" in reasons["s3://data/bad/labels/train/badlabel.txt"]
+    assert "not an image" in reasons["s3://data/bad/images/train/broken.jpg"]
+    assert split.counts["missing"] == 1 and split.counts["corrupt"] == 2 and len(split.store) == 3
+    assert split.store.im_file(0).startswith("s3://data/bad/images/train/")
+    assert [tuple(s) for s in split.store.shapes_hw] == [(32, 40), (32, 40), (50, 30)]
+
+
+def test_an_image_deleted_after_the_scan_is_replaced_with_a_warning_and_the_epoch_completes(s3, tmp_path, caplog):
+    client, _ = s3
+    root = tmp_path / "gone"
+    make_dataset(root, [(f"{i}.jpg", (40, 32), "0 0.5 0.5 0.2 0.2\n") for i in range(6)])
+    upload(client, root, "data", "gone")
+    loader, _ = create_dataloader("s3://data/gone/data.yaml", 64, 3, 32, augment=True, workers=0, split="train")
+    client.remove_object("data", "gone/images/train/2.jpg")
+    got = batches(loader)
+    assert sum(len(p) for _, _, p in got) == 6
+    assert "s3://data/gone/images/train/2.jpg: image cannot be read (no such object" in caplog.text
+
+
+def test_a_missing_bucket_yaml_or_folder_is_a_clear_error(s3):
+    with pytest.raises(FileNotFoundError, match="s3://nobucket/data.yaml does not exist"):
+        create_dataloader("s3://nobucket/data.yaml", 64, 4, 32, workers=0)
+    with pytest.raises(FileNotFoundError, match="s3://data/nothing-here does not exist or is empty"):
+        load_split("s3://data/nothing-here")
+
+
+def test_wrong_credentials_are_refused_naming_the_url_and_never_the_secret(s3, monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret-1234")
+    remote.configure()  # a new client, with the new credentials
+    with pytest.raises(PermissionError) as e:
+        load_split("s3://data/sample/images/val")
+    assert "s3://data/sample/images/val" in str(e.value) and "access denied" in str(e.value)
+    assert "not-the-secret-1234" not in str(e.value) and "yolo_data_test_secret" not in str(e.value)
+
+
+def test_credentials_come_from_a_profile_of_the_shared_credentials_file(s3, store, monkeypatch, tmp_path):
+    srv = store[0]
+    creds = tmp_path / "credentials"
+    creds.write_text(f"[other]\naws_access_key_id = {srv.access_key}\naws_secret_access_key = {srv.secret_key}\n")
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    monkeypatch.setenv("AWS_PROFILE", "other")
+    remote.configure()
+    assert len(load_split("s3://data/sample/images/val").store) == 8
+    monkeypatch.setenv("AWS_PROFILE", "missing")  # no credentials at all: anonymous, refused by this server
+    remote.configure()
+    remote.forget()
+    with pytest.raises(PermissionError):
+        load_split("s3://data/sample/images/val")
+
+
+def test_an_endpoint_from_the_environment_or_the_settings(s3, store, monkeypatch):
+    srv = store[0]
+    remote.configure(endpoint_url=None)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", srv.endpoint_url)
+    assert len(load_split("s3://data/sample/images/val").store) == 8
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3")
+    remote.configure(endpoint_url=None)
+    remote.forget()
+    _, dataset = create_dataloader("s3://data/sample.yaml", 64, 4, 32, workers=0, endpoint_url=srv.endpoint_url)
+    assert len(dataset) == 8
+
+
+def test_without_the_client_library_the_message_says_what_to_install(s3, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "minio", None)
+    remote.configure()
+    with pytest.raises(ImportError, match=r'pip install "yolo-data\[remote\]"'):
+        load_split("s3://data/sample/images/val")
+
+
+def test_urls_are_joined_and_split_as_keys():
+    assert remote.split_url("s3://b/a/x.jpg") == ("b", "a/x.jpg")
+    assert remote.join("s3://b/data", "../images/./x.jpg") == "s3://b/images/x.jpg"
+    assert remote.join("s3://b/data", "s3://c/y.jpg") == "s3://c/y.jpg"
+    assert remote.parent("s3://b/a/x.jpg") == "s3://b/a"
+    with pytest.raises(ValueError, match="no bucket"):
+        remote.split_url("s3:///x")

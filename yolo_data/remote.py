@@ -1,0 +1,484 @@
+"""Datasets in S3-compatible object storage (AWS S3, GCS's S3 interface, R2, Ceph, MinIO, SeaweedFS):
+the one place that speaks to a bucket.
+
+A remote path is a URL ``s3://bucket/key``; everything else in the package keeps it as a ``str`` (never a
+``Path``, which would fold its ``//``).  What the rest of the package asks of a bucket:
+
+    list_folder(url)       every object under a folder, remembered with its size and ETag
+    stat(url)              (size, tag, type) for the label cache's fingerprint, from what was listed
+    read(url)              an object's bytes (an image, a label file, a list, a yaml)
+    open_object(url)       a seekable file over ranged reads (an image's header in the scan)
+    read_many(urls)        several objects at once (a batch's images), bounded
+    write(url, data)       only where the user asked for it (``yolo-data-cache --publish``)
+
+Every request is retried with exponential backoff and jitter on throttling (503 SlowDown, 429), server
+errors (5xx), timeouts and dropped or cut connections; what still fails is an ``OSError`` naming the
+URL, so a missing or unreadable object is handled as a missing or unreadable local file.
+
+Where and as whom: the endpoint is ``endpoint_url`` (``configure``, the ``endpoint_url`` setting), else
+``$AWS_ENDPOINT_URL_S3`` or ``$AWS_ENDPOINT_URL``, else AWS (``s3.amazonaws.com``).  Credentials come
+the usual way: ``$AWS_ACCESS_KEY_ID`` / ``$AWS_SECRET_ACCESS_KEY`` / ``$AWS_SESSION_TOKEN``, then the
+profile ``$AWS_PROFILE`` (or ``profile``, else ``default``) of the shared credentials file, then, on
+AWS only, the instance or container role; none: anonymous requests (a public bucket).  Credentials are
+never printed, logged or written.
+
+The client library is MinIO's (``pip install "yolo-data[remote]"``), imported when a remote path is
+first used.  Each process makes its own client: a DataLoader worker forked from a process that already
+made requests never shares that process's connections.
+"""
+from __future__ import annotations
+
+import io
+import logging
+import os
+import posixpath
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from urllib.parse import urlsplit
+
+LOGGER = logging.getLogger("yolo_data")
+
+SCHEME = "s3://"
+REGULAR = 8  # a regular file's type as cache._stats records it (st_mode >> 12)
+MISSING = (-1, -1, -1)  # cache._MISSING: what stat() says of an object that is not there
+
+
+class RemoteUnavailable(ImportError):
+    """A remote path was given and the client library is not installed."""
+
+
+def is_remote(path) -> bool:
+    """Whether ``path`` names an object in a bucket (``s3://...``)."""
+    return isinstance(path, str) and path.startswith(SCHEME)
+
+
+def split_url(url: str) -> Tuple[str, str]:
+    """``s3://bucket/a/b.jpg`` -> ('bucket', 'a/b.jpg').  ValueError for a URL without a bucket."""
+    if not is_remote(url):
+        raise ValueError(f"{url!r} is not an s3:// URL")
+    bucket, _, key = url[len(SCHEME):].partition("/")
+    if not bucket:
+        raise ValueError(f"{url}: no bucket name after s3://")
+    return bucket, key
+
+
+def join(folder: str, relative: str) -> str:
+    """``relative`` (a key with ``./`` or ``../`` parts, or a whole URL) taken from the folder URL
+    ``folder`` (the yaml's ``path:``, a list's lines)."""
+    if is_remote(relative):
+        return relative
+    bucket, key = split_url(folder)
+    joined = posixpath.normpath(posixpath.join("/" + key, relative)).lstrip("/")
+    return f"{SCHEME}{bucket}/{joined}"
+
+
+def parent(url: str) -> str:
+    """The folder URL of ``url`` (``s3://b/a/x.jpg`` -> ``s3://b/a``)."""
+    bucket, key = split_url(url)
+    return f"{SCHEME}{bucket}/{posixpath.dirname(key.rstrip('/'))}".rstrip("/")
+
+
+# -- where and as whom -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RemoteOptions:
+    """How to reach the buckets.  ``endpoint_url``: an S3-compatible server (``http://host:9000``);
+    None: ``$AWS_ENDPOINT_URL_S3``, ``$AWS_ENDPOINT_URL``, else AWS.  ``region``: None:
+    ``$AWS_REGION``, ``$AWS_DEFAULT_REGION``, else us-east-1 for another server and the bucket's own on AWS.
+    ``profile``: the shared credentials file's profile (None: ``$AWS_PROFILE``, else ``default``).
+    ``concurrency``: requests in flight at once per process (a scan's, a batch's).  ``attempts``: tries
+    per request; ``timeout_s``: to connect, and between two reads of an answer (a stalled answer is
+    retried after it)."""
+    endpoint_url: Optional[str] = None
+    region: Optional[str] = None
+    profile: Optional[str] = None
+    concurrency: int = 32
+    attempts: int = 6
+    timeout_s: float = 20.0
+    backoff_s: float = 0.1  # the first retry's largest wait; doubled each retry, up to BACKOFF_CAP_S
+    # The client's connection pool: a scan's threads and a batch's fetches each hold one connection.
+
+
+BACKOFF_CAP_S = 5.0
+_options = RemoteOptions()
+_lock = threading.Lock()
+
+
+def configure(**changes) -> RemoteOptions:
+    """Change how this process (and the DataLoader workers it forks later) reaches the buckets, e.g.
+    ``configure(endpoint_url="http://127.0.0.1:8333")``; returns the options in force.  Nothing is read
+    from the environment here: that happens when a client is made."""
+    global _options
+    with _lock:
+        _options = replace(_options, **changes)
+        _clients.clear()
+    return _options
+
+
+def options() -> RemoteOptions:
+    return _options
+
+
+def _endpoint(opts: RemoteOptions) -> Tuple[Optional[str], bool]:
+    """(host[:port], https?) of the endpoint; (None, True) for AWS."""
+    url = opts.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if not url:
+        return None, True
+    parts = urlsplit(url if "://" in url else "https://" + url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"endpoint_url {url!r}: expected http://host[:port] or https://host[:port]")
+    return parts.netloc.rpartition("@")[2], parts.scheme == "https"  # never a user:password@ part
+
+
+def _credentials(opts: RemoteOptions, aws: bool):
+    """The first credentials provider that has credentials (see the module's docstring), or None."""
+    from minio import credentials as mc
+
+    profile = opts.profile or os.environ.get("AWS_PROFILE") or "default"
+    chain = [mc.EnvAWSProvider(), mc.AWSConfigProvider(profile=profile)]
+    if aws:  # the instance or container role answers on a link-local address of AWS only
+        chain.append(mc.IamAwsProvider())
+    for provider in chain:
+        try:
+            provider.retrieve()
+            return provider
+        except Exception:  # noqa: BLE001 - a provider without credentials raises; try the next
+            continue
+    return None
+
+
+# -- the client --------------------------------------------------------------------------------------
+class _Client(NamedTuple):
+    minio: object
+    pid: int
+
+
+_clients: Dict[int, _Client] = {}
+
+
+def _client():
+    """This process's MinIO client (made on first use, and again in a forked child)."""
+    pid = os.getpid()
+    c = _clients.get(pid)
+    if c is not None:
+        return c.minio
+    with _lock:
+        c = _clients.get(pid)
+        if c is None:
+            _clients.clear()  # a parent's client: its pool's sockets belong to the parent
+            c = _clients[pid] = _Client(_make_client(_options), pid)
+    return c.minio
+
+
+def _make_client(opts: RemoteOptions):
+    try:
+        import urllib3
+        from minio import Minio
+    except ImportError:
+        raise RemoteUnavailable('reading s3:// paths needs the MinIO client: pip install "yolo-data[remote]"') from None
+    host, secure = _endpoint(opts)
+    region = opts.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if host is not None and region is None:
+        region = "us-east-1"  # what S3-compatible servers expect; spares asking the bucket's region
+    # Retries are ours (_retrying): urllib3's would not cover an answer cut in the middle of its body.
+    http = urllib3.PoolManager(timeout=urllib3.Timeout(connect=opts.timeout_s, read=opts.timeout_s),
+                               maxsize=max(10, opts.concurrency), retries=False,
+                               ca_certs=os.environ.get("SSL_CERT_FILE") or _certifi())
+    return Minio(host or "s3.amazonaws.com", secure=secure, region=region, http_client=http,
+                 credentials=_credentials(opts, host is None))
+
+
+def _certifi() -> Optional[str]:
+    try:
+        import certifi
+        return certifi.where()
+    except ImportError:
+        return None
+
+
+# -- retries -----------------------------------------------------------------------------------------
+_TRANSIENT_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded",
+                              "TooManyRequests", "InternalError", "ServiceUnavailable", "RequestTimeout",
+                              "RequestTimeTooSkewed", "OperationAborted"})
+_jitter = random.Random()  # waits only: never seeded, never used for data
+
+
+def _status_of(e: Exception) -> Optional[int]:
+    for attr in ("status_code", "_code"):
+        v = getattr(e, attr, None)
+        if isinstance(v, int):
+            return v
+    return None
+
+
+def _classify(e: Exception, url: str) -> Tuple[bool, OSError]:
+    """(worth another try, the OSError to raise when not)."""
+    from minio.error import S3Error
+
+    if isinstance(e, S3Error):
+        code = e.code or ""
+        if code in ("NoSuchKey", "NoSuchBucket", "NotFound"):
+            return False, FileNotFoundError(2, f"no such object ({code})", url)
+        if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled"):
+            return False, PermissionError(13, f"access denied ({code}: check the credentials and the "
+                                              "bucket's policy)", url)
+        return code in _TRANSIENT_CODES, OSError(f"{url}: {code}: {e.message}")
+    status = _status_of(e)
+    if status is not None:
+        return status in (429, 500, 502, 503, 504), OSError(f"{url}: HTTP {status} from the server")
+    # urllib3's timeouts, refused, reset and cut connections, short bodies; the OS's socket errors
+    return True, OSError(f"{url}: {type(e).__name__}: {e}")
+
+
+def _retrying(url: str, request):
+    """``request()``, tried up to ``attempts`` times (see the module's docstring).  Raises OSError."""
+    opts = _options
+    for attempt in range(opts.attempts):
+        try:
+            return request()
+        except Exception as e:  # noqa: BLE001 - sorted by _classify
+            if isinstance(e, (RemoteUnavailable, ValueError)):
+                raise
+            transient, error = _classify(e, url)
+            if not transient or attempt == opts.attempts - 1:
+                if transient:
+                    error = OSError(f"{error} (after {opts.attempts} tries)")
+                raise error from None
+            _count("retries")
+            time.sleep(_jitter.uniform(0, min(BACKOFF_CAP_S, opts.backoff_s * 2 ** attempt)))
+    raise AssertionError("unreachable")
+
+
+# -- requests ----------------------------------------------------------------------------------------
+_counts: Dict[str, int] = {}
+_count_lock = threading.Lock()
+
+
+def _count(what: str, n: int = 1) -> None:
+    with _count_lock:
+        _counts[what] = _counts.get(what, 0) + n
+
+
+def counts() -> Dict[str, int]:
+    """Requests made by this process so far: 'get', 'list' (pages), 'put', 'retries'."""
+    return dict(_counts)
+
+
+def read(url: str, start: int = 0, length: int = 0) -> bytes:
+    """The bytes of the object ``url`` (``length`` > 0: that many from ``start``).  Raises
+    FileNotFoundError, PermissionError or OSError naming the URL."""
+    bucket, key = split_url(url)
+
+    def get() -> bytes:
+        _count("get")
+        r = _client().get_object(bucket, key, offset=start, length=length)
+        try:
+            want = r.headers.get("content-length")
+            data = r.read()  # urllib3 raises when fewer bytes come than the answer announced
+            if want is not None and len(data) != int(want):
+                raise OSError(f"{len(data)} of {want} bytes")
+            return data
+        finally:
+            r.close()
+            r.release_conn()
+
+    return _retrying(url, get)
+
+
+def read_many(urls: Sequence[str], threads: Optional[int] = None) -> List[Union[bytes, OSError]]:
+    """The bytes of each URL, fetched ``threads`` at a time (default: the ``concurrency`` option); an
+    object that cannot be read gives its OSError in its place."""
+    def one(url):
+        try:
+            return read(url)
+        except OSError as e:
+            return e
+
+    if len(urls) <= 1:
+        return [one(u) for u in urls]
+    with ThreadPoolExecutor(min(len(urls), threads or _options.concurrency)) as pool:
+        return list(pool.map(one, urls))
+
+
+def write(url: str, data: bytes, content_type: str = "application/octet-stream") -> None:
+    """Put ``data`` at ``url`` (whole: S3 never shows half an object).  Raises OSError."""
+    bucket, key = split_url(url)
+
+    def put():
+        _count("put")
+        _client().put_object(bucket, key, io.BytesIO(data), len(data), content_type=content_type)
+
+    _retrying(url, put)
+
+
+# -- what was listed ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ObjectInfo:
+    """An object as a listing shows it: ``tag`` is its ETag folded to a non-negative int64 (the
+    fingerprint's stand-in for a file's modification time: a new version of an object has a new ETag)."""
+    url: str
+    size: int
+    tag: int
+
+
+def _tag(etag: Optional[str], modified) -> int:
+    text = (etag or "").strip('"') or str(modified)
+    import hashlib
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=7).digest(), "big")
+
+
+_known: Dict[str, ObjectInfo] = {}
+_listed: Dict[str, bool] = {}  # folder URL (no trailing /) -> listed recursively
+
+
+def list_folder(url: str, recursive: bool = True) -> List[ObjectInfo]:
+    """Every object under the folder ``url`` (keys sorted as S3 sorts them: by their UTF-8 bytes),
+    remembered for ``stat``.  Raises FileNotFoundError for a bucket that does not exist."""
+    bucket, key = split_url(url)
+    prefix = key.rstrip("/") + "/" if key.strip("/") else ""
+
+    def listing():
+        _count("list")
+        out = []
+        for o in _client().list_objects(bucket, prefix=prefix, recursive=recursive):
+            if o.is_dir or o.object_name.endswith("/"):
+                continue
+            out.append(ObjectInfo(f"{SCHEME}{bucket}/{o.object_name}", int(o.size or 0),
+                                  _tag(o.etag, o.last_modified)))
+            if len(out) % 1000 == 0:
+                _count("list")
+        return out
+
+    found = _retrying(url, listing)
+    with _lock:
+        head = url.rstrip("/") + "/"
+        for gone in [u for u in _known if u.startswith(head)]:  # deleted since an earlier listing
+            if recursive or "/" not in gone[len(head):]:
+                del _known[gone]
+        _known.update((o.url, o) for o in found)
+        folder = url.rstrip("/")
+        _listed[folder] = _listed.get(folder, False) or recursive
+    return found
+
+
+def ensure_listed(urls: Iterable[str]) -> None:
+    """List (concurrently, one level each) the folders of ``urls`` not yet listed, so that ``stat``
+    knows every one of them, present or not, without a request per object."""
+    folders = sorted({parent(u) for u in urls if is_remote(u)})
+    todo = [f for f in folders if not _covered(f)]
+    if todo:
+        with ThreadPoolExecutor(min(len(todo), _options.concurrency)) as pool:
+            list(pool.map(lambda f: list_folder(f, recursive=False), todo))
+
+
+def _covered(folder: str) -> bool:
+    """Whether a listing already showed every object directly in ``folder``."""
+    if folder in _listed:
+        return True
+    f = folder
+    while f.count("/") > 2:  # s3://bucket is the top
+        f = f.rpartition("/")[0]
+        if _listed.get(f):
+            return True
+    return False
+
+
+def stat(url: str) -> Tuple[int, int, int]:
+    """(size, tag, REGULAR) of an object a listing showed, MISSING for one it showed absent.  An
+    object in a folder that was never listed is asked for (one HEAD request)."""
+    o = _known.get(url)
+    if o is not None:
+        return o.size, o.tag, REGULAR
+    if _covered(parent(url)):
+        return MISSING
+    bucket, key = split_url(url)
+
+    def head():
+        _count("head")
+        s = _client().stat_object(bucket, key)
+        return ObjectInfo(url, int(s.size or 0), _tag(s.etag, s.last_modified))
+
+    try:
+        o = _retrying(url, head)
+    except FileNotFoundError:
+        return MISSING
+    except OSError:
+        return MISSING
+    _known[url] = o
+    return o.size, o.tag, REGULAR
+
+
+def exists(url: str) -> bool:
+    return stat(url) != MISSING
+
+
+def forget() -> None:
+    """Forget every listing (the next ``stat`` asks again): for a new start of a long-lived process."""
+    with _lock:
+        _known.clear()
+        _listed.clear()
+
+
+# -- a seekable object -------------------------------------------------------------------------------
+HEAD_BYTES = 65536  # the first read of an object fetches this much: a JPEG's or PNG's header and EXIF
+
+
+class RemoteFile(io.RawIOBase):
+    """A read-only, seekable file over ranged reads of one object of known ``size``: the first read
+    fetches HEAD_BYTES from the start, later reads fetch what they ask for (an object of at most
+    HEAD_BYTES is read whole in one request).  ``pread(n, pos)`` reads without moving."""
+
+    def __init__(self, url: str, size: int):
+        super().__init__()
+        self.url, self.size, self.pos = url, int(size), 0
+        self._blocks: List[Tuple[int, bytes]] = []  # (start, bytes), fetched so far
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def pread(self, n: int, pos: int) -> bytes:
+        if n <= 0 or pos >= self.size:
+            return b""
+        end = min(self.size, pos + n)
+        for start, data in self._blocks:
+            if start <= pos and end <= start + len(data):
+                return data[pos - start:end - start]
+        lo, hi = pos, end
+        if not self._blocks:
+            lo, hi = 0, max(end, min(self.size, HEAD_BYTES))
+        data = read(self.url, lo, hi - lo)
+        self._blocks.append((lo, data))
+        return data[pos - lo:end - lo]
+
+    def readinto(self, b) -> int:
+        data = self.pread(len(b), self.pos)
+        b[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+    def readall(self) -> bytes:
+        return self.read(max(0, self.size - self.pos))
+
+
+def open_object(url: str) -> Tuple[RemoteFile, os.stat_result]:
+    """A RemoteFile over ``url`` and a stat_result of it (a regular file of its listed size).
+    Raises FileNotFoundError for an object that is not there."""
+    size, tag, kind = stat(url)
+    if kind != REGULAR:
+        raise FileNotFoundError(2, "no such object", url)
+    st = os.stat_result((0o100444, 0, 0, 1, 0, 0, size, 0, 0, 0))
+    return RemoteFile(url, size), st
