@@ -206,3 +206,50 @@ def test_urls_are_joined_and_split_as_keys():
     assert remote.parent("s3://b/a/x.jpg") == "s3://b/a"
     with pytest.raises(ValueError, match="no bucket"):
         remote.split_url("s3:///x")
+
+
+def _node_worker(rank, world, port, endpoint, creds, local_yaml, out_dir, cache_root):
+    """Rank ``rank`` as local rank 0 of its own node, with its own cache folder (nodes share no disk)."""
+    import json
+    from test_distributed import init
+    os.environ.update(LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", AWS_ACCESS_KEY_ID=creds[0], AWS_SECRET_ACCESS_KEY=creds[1],
+                      YOLO_DATA_CACHE_DIR=f"{cache_root}/node{rank}")
+    # forked from pytest, whose earlier tests may have started OpenMP's threads: a forked child's first
+    # parallel region would wait for them forever (torchrun's ranks are fresh processes)
+    torch.set_num_threads(1)
+    init(rank, world, port)
+    try:
+        import torch.distributed as dist
+        remote.configure(endpoint_url=endpoint)
+        start = remote.counts()
+        kw = dict(augment=True, shuffle=True, seed=5, workers=2, split="train", rank=0)
+        got, ds = create_dataloader("s3://data/sample.yaml", 64, 4, 32, **kw)
+        used = {k: v - start.get(k, 0) for k, v in remote.counts().items()}
+        want, _ = create_dataloader(local_yaml, 64, 4, 32, **kw)
+        a, b = batches(got, 2), batches(want, 2)
+        equal = len(a) == len(b) and all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) for x, y in zip(a, b))
+        Path(out_dir, f"{rank}.json").write_text(json.dumps({
+            "built": ds.split_labels.built, "cache": str(ds.split_labels.cache_file), "used": used,
+            "equal": equal, "paths": [p for _, _, ps in a[:len(a) // 2] for p in ps]}))
+        dist.barrier()
+    finally:
+        import torch.distributed as dist
+        dist.destroy_process_group()
+
+
+def test_two_nodes_scan_once_per_job_and_train_on_the_batches_of_a_local_copy(s3, store, tmp_path):
+    import json
+    from test_distributed import run
+    srv, _, local = store
+    run(_node_worker, 2, srv.endpoint_url, (srv.access_key, srv.secret_key), str(local / "sample.yaml"),
+        str(tmp_path), str(tmp_path / "caches"), timeout=120)
+    r0, r1 = (json.loads((tmp_path / f"{k}.json").read_text()) for k in range(2))
+    assert r0["built"] and not r1["built"]
+    assert r0["cache"].startswith(str(tmp_path / "caches" / "node0")) and Path(r0["cache"]).is_file()
+    assert r1["cache"].startswith(str(tmp_path / "caches" / "node1")) and Path(r1["cache"]).is_file()
+    # the yaml, 15 label objects (one image is a background without one), 16 image headers
+    assert r0["used"]["list"] == 2 and r0["used"]["get"] == 1 + 15 + 16
+    assert r1["used"].get("list", 0) == 0 and r1["used"]["get"] == 1  # the yaml only: no listing, no label
+    assert r0["equal"] and r1["equal"]
+    assert sorted(r0["paths"] + r1["paths"]) == sorted(f"s3://data/sample/images/train/{p.name}" for p in
+                                                      (local / "sample" / "images" / "train").iterdir())

@@ -23,7 +23,7 @@ import time
 import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch.distributed as dist
 
@@ -199,6 +199,73 @@ def share_from_local_rank_0(tag: str, make):
     return store.get(f"{key}/share/{tag}").decode("utf-8"), False
 
 
+# -- one result per job ------------------------------------------------------------------------------
+JOB_CHUNK = 8 << 20  # bytes per store value: the store holds a value whole, in the memory of its host
+
+
+def job_share_key(tag: str) -> Optional[str]:
+    """Inside ``torch_distributed_zero_first`` on a node's local rank 0, when the job spans several
+    nodes: the key under which global rank 0 hands a result to the other nodes' local ranks 0
+    (``job_publish`` / ``job_receive``).  None otherwise (one node: its local rank 0 is rank 0)."""
+    block = getattr(_active, "block", None)
+    key = getattr(_active, "job_key", None)
+    if block is None or key is None or block[2] != 0 or not is_initialized():
+        return None
+    world = dist.get_world_size()
+    if world < 2 or local_world_size() >= world:
+        return None
+    return f"{key}/{tag}"
+
+
+def _nodes_in_job() -> int:
+    return max(1, dist.get_world_size() // max(1, local_world_size()))
+
+
+def job_publish(key: str, meta: dict, data: Optional[bytes]) -> None:
+    """Global rank 0: hand ``meta`` (JSON-able) and ``data`` to the other nodes' local ranks 0, in
+    chunks of JOB_CHUNK; the last node to read them removes them from the store."""
+    store = _default_store()
+    chunks = [] if data is None else [data[i:i + JOB_CHUNK] for i in range(0, len(data), JOB_CHUNK)] or [b""]
+    for i, c in enumerate(chunks):
+        store.set(f"{key}/chunk/{i}", c)
+    store.set(key, json.dumps({"meta": meta, "chunks": len(chunks), "bytes": -1 if data is None else len(data)}))
+
+
+def job_publish_error(key: str, error: BaseException) -> None:
+    """Global rank 0 failed: the other nodes' local ranks 0 raise ZeroFirstError with its message."""
+    _default_store().set(key, json.dumps({"error": f"{type(error).__name__}: {error}"}))
+
+
+def job_receive(key: str) -> Tuple[dict, Optional[bytes]]:
+    """(meta, data) that global rank 0 published under ``key``, waited for with no time limit (it may
+    be scanning a large dataset), logging now and then.  Raises ZeroFirstError when rank 0 failed."""
+    store = _default_store()
+    pause, start, last_log = POLL_SECONDS[0], time.monotonic(), time.monotonic()
+    try:
+        while not store.check([key]):
+            time.sleep(pause)
+            pause = min(pause * 2, POLL_SECONDS[1])
+            if time.monotonic() - last_log >= LOG_EVERY_SECONDS:
+                last_log = time.monotonic()
+                LOGGER.info(f"rank {dist.get_rank()}: waiting for rank 0's label cache "
+                            f"({time.monotonic() - start:.0f} s)")
+        head = json.loads(store.get(key).decode("utf-8"))
+        if "error" in head:
+            raise ZeroFirstError(f"rank 0 failed, so rank {dist.get_rank()} stops too: {head['error']}")
+        data = None if head["bytes"] < 0 else b"".join(store.get(f"{key}/chunk/{i}") for i in range(head["chunks"]))
+        if store.add(f"{key}/read", 1) >= _nodes_in_job() - 1:  # the last reader frees the store's memory
+            for i in range(head["chunks"]):
+                store.delete_key(f"{key}/chunk/{i}")
+    except (RuntimeError, OSError) as e:
+        if isinstance(e, ZeroFirstError):
+            raise
+        raise ZeroFirstError(f"rank {dist.get_rank()} lost the process group's store while waiting for "
+                             f"rank 0's label cache ({e})") from None
+    if data is not None and len(data) != head["bytes"]:
+        raise ZeroFirstError(f"rank 0's label cache arrived with {len(data)} of {head['bytes']} bytes")
+    return head["meta"], data
+
+
 def _describe(values: dict) -> str:
     return ", ".join(f"{v:,} {k}" if isinstance(v, int) else f"{k} {v}" for k, v in values.items())
 
@@ -309,6 +376,7 @@ def torch_distributed_zero_first(local_rank: int):
     known = _nodes.get(dist.group.WORLD) if not os.environ.get("LOCAL_WORLD_SIZE") else None
     leader = known.leader if known is not None else dist.get_rank() - local_rank
     key = f"yolo_data/zero_first/{block}/{leader}"
+    _active.job_key = f"yolo_data/job/{block}"  # the same on every node: job_share's keys
     if local_rank != 0:
         _wait_for(store, key, local_rank)
         _active.block = (store, key, local_rank)
@@ -327,7 +395,7 @@ def torch_distributed_zero_first(local_rank: int):
     else:
         store.set(key, "done")
     finally:
-        _active.key = _active.store = _active.block = None
+        _active.key = _active.store = _active.block = _active.job_key = None
 
 
 @contextmanager

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,7 +104,7 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
                             tuple(kpt_shape) if kpt_shape else None)
 
     def on_rank_0() -> str:
-        s = _load_or_scan(path, options, cache_dir, workers, force, progress, save)
+        s = _load_or_scan_once_per_job(tag, path, options, cache_dir, workers, force, progress, save)
         failed, nbytes = failures.read(s.cache_file)
         made["split"] = failures.leave_out(s, failed)
         return json.dumps({"file": None if s.cache_file is None else str(s.cache_file), "fingerprint": s.fingerprint,
@@ -134,6 +135,56 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
                    "before the first batch")
     s = _load_or_scan(path, options, cache_dir, workers, force, progress, save)
     return failures.leave_out(s, failures.read(s.cache_file)[0])
+
+
+def _load_or_scan_once_per_job(tag: str, path, options: SourceOptions, cache_dir, workers, force, progress,
+                               save) -> SplitLabels:
+    """_load_or_scan on a node's local rank 0; for a split in a bucket, once per job: the nodes of a
+    job share no filesystem, so global rank 0 lists, scans (or finds its cache fresh) and hands its
+    label cache file to the other nodes' local ranks 0 through the process group's store, which keep
+    it in their own cache folder and check it as any cache file is checked (cache.load)."""
+    entries = formats.entries(path)
+    key = distributed.job_share_key(tag) if remote.is_remote(entries[0]) else None
+    if key is None:
+        return _load_or_scan(path, options, cache_dir, workers, force, progress, save)
+    if distributed.get_rank() == 0:
+        try:
+            s = _load_or_scan(path, options, cache_dir, workers, force, progress, save)
+        except BaseException as e:
+            distributed.job_publish_error(key, e)
+            raise
+        data = None if s.cache_file is None else Path(s.cache_file).read_bytes()
+        root = cache.user_cache_dir()
+        meta = {"fingerprint": s.fingerprint, "default": Path(s.default_file).relative_to(root).as_posix(),
+                "kind": s.kind, "label_file": s.label_file_of(s.store.im_file(0)) if len(s.store) else None}
+        distributed.job_publish(key, meta, data)
+        return s
+    t0 = time.perf_counter()
+    meta, data = distributed.job_receive(key)
+    if data is None:
+        LOGGER.warning("rank 0 could not write its label cache; this node scans the files itself")
+        return _load_or_scan(path, options, cache_dir, workers, force, progress, save)
+    default = cache.user_cache_dir() / meta["default"]
+    cfile = _candidates(default, cache_dir)[0]
+    cfile.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        contents = cache.load(cfile)  # this node's from an earlier run, when still the same
+        fresh = contents.fingerprint == meta["fingerprint"]
+    except (OSError, cache.CacheError):
+        fresh = False
+    if not fresh:
+        with tempfile.TemporaryFile(dir=cfile.parent) as f:  # unnamed: gone however this process ends
+            f.write(data)
+            f.flush()
+            contents = cache.load(f.fileno())  # checked as any cache file is
+        if contents.fingerprint != meta["fingerprint"]:
+            raise cache.CacheError(f"rank 0's label cache holds fingerprint {contents.fingerprint[:12]}, "
+                                   f"it said {meta['fingerprint'][:12]}")
+        cache.save(cfile, contents)
+        contents = cache.load(cfile)
+    return SplitLabels(contents.store, cfile, False, time.perf_counter() - t0, contents.counts, contents.problems,
+                       meta["fingerprint"], default, contents.names, meta["kind"],
+                       formats.get(meta["kind"]).annotation_file_of(meta["label_file"]))
 
 
 def _warm_start(fmt: LabelFormat, entries: List, options: SourceOptions, cache_dir,
