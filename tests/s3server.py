@@ -162,7 +162,10 @@ def start_s3_server(data_dir: str | os.PathLike, timeout: float = START_TIMEOUT_
         "-s3.localSocket=%s/s3.sock" % sock_dir,
         "-s3.config=%s" % config,
         # Small volumes keep the data dir small; no 10 s pause on shutdown.
-        "-master.volumeSizeLimitMB=64", "-volume.max=16",
+        # Each bucket is a collection of its own, and the first large write to
+        # one grows 7 volumes (sparse files, near-empty until written), as does
+        # the readiness check's assign: at 16 a session held one such bucket.
+        "-master.volumeSizeLimitMB=64", "-volume.max=256",
         "-volume.preStopSeconds=0",
     ]
     log_path = data_dir / "weed.log"
