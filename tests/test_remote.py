@@ -253,3 +253,55 @@ def test_two_nodes_scan_once_per_job_and_train_on_the_batches_of_a_local_copy(s3
     assert r0["equal"] and r1["equal"]
     assert sorted(r0["paths"] + r1["paths"]) == sorted(f"s3://data/sample/images/train/{p.name}" for p in
                                                       (local / "sample" / "images" / "train").iterdir())
+
+
+@pytest.fixture
+def faulty(s3, store):
+    """The bucket behind a fault-injecting proxy (tests/faultproxy.py), with short timeouts and waits."""
+    from faultproxy import FaultProxy
+    srv = store[0]
+    with FaultProxy(srv.endpoint_url) as proxy:
+        remote.configure(endpoint_url=proxy.endpoint_url, timeout_s=1.0, backoff_s=0.01, attempts=4)
+        yield proxy
+
+
+@pytest.mark.parametrize("fault", ["throttle", "error", "cut", "reset", "stall"])
+def test_passing_faults_are_retried_and_the_batches_equal_a_local_copys(faulty, s3, fault):
+    _, local = s3
+    rule = {"throttle": lambda: faulty.faults.throttle(times=3, method="GET"),
+            "error": lambda: faulty.faults.error(times=3, method="GET", status=503, code="ServiceUnavailable"),
+            "cut": lambda: faulty.faults.cut(times=3, method="GET", path=r"\.jpg$", after_bytes=100),
+            "reset": lambda: faulty.faults.reset(times=3, method="GET"),
+            "stall": lambda: faulty.faults.stall(times=2, method="GET", path=r"\.jpg$", stall_s=5.0)}[fault]()
+    kw = dict(augment=True, shuffle=True, seed=3, workers=0)
+    start = remote.counts()
+    got, dataset = create_dataloader("s3://data/sample.yaml", 64, 4, 32, **kw)
+    b = batches(got)
+    assert rule.served == rule.times  # every fault was met ...
+    assert remote.counts()["retries"] - start.get("retries", 0) >= rule.times  # ... and retried
+    assert dataset.split_labels.counts["corrupt"] == 0 and Path(dataset.split_labels.cache_file).is_file()
+    want, _ = create_dataloader(str(local / "sample.yaml"), 64, 4, 32, **kw)
+    same(b, batches(want), str(local))
+
+
+def test_an_image_that_keeps_failing_is_replaced_naming_it_and_the_epoch_completes(faulty, s3, caplog):
+    got, _ = create_dataloader("s3://data/sample.yaml", 64, 4, 32, augment=True, workers=0, split="val")
+    faulty.faults.error(times=None, method="GET", path=r"/val_003\.jpg$", status=500, code="InternalError")
+    b = batches(got)
+    assert sum(len(p) for _, _, p in b) == 8 and "s3://data/sample/images/val/val_003.jpg" not in \
+        [p for _, _, ps in b for p in ps]
+    assert "s3://data/sample/images/val/val_003.jpg: image cannot be read" in caplog.text
+    assert "InternalError" in caplog.text and "after 4 tries" in caplog.text
+
+
+def test_a_scan_that_met_failing_requests_leaves_those_images_out_and_writes_no_cache(faulty, s3, caplog):
+    faulty.faults.error(times=None, method="GET", path=r"/labels/val/val_002\.txt$", status=500)
+    split = load_split("s3://data/sample/images/val", names=["circle", "rectangle", "triangle"])
+    assert len(split.store) == 7 and split.cache_file is None
+    assert [(p.file, p.reason[:15]) for p in split.problems] == [("s3://data/sample/labels/val/val_002.txt",
+                                                                  "cannot be read ")]
+    assert "InternalError" in split.problems[0].reason and "after 4 tries" in split.problems[0].reason
+    assert "the label cache is not written" in caplog.text
+    faulty.faults.clear()
+    again = load_split("s3://data/sample/images/val", names=["circle", "rectangle", "triangle"])
+    assert len(again.store) == 8 and again.built and again.cache_file is not None

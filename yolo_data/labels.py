@@ -189,6 +189,10 @@ def verify_pair(im_file: str, lb_file, nc: Optional[int] = None, reader: Optiona
         rec.status = "corrupt"
         rec.labels, rec.segments, rec.keypoints = np.zeros((0, 5), np.float32), None, None
         rec.problems.append(Problem(current, str(e), dropped=True))
+    except OSError as e:  # a read that failed midway (an object whose requests kept failing)
+        rec.status = "corrupt"
+        rec.labels, rec.segments, rec.keypoints = np.zeros((0, 5), np.float32), None, None
+        rec.problems.append(Problem(current, f"cannot be read ({e})", dropped=True))
     except Exception as e:  # one bad file must never stop a scan of a million
         rec.status = "corrupt"
         rec.labels, rec.segments, rec.keypoints = np.zeros((0, 5), np.float32), None, None

@@ -245,6 +245,7 @@ def _retrying(url: str, request):
             transient, error = _classify(e, url)
             if not transient or attempt == opts.attempts - 1:
                 if transient:
+                    _count("failed")  # the scan does not cache what a passing fault decided
                     error = OSError(f"{error} (after {opts.attempts} tries)")
                 raise error from None
             _count("retries")
@@ -263,7 +264,8 @@ def _count(what: str, n: int = 1) -> None:
 
 
 def counts() -> Dict[str, int]:
-    """Requests made by this process so far: 'get', 'list' (pages), 'put', 'retries'."""
+    """Requests made by this process so far: 'get', 'head', 'list' (pages), 'put'; 'retries', and
+    'failed': requests that still failed after every try (network, throttling, server errors)."""
     return dict(_counts)
 
 

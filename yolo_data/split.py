@@ -269,6 +269,7 @@ def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progr
             return split(contents.store, cfile, False, contents.counts, contents.problems, contents.names)
 
     names = source.find_names()
+    failed_before = remote.counts().get("failed", 0)
     records = scan_pairs(im_files, source.labels, source.nc, workers=workers, progress=progress,
                          reader=source.reader)
     store = LabelStore.from_records(records)
@@ -281,6 +282,11 @@ def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progr
     for p in problems:  # the dataset's summary shows them on every run (the first few), yolo-data-cache all
         LOGGER.debug(str(p))
     written = None
+    failed = remote.counts().get("failed", 0) - failed_before
+    if failed and save:  # what the network decided must not be kept as the truth about these files
+        LOGGER.warning(f"{failed} requests to the bucket failed after every retry (their images are left "
+                       "out of this run); the label cache is not written, so the next start scans again")
+        save = False
     if save:
         kept = np.fromiter((r.status != "corrupt" for r in records), bool, len(records))
         contents = cache.CacheContents(store, fp, counts, problems, names, source.settings or None,
