@@ -305,3 +305,62 @@ def test_a_scan_that_met_failing_requests_leaves_those_images_out_and_writes_no_
     faulty.faults.clear()
     again = load_split("s3://data/sample/images/val", names=["circle", "rectangle", "triangle"])
     assert len(again.store) == 8 and again.built and again.cache_file is not None
+
+
+@pytest.mark.parametrize("mode", ["disk", "ram"])
+def test_with_an_image_cache_the_second_epoch_fetches_nothing(faulty, s3, mode, user_cache_dir):
+    _, local = s3
+    kw = dict(augment=True, shuffle=True, seed=3, workers=2, cache=mode)
+    got, dataset = create_dataloader("s3://data/sample.yaml", 64, 4, 32, **kw)
+    first = batches(got)  # the cache was filled while the loader was built
+    faulty.reset_counts()
+    second = batches(got)
+    assert faulty.requests == 0, faulty.counts
+    if mode == "disk":
+        assert list((user_cache_dir / "remote" / "data" / "sample").glob("**/*.imgcache"))
+    want, _ = create_dataloader(str(local / "sample.yaml"), 64, 4, 32, **kw)
+    same(first + second, batches(want, 2), str(local))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_resumed_loader_gives_the_rest_of_the_epoch_as_from_a_local_copy(s3, workers):
+    _, local = s3
+    kw = dict(augment=True, shuffle=True, seed=4, workers=workers, split="train")
+    loader, _ = create_dataloader("s3://data/sample.yaml", 64, 4, 32, **kw)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    resumed, _ = create_dataloader("s3://data/sample.yaml", 64, 4, 32, **kw)
+    resumed.load_state_dict(state)
+    ref, _ = create_dataloader(str(local / "sample.yaml"), 64, 4, 32, **kw)
+    same(batches(resumed), batches(ref)[1:], str(local))
+
+
+def test_yolo_data_cache_publishes_the_label_caches_and_a_new_machine_uses_them(s3, store, tmp_path, monkeypatch,
+                                                                                 capsys):
+    from yolo_data.cli import build_cache_main
+    client, _ = s3
+    root = tmp_path / "pub"
+    make_dataset(root, [(f"{i}.jpg", (40, 32), f"{i % 2} 0.5 0.5 0.2 0.2\n") for i in range(5)])
+    upload(client, root, "data", "pub")
+    assert build_cache_main(["s3://data/pub/data.yaml", "--endpoint-url", store[0].endpoint_url, "--publish"]) == 0
+    out = capsys.readouterr().out
+    assert "train: published s3://data/pub/labels/train.yolo_data.cache" in out
+    assert "pub/labels/train.yolo_data.cache" in [o.object_name for o in client.list_objects("data", "pub/labels/")]
+    monkeypatch.setenv("YOLO_DATA_CACHE_DIR", str(tmp_path / "another-machine"))
+    remote.forget()
+    start = remote.counts()
+    split = load_split("s3://data/pub/images/train", names=["a", "b", "c"])
+    used = {k: v - start.get(k, 0) for k, v in remote.counts().items()}
+    assert not split.built and len(split.store) == 5 and used["get"] == 1  # the published cache, no label
+    assert split.cache_file == tmp_path / "another-machine" / "remote" / "data" / "pub" / "labels" / "train.yolo_data.cache"
+    client.put_object("data", "pub/labels/train/3.txt", __import__("io").BytesIO(b"2 0.5 0.5 0.2 0.2\n"), 18)
+    monkeypatch.setenv("YOLO_DATA_CACHE_DIR", str(tmp_path / "a-third-machine"))
+    stale = load_split("s3://data/pub/images/train", names=["a", "b", "c"])
+    assert stale.built and stale.store.labels[:, 0].tolist().count(2) == 1  # rescanned, not the stale one
+
+
+def test_publishing_a_local_split_is_refused(s3, small_dataset, capsys):
+    from yolo_data.cli import build_cache_main
+    assert build_cache_main([str(small_dataset), "--publish"]) == 2
+    assert "not the label cache of a split in a bucket" in capsys.readouterr().err

@@ -123,6 +123,12 @@ def build_cache_main(argv=None) -> int:
     ap.add_argument("--cache-dir", default=None,
                     help="write caches to this folder instead of beside the labels")
     ap.add_argument("--force", action="store_true", help="rescan even when the cache is fresh")
+    ap.add_argument("--endpoint-url", default=None, metavar="URL",
+                    help="the S3-compatible server of s3:// paths (default: $AWS_ENDPOINT_URL_S3, "
+                         "$AWS_ENDPOINT_URL, else AWS)")
+    ap.add_argument("--publish", action="store_true",
+                    help="for a dataset in a bucket: also put each split's label cache in the bucket beside "
+                         "its labels, where every job then finds it (needs write permission there)")
     ap.add_argument("--leftovers", action="store_true",
                     help="only list files of yours that yolo_data left behind (temporaries of killed writers, "
                          "RAM caches of older versions) in /dev/shm, the per-user cache folder, --cache-dir "
@@ -137,15 +143,27 @@ def build_cache_main(argv=None) -> int:
         except (FileNotFoundError, ValueError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
+    if args.endpoint_url:
+        from . import remote
+        remote.configure(endpoint_url=args.endpoint_url)
     try:
         rows = build_caches(args.data, args.workers, args.cache_dir, args.force, keep_difficult=args.keep_difficult)
-    except (OSError, ValueError) as e:  # a missing or unreadable path, a malformed yaml: one line, no traceback
+    except (OSError, ValueError, ImportError) as e:  # a missing or unreadable path, a malformed yaml: one line
         print(f"error: {e}", file=sys.stderr)
         return 2
     if getattr(sys.stdout, "errors", None) == "strict" and hasattr(sys.stdout, "reconfigure"):
         # a file name that is not UTF-8 (lone surrogates) prints as its bytes instead of a traceback
         sys.stdout.reconfigure(errors="surrogateescape")
-    return report(rows)
+    status = report(rows)
+    if args.publish:
+        from .split import publish
+        for name, s in rows:
+            try:
+                print(f"{name}: published {publish(s)}")
+            except (OSError, ValueError) as e:
+                print(f"{name}: not published: {e}", file=sys.stderr)
+                status = status or 2
+    return status
 
 
 def demo_main(argv=None) -> int:

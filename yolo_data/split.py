@@ -20,7 +20,7 @@ from . import cache, distributed, failures, formats, remote
 from .labelformat import LabelFormat, SourceOptions
 from .problems import Problem
 from .scan import Progress, scan_pairs
-from .sources import LABEL_CACHE_SUFFIX, img2label_path
+from .sources import LABEL_CACHE_SUFFIX, img2label_path, remote_cache_url
 from .store import LabelStore
 
 LOGGER = logging.getLogger("yolo_data")
@@ -187,6 +187,51 @@ def _load_or_scan_once_per_job(tag: str, path, options: SourceOptions, cache_dir
                        formats.get(meta["kind"]).annotation_file_of(meta["label_file"]))
 
 
+def _published(default: Path, local: Path, fp: str, im_files: List[str]):
+    """(contents, local file) of the label cache published in the bucket beside a remote split's
+    labels (``yolo-data-cache --publish``), when it holds this split's fingerprint and listing: it is
+    checked as any cache file, then kept as ``local``.  None for a local split, or when there is none
+    or it is stale (then the split is scanned as usual)."""
+    url = remote_cache_url(default)
+    if url is None:
+        return None
+    try:
+        data = remote.read(url)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        LOGGER.warning(f"cannot read the published label cache {url} ({e}); scanning instead")
+        return None
+    local.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with tempfile.TemporaryFile(dir=local.parent) as f:  # unnamed: gone however this process ends
+            f.write(data)
+            f.flush()
+            contents = cache.load(f.fileno())
+        if contents.fingerprint != fp:
+            LOGGER.info(f"label cache {url} is stale (files or settings changed since it was published); rescanning")
+            return None
+        cache.check_listing(contents, im_files)
+        cache.save(local, contents)
+        return cache.load(local), local
+    except (OSError, cache.CacheError) as e:
+        LOGGER.warning(f"label cache {url}: {e}; scanning instead")
+        return None
+
+
+def publish(split: SplitLabels) -> str:
+    """Put the label cache of a split in a bucket beside its labels, where every job finds it
+    (``yolo-data-cache --publish``).  Returns its URL.  ValueError for a local split or one without a
+    cache file; OSError when the bucket refuses the write."""
+    url = None if split.default_file is None else remote_cache_url(split.default_file)
+    if url is None:
+        raise ValueError(f"{split.default_file}: not the label cache of a split in a bucket (nothing to publish)")
+    if split.cache_file is None:
+        raise ValueError(f"{url}: the split's label cache was not written, so there is nothing to publish")
+    remote.write(url, Path(split.cache_file).read_bytes())
+    return url
+
+
 def _warm_start(fmt: LabelFormat, entries: List, options: SourceOptions, cache_dir,
                 t0: float) -> Optional[SplitLabels]:
     """A fresh cache found without listing the split, for formats that can (LabelFormat.warm_start: a
@@ -266,6 +311,10 @@ def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progr
                 LOGGER.warning(f"label cache {cfile}: {e}; rebuilding it")
                 continue
             cache.remove_stale_temps(cfile)  # leftovers of killed writers go even when nobody rewrites
+            return split(contents.store, cfile, False, contents.counts, contents.problems, contents.names)
+        published = _published(default, candidates[0], fp, im_files) if save else None
+        if published is not None:
+            contents, cfile = published
             return split(contents.store, cfile, False, contents.counts, contents.problems, contents.names)
 
     names = source.find_names()
