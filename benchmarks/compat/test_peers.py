@@ -89,3 +89,10 @@ def test_ultralytics_trainer_takes_class_balance_for_its_train_loader_and_ddp_ra
     for line in ("class_balance reached the train loader: True", "model callbacks keep nothing of the run: True",
                  "a DDP rank's trainer has class_balance 0.5: True"):
         assert line in out, out[-3000:]
+
+
+def test_ultralytics_trainer_trains_from_an_s3_bucket_with_the_batches_of_a_local_copy():
+    out = run("ultralytics_s3.py")
+    for line in ("trained and validated from the bucket: True", "next train batch equals the local copy's: True",
+                 "nothing written into the bucket: True"):
+        assert line in out, out[-3000:]

