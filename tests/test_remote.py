@@ -364,3 +364,30 @@ def test_publishing_a_local_split_is_refused(s3, small_dataset, capsys):
     from yolo_data.cli import build_cache_main
     assert build_cache_main([str(small_dataset), "--publish"]) == 2
     assert "not the label cache of a split in a bucket" in capsys.readouterr().err
+
+
+def test_a_coco_json_in_the_bucket_reads_as_its_local_copy_and_warm_starts_from_listings(s3, tmp_path):
+    import json
+    client, _ = s3
+    root = tmp_path / "coco"
+    for k, name in enumerate(["1.jpg", "2.jpg", "sub/3.jpg"]):  # COCO's layout: val2017/ beside annotations/
+        write_image(root / "val2017" / name, 80, 60, seed=k)
+    images = [{"id": k + 1, "file_name": n, "width": 80, "height": 60} for k, n in enumerate(["1.jpg", "2.jpg", "sub/3.jpg"])]
+    anns = [{"id": 1, "image_id": 1, "category_id": 7, "bbox": [10, 10, 20, 20]},
+            {"id": 2, "image_id": 3, "category_id": 9, "bbox": [0, 0, 40, 30], "segmentation": [[0, 0, 40, 0, 40, 30]]}]
+    cats = [{"id": 7, "name": "cat"}, {"id": 9, "name": "dog"}]
+    (root / "annotations").mkdir()
+    (root / "annotations" / "instances_val2017.json").write_text(json.dumps({"images": images, "annotations": anns,
+                                                                            "categories": cats}))
+    upload(client, root, "data", "coco")
+    here = load_split(str(root / "annotations" / "instances_val2017.json"))
+    there = load_split("s3://data/coco/annotations/instances_val2017.json")
+    assert there.names == here.names == ["cat", "dog"] and there.kind == "coco" and there.built
+    assert [there.store.im_file(i) for i in range(3)] == [f"s3://data/coco/val2017/{n}" for n in ("1.jpg", "2.jpg", "sub/3.jpg")]
+    for k, a in here.store.arrays().items():
+        if "path" not in k:
+            assert np.array_equal(a, there.store.arrays()[k]), k
+    start = remote.counts()
+    again = load_split("s3://data/coco/annotations/instances_val2017.json")
+    used = {k: v - start.get(k, 0) for k, v in remote.counts().items()}
+    assert not again.built and used.get("get", 0) == 0 and used.get("head", 0) <= 1, used  # the JSON is not read

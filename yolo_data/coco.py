@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import remote
 from .labelfile import first_unique, normalising_size, without_duplicates
 from .labelformat import LabelFormat, SourceOptions, SplitSource, WarmStart
 from .problems import Problem
@@ -84,10 +85,15 @@ def _no_gc():
             gc.enable()
 
 
-def _load(json_file: Path) -> dict:
+def _load(json_file) -> dict:
     try:
-        with open(json_file, "rb") as f, _no_gc():
-            data = json.load(f)
+        if remote.is_remote(json_file):
+            raw = remote.read(json_file)
+            with _no_gc():
+                data = json.loads(raw)
+        else:
+            with open(json_file, "rb") as f, _no_gc():
+                data = json.load(f)
     except json.JSONDecodeError as e:
         raise ValueError(f"{json_file}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     except UnicodeDecodeError:
@@ -129,11 +135,21 @@ def _image_root(json_file: Path, file_names: List[str]) -> Path:
     """The folder ``file_name`` is relative to: the JSON's own folder, an ``images/`` folder beside it
     or beside its folder, or (COCO's own layout, ``annotations/instances_val2017.json``) ``val2017/``
     or ``images/val2017/`` beside the annotations folder.  The candidate holding most of the first
-    IMAGE_ROOT_PROBES images wins (the first one listed on a tie)."""
+    IMAGE_ROOT_PROBES images wins (the first one listed on a tie).  In a bucket the same folders are
+    tried, each listed once (remote.ensure_listed), not asked for image by image."""
+    probes = file_names[:IMAGE_ROOT_PROBES]
+    if remote.is_remote(json_file):
+        here = remote.parent(json_file)
+        up = remote.parent(here)
+        split = json_file.rpartition("/")[2].rpartition(".")[0].rsplit("_", 1)[-1]
+        roots = [here, f"{here}/images", f"{up}/images", f"{up}/{split}", f"{up}/images/{split}"]
+        candidates = [remote.join(r + "/", f) for r in roots for f in probes]
+        remote.ensure_listed(candidates)
+        found = [sum(remote.exists(remote.join(r + "/", f)) for f in probes) for r in roots]
+        return roots[found.index(max(found))]
     here, up = json_file.parent, json_file.parent.parent
     split = json_file.stem.rsplit("_", 1)[-1]
     roots = [here, here / "images", up / "images", up / split, up / "images" / split]
-    probes = file_names[:IMAGE_ROOT_PROBES]
     found = [sum(os.path.exists(r / f) for f in probes) for r in roots]
     return roots[found.index(max(found))]
 
@@ -169,7 +185,7 @@ def _polygon(seg, where: str, warnings: List[str]) -> Optional[np.ndarray]:
 def read_coco(json_file, names: Optional[Sequence[str]] = None) -> CocoSplit:
     """Read a COCO JSON.  Raises ValueError naming the file for a file that is not COCO at all;
     everything that concerns single images or annotations becomes a named :class:`Problem`."""
-    json_file = Path(json_file)
+    json_file = json_file if remote.is_remote(json_file) else Path(json_file)
     data = _load(json_file)
     with _no_gc():
         return _group(json_file, data, names)
@@ -359,18 +375,27 @@ class CocoReader:
         return labels, segments, "ok", warnings
 
 
+def _whole(entry) -> str:
+    """An annotation file's name as messages give it: absolute, or its URL."""
+    return entry if remote.is_remote(entry) else str(Path(entry).absolute())
+
+
 def _same_file(json_file: str, im_file: str) -> str:
     return json_file
 
 
-def _file_stat(path: Path) -> List:
+def _file_stat(path) -> List:
+    if remote.is_remote(path):  # its size and ETag (remote.stat), as a listing or one HEAD shows them
+        size, tag, _ = remote.stat(path)
+        return [path, size, tag]
+    path = Path(path)
     st = os.stat(path)
     return [str(path.absolute()), st.st_size, st.st_mtime_ns]
 
 
 def _settings(entries, options: SourceOptions) -> Dict[str, Any]:
     names = list(options.names) if options.names else None
-    return {"format": "coco", "names": names, "json": [_file_stat(Path(e)) for e in entries], "coco": 1}
+    return {"format": "coco", "names": names, "json": [_file_stat(e) for e in entries], "coco": 1}
 
 
 class CocoFormat(LabelFormat):
@@ -387,7 +412,7 @@ class CocoFormat(LabelFormat):
 
     def open(self, entries: List[Any], options: SourceOptions) -> SplitSource:
         for e in entries:
-            if not Path(e).is_file():
+            if not (remote.exists(e) if remote.is_remote(e) else Path(e).is_file()):
                 raise FileNotFoundError(f"COCO annotation file {e} does not exist")
         names = list(options.names) if options.names else None
         splits = [read_coco(e, names) for e in entries]
@@ -400,16 +425,17 @@ class CocoFormat(LabelFormat):
         if not pairs:
             raise FileNotFoundError(f"no images listed in {entries[0] if len(entries) == 1 else entries}")
         reader = CocoReader(options.kpt_shape[0] if options.task == "pose" else None)
+        remote.ensure_listed([p[0] for p in pairs])  # images in a bucket: their folders' listings
         return SplitSource(self.name, [p[0] for p in pairs], [p[1] for p in pairs], None, reader,
                            names or found, _settings(entries, options), default_cache_file(entries, None),
-                           self.annotation_file_of(str(Path(entries[0]).absolute())),
+                           self.annotation_file_of(_whole(entries[0])),
                            [p for s in splits for p in s.problems], keeps_listing=True)
 
     def warm_start(self, entries: List[Any], options: SourceOptions) -> Optional[WarmStart]:
-        if not all(Path(e).is_file() for e in entries):
+        if not all(remote.exists(e) if remote.is_remote(e) else Path(e).is_file() for e in entries):
             return None
         return WarmStart(_settings(entries, options), default_cache_file(entries, None),
-                         self.annotation_file_of(str(Path(entries[0]).absolute())))
+                         self.annotation_file_of(_whole(entries[0])))
 
     def annotation_file_of(self, first_label_file: Optional[str]) -> Callable[[str], str]:
         # a partial, not a lambda: datasets travel to spawned DataLoader workers by pickle

@@ -251,6 +251,8 @@ def _warm_start(fmt: LabelFormat, entries: List, options: SourceOptions, cache_d
             continue  # the usual path below reports it
         if contents.settings != settings or contents.listed is None:  # (the fingerprint covers the
             continue  # settings too; comparing them first spares the images' stats when the files changed)
+        if remote.is_remote(contents.listed[0] if contents.listed else None):
+            remote.ensure_listed(contents.listed)  # the images' folders listed, not one request per image
         fp = cache.fingerprint(contents.listed, None, None, settings=settings)
         if fp == contents.fingerprint:
             try:
