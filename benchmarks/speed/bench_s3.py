@@ -39,8 +39,10 @@ every other round); cells are medians (min–max):
    down and joined.  The same with ``cache='disk'``: building the loader decodes every image into the
    disk image cache (deleted before each build): that time is reported as the build, then epochs 1 and
    2 as above.  Requests per image per window (construction, epoch 1, epoch 2; the counters are reset
-   between them): about 1 image GET per image and epoch without a cache (a batch's images are fetched
-   together, mosaic partners among them), 0 from the disk cache.  "S3-side CPU" is the CPU time of the
+   between them; without an image cache, the image GETs early-started workers make before
+   ``create_dataloader`` returns are epoch 1's and counted there): about 1 image GET per image and epoch
+   without a cache (a batch's images are fetched together, mosaic partners among them), 0 from the disk
+   cache.  "S3-side CPU" is the CPU time of the
    server and the proxy per image in a window: on this machine they share the cores with the loader,
    which a real object store would not.
 
@@ -63,7 +65,7 @@ import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # benchmarks/, for common
@@ -150,8 +152,6 @@ def classify(counts: Dict) -> Dict[str, int]:
             out["get_image" if "/images/" in p else "get_label" if "/labels/" in p else "get_other"] += n
         else:
             out[method.lower()] += n
-    out["get"] = out["get_image"] + out["get_label"] + out["get_other"]
-    out["total"] = sum(counts.values())
     return dict(out)
 
 
@@ -235,12 +235,19 @@ class Window:
 
     def close(self, images: int) -> Dict[str, float]:
         seconds = time.perf_counter() - self.t0
-        req = classify(self.world.proxy.counts())
-        out = {"seconds": seconds, "images": images,
+        out = {"seconds": seconds, "images": images, "requests": classify(self.world.proxy.counts()),
                "s3_cpu_ms_per_img": (self.world.s3_cpu() - self.cpu0) / max(images, 1) * 1e3}
-        for k, v in req.items():
-            out[f"{k}_per_img"] = v / max(images, 1)
-        return out
+        return per_image(out)
+
+
+def per_image(window: Dict) -> Dict:
+    """``window`` with '<kind>_per_img' for each kind of request it counted (see classify)."""
+    req = window["requests"]
+    req["get"] = req["get_image"] + req["get_label"] + req["get_other"]
+    req["total"] = sum(v for k, v in req.items() if k not in ("get", "total"))
+    for k, v in req.items():
+        window[f"{k}_per_img"] = v / max(window["images"], 1)
+    return window
 
 
 def batch_size_of(batch) -> int:
@@ -268,7 +275,10 @@ def measure_scan(world: World, where: str, images: str, n: int, cold: bool) -> D
         split = load_split(images, force=cold, save=True)
         out = w.close(n)
     finally:  # the training loaders' label caches are in the other folder
-        os.environ["YOLO_DATA_CACHE_DIR"] = user
+        if user is None:
+            os.environ.pop("YOLO_DATA_CACHE_DIR", None)
+        else:
+            os.environ["YOLO_DATA_CACHE_DIR"] = user
     if len(split.store) != n or (split.built != cold):
         raise RuntimeError(f"{where} {'cold' if cold else 'warm'} scan: {len(split.store)} of {n} images, "
                            f"built={split.built}")
@@ -309,6 +319,13 @@ def measure_loader(world: World, where: str, yaml: str, n: int, cache, workers: 
             timed += batch_size_of(b)
         dt = time.perf_counter() - t0
         out["epoch1"] = w.close(warm + timed)
+        if not cache:  # building a loader without an image cache fetches no image in this process: the image
+            # GETs of that window are the early-started workers' first batches of epoch 1, counted there
+            early = out["build"]["requests"]["get_image"]
+            out["build"]["requests"]["get_image"] = 0
+            out["epoch1"]["requests"]["get_image"] += early
+            per_image(out["build"]), per_image(out["epoch1"])
+            out["epoch1"]["early_image_gets"] = early
         out["epoch1"].update(timed_images=timed, timed_seconds=dt, ips=timed / dt)
         w = Window(world)
         got = sum(batch_size_of(b) for b in loader)
@@ -377,7 +394,8 @@ def report(args, runs, n_scan: int, n_train: int, upload_s: Dict[str, float], er
           f"{w} batches untimed, the other {n_train - w * BATCH} timed to the epoch's end; epoch 2: the whole pass "
           "timed from its `iter`.  Construction: `create_dataloader` until it returns (labels from their cache; "
           "with `cache='disk'` it also decodes every image into the cache file, deleted before each build).  "
-          "Requests per image of each window; S3-side CPU: server + proxy CPU ms per image:\n")
+          "Requests per image of each window (epoch 1's include the image GETs its early-started workers made "
+          "during construction); S3-side CPU: server + proxy CPU ms per image of the window:\n")
     print("| loader | window | local disk | S3 | S3 / local | S3 GET/img | S3 HEAD+list/img | S3-side CPU ms/img |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for cache in ("none", "disk"):
