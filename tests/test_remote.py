@@ -391,3 +391,47 @@ def test_a_coco_json_in_the_bucket_reads_as_its_local_copy_and_warm_starts_from_
     again = load_split("s3://data/coco/annotations/instances_val2017.json")
     used = {k: v - start.get(k, 0) for k, v in remote.counts().items()}
     assert not again.built and used.get("get", 0) == 0 and used.get("head", 0) <= 1, used  # the JSON is not read
+
+
+def test_a_bounded_object_cache_serves_later_epochs_without_requests(faulty, s3, user_cache_dir):
+    _, local = s3
+    kw = dict(augment=True, shuffle=True, seed=3, workers=2, split="train")
+    got, _ = create_dataloader("s3://data/sample.yaml", 64, 4, 32, object_cache_gb=1.0, **kw)
+    faulty.reset_counts()
+    first = batches(got)
+    assert faulty.requests == 16  # each train image once
+    faulty.reset_counts()
+    second = batches(got)
+    assert faulty.requests == 0, faulty.counts
+    objects = [p for p in (user_cache_dir / "remote" / "objects").rglob("*") if p.is_file()]
+    assert len(objects) == 16 and all(p.stat().st_mode & 0o077 == 0 for p in objects)  # the user's own
+    want, _ = create_dataloader(str(local / "sample.yaml"), 64, 4, 32, **kw)
+    same(first + second, batches(want, 2), str(local))
+
+
+def test_the_object_cache_keeps_within_its_bound(faulty, s3, user_cache_dir):
+    sizes = sorted(o.size for o in remote.list_folder("s3://data/sample/images/train"))
+    limit = sum(sizes[:6])  # about a third of the images
+    got, _ = create_dataloader("s3://data/sample.yaml", 64, 4, 32, augment=True, workers=0, split="train",
+                               object_cache_gb=limit / 2**30)
+    batches(got, 2)
+    files = [p for p in (user_cache_dir / "remote" / "objects").rglob("*") if p.is_file()]
+    assert 0 < sum(p.stat().st_size for p in files) <= limit
+    faulty.reset_counts()
+    batches(got)
+    assert faulty.requests == 16 - len(files)  # the same part from the cache every epoch, the rest fetched
+
+
+def test_objects_nobody_read_for_a_week_make_room(tmp_path):
+    from yolo_data.objectcache import STALE_DAYS, ObjectCache
+    cache = ObjectCache(tmp_path / "objects", 100)
+    cache.put("s3://b/old.jpg", 60, 1, b"o" * 60)
+    assert cache.get("s3://b/old.jpg", 60, 1) == b"o" * 60 and cache.get("s3://b/old.jpg", 60, 2) is None
+    cache.put("s3://b/new.jpg", 60, 1, b"n" * 60)  # past the bound: not kept
+    assert cache.get("s3://b/new.jpg", 60, 1) is None
+    old = [p for p in (tmp_path / "objects").rglob("*") if p.is_file()][0]
+    week_ago = __import__("time").time() - (STALE_DAYS + 1) * 86400
+    os.utime(old, (week_ago, week_ago))
+    later = ObjectCache(tmp_path / "objects", 100)  # another process, another day
+    later.put("s3://b/new.jpg", 60, 1, b"n" * 60)
+    assert later.get("s3://b/new.jpg", 60, 1) == b"n" * 60 and not old.exists()

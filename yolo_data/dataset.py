@@ -79,11 +79,14 @@ def read_labels(path, settings: Settings, prefix: str = "") -> Tuple[SplitLabels
     (``settings.split_name`` picks), or a split of another label format (formats.py: COCO .json, Pascal
     VOC folder/list, LabelMe folder); ``settings.source.fraction`` < 1 keeps the first images in file
     order."""
-    if settings.source.endpoint_url is not None:  # before the yaml: it may be in the bucket too
-        remote.configure(endpoint_url=settings.source.endpoint_url)
+    part = settings.source
+    if part.endpoint_url is not None:  # before the yaml: it may be in the bucket too
+        remote.configure(endpoint_url=part.endpoint_url)
+    if part.object_cache_gb or remote.options().object_cache_bytes:
+        folder = Path(part.cache_dir) if part.cache_dir else user_cache_dir() / "remote"
+        remote.configure(object_cache_bytes=int(part.object_cache_gb * 2**30), object_dir=str(folder / "objects"))
     paths, names, spec = resolve_split(path, settings.split_name, settings.augment)
     task = resolve_task(settings.targets, spec and spec.kpt_shape, spec and spec.flip_idx, str(path))
-    part = settings.source
     if part.fraction != 1.0:
         fmt = split_format(paths)
         if not fmt.cuts_by_files:

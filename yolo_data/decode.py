@@ -233,7 +233,7 @@ def read_whole(path: str) -> Tuple[bytes, os.stat_result]:
     modification time) while it was read.  An ``s3://`` object is fetched (remote.read, with its retries)."""
     if remote.is_remote(path):
         try:
-            data = remote.read(path)
+            data = remote.read(path, cached=True)
         except OSError as e:
             raise ImageReadError(f"{path}: image cannot be read ({e.strerror or e})") from None
         return data, _BytesStat(len(data))

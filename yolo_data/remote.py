@@ -99,7 +99,9 @@ class RemoteOptions:
     attempts: int = 6
     timeout_s: float = 20.0
     backoff_s: float = 0.1  # the first retry's largest wait; doubled each retry, up to BACKOFF_CAP_S
-    # The client's connection pool: a scan's threads and a batch's fetches each hold one connection.
+    # objectcache.py: keep up to this many bytes of fetched objects in ``object_dir`` (0: none)
+    object_cache_bytes: int = 0
+    object_dir: Optional[str] = None
 
 
 BACKOFF_CAP_S = 5.0
@@ -115,6 +117,7 @@ def configure(**changes) -> RemoteOptions:
     with _lock:
         _options = replace(_options, **changes)
         _clients.clear()
+        _object_caches.clear()
     return _options
 
 
@@ -265,13 +268,46 @@ def _count(what: str, n: int = 1) -> None:
 
 def counts() -> Dict[str, int]:
     """Requests made by this process so far: 'get', 'head', 'list' (pages), 'put'; 'retries', and
-    'failed': requests that still failed after every try (network, throttling, server errors)."""
+    'failed': requests that still failed after every try (network, throttling, server errors);
+    'cached': objects read from the local object cache instead."""
     return dict(_counts)
 
 
-def read(url: str, start: int = 0, length: int = 0) -> bytes:
+_object_caches: Dict[int, object] = {}
+
+
+def _object_cache():
+    """The ObjectCache the options ask for (one per process), or None."""
+    opts = _options
+    if opts.object_cache_bytes <= 0 or not opts.object_dir:
+        return None
+    c = _object_caches.get(os.getpid())  # a forked worker makes its own (its lock, its count)
+    if c is None:
+        from .objectcache import ObjectCache
+        _object_caches.clear()
+        c = _object_caches[os.getpid()] = ObjectCache(opts.object_dir, opts.object_cache_bytes)
+    return c
+
+
+def read(url: str, start: int = 0, length: int = 0, cached: bool = False) -> bytes:
     """The bytes of the object ``url`` (``length`` > 0: that many from ``start``).  Raises
-    FileNotFoundError, PermissionError or OSError naming the URL."""
+    FileNotFoundError, PermissionError or OSError naming the URL.  ``cached`` (an image read for
+    training): a whole object a listing showed is served from, and kept in, the local object cache
+    where one is configured (objectcache.py)."""
+    known = _known.get(url) if cached and start == 0 and length == 0 else None
+    local = _object_cache() if known is not None else None
+    if local is not None:
+        data = local.get(url, known.size, known.tag)
+        if data is not None:
+            _count("cached")
+            return data
+    data = _fetch(url, start, length)
+    if local is not None:
+        local.put(url, known.size, known.tag, data)
+    return data
+
+
+def _fetch(url: str, start: int, length: int) -> bytes:
     bucket, key = split_url(url)
 
     def get() -> bytes:
@@ -291,11 +327,12 @@ def read(url: str, start: int = 0, length: int = 0) -> bytes:
 
 
 def read_many(urls: Sequence[str], threads: Optional[int] = None) -> List[Union[bytes, OSError]]:
-    """The bytes of each URL, fetched ``threads`` at a time (default: the ``concurrency`` option); an
-    object that cannot be read gives its OSError in its place."""
+    """The bytes of each URL (images for training: the object cache serves and keeps them), fetched
+    ``threads`` at a time (default: the ``concurrency`` option); an object that cannot be read gives
+    its OSError in its place."""
     def one(url):
         try:
-            return read(url)
+            return read(url, cached=True)
         except OSError as e:
             return e
 

@@ -60,7 +60,9 @@ class SourceSettings:
     read-only; for a dataset in a bucket, the per-user cache folder).  ``scan_workers``: threads scanning
     labels and filling an image cache (None: 8).  ``endpoint_url``: the S3-compatible server of
     ``s3://`` paths (``http://host:port``; None: ``$AWS_ENDPOINT_URL_S3``, ``$AWS_ENDPOINT_URL``, else
-    AWS; see remote.py)."""
+    AWS; see remote.py).  ``object_cache_gb``: for a dataset in a bucket, keep up to this many GB of
+    fetched images' bytes on local disk (in ``cache_dir``, else the per-user cache folder), read from
+    there in later epochs (0: none; objectcache.py)."""
     split: Optional[str] = None
     fraction: Union[float, int] = 1.0
     names: Optional[Sequence[str]] = None
@@ -68,6 +70,7 @@ class SourceSettings:
     cache_dir: Optional[str] = None
     scan_workers: Optional[int] = None
     endpoint_url: Optional[str] = None
+    object_cache_gb: float = 0.0
 
 
 @dataclass(frozen=True)

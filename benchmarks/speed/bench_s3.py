@@ -1,7 +1,7 @@
 """Datasets in S3 buckets, with 20 ms added per request: scan time per 10k images, first- and second-epoch
 throughput against the same data on local disk, requests per image.
 
-    python benchmarks/speed/run.py s3                      # full size (about 15-20 min on 2 cores)
+    python benchmarks/speed/run.py s3                      # full size (10-15 min on 2 cores; +3 min the first time)
     python benchmarks/speed/run.py s3 --quick --no-results # smoke run (tiny sets, 1 round, under a minute)
     python benchmarks/speed/run.py s3 --latency-ms 50 --images 1000 --repeats 5
 
