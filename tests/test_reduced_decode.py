@@ -39,9 +39,9 @@ def flags_used(monkeypatch):
     seen = []
     real = images.imread_bgr
 
-    def spy(path, flags=cv2.IMREAD_COLOR):
+    def spy(path, flags=cv2.IMREAD_COLOR, data=None):
         seen.append(flags)
-        return real(path, flags)
+        return real(path, flags, data)
     monkeypatch.setattr(images, "imread_bgr", spy)
     return seen
 

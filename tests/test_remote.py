@@ -247,8 +247,9 @@ def test_two_nodes_scan_once_per_job_and_train_on_the_batches_of_a_local_copy(s3
     assert r0["built"] and not r1["built"]
     assert r0["cache"].startswith(str(tmp_path / "caches" / "node0")) and Path(r0["cache"]).is_file()
     assert r1["cache"].startswith(str(tmp_path / "caches" / "node1")) and Path(r1["cache"]).is_file()
-    # the yaml, 15 label objects (one image is a background without one), 16 image headers
-    assert r0["used"]["list"] == 2 and r0["used"]["get"] == 1 + 15 + 16
+    # the yaml, the published cache it looked for (none), 15 label objects (one image is a background
+    # without one), 16 image headers
+    assert r0["used"]["list"] == 2 and r0["used"]["get"] == 1 + 1 + 15 + 16, r0["used"]
     assert r1["used"].get("list", 0) == 0 and r1["used"]["get"] == 1  # the yaml only: no listing, no label
     assert r0["equal"] and r1["equal"]
     assert sorted(r0["paths"] + r1["paths"]) == sorted(f"s3://data/sample/images/train/{p.name}" for p in
@@ -435,3 +436,26 @@ def test_objects_nobody_read_for_a_week_make_room(tmp_path):
     later = ObjectCache(tmp_path / "objects", 100)  # another process, another day
     later.put("s3://b/new.jpg", 60, 1, b"n" * 60)
     assert later.get("s3://b/new.jpg", 60, 1) == b"n" * 60 and not old.exists()
+
+
+def test_workers_filling_the_object_cache_at_once_keep_near_its_bound(faulty, s3, user_cache_dir):
+    sizes = sorted(o.size for o in remote.list_folder("s3://data/sample/images/train"))
+    limit = sum(sizes[:6])
+    got, _ = create_dataloader("s3://data/sample.yaml", 64, 4, 32, augment=True, workers=2, split="train",
+                               object_cache_gb=limit / 2**30)
+    batches(got, 2)
+    held = sum(p.stat().st_size for p in (user_cache_dir / "remote" / "objects").rglob("*") if p.is_file())
+    assert limit * 0.5 < held <= limit + sizes[-1]  # the other worker's last file at most
+
+
+def test_two_processes_filling_one_object_folder_see_each_others_files(tmp_path):
+    from yolo_data.objectcache import RECOUNT, ObjectCache
+    limit = 1600
+    a, b = ObjectCache(tmp_path / "o", limit), ObjectCache(tmp_path / "o", limit)  # two workers' own
+    b.put("s3://b/first", 100, 0, b"b" * 100)  # b counts an empty folder
+    for i in range(30):
+        a.put(f"s3://b/a{i}", 100, 0, b"a" * 100)  # a fills it
+    for i in range(30):
+        b.put(f"s3://b/b{i}", 100, 0, b"b" * 100)  # b would fill it again from its own count
+    held = sum(p.stat().st_size for p in (tmp_path / "o").rglob("*") if p.is_file())
+    assert limit <= held <= limit * (1 + RECOUNT) <= limit * 1.25  # not twice the bound

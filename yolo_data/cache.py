@@ -77,7 +77,10 @@ def _stats(paths: Sequence[str]) -> array:
     stat, vals = os.stat, array("q")
     for p in paths:
         if p.startswith(remote.SCHEME):  # an object: its listed size and ETag (remote.stat)
-            vals.extend(remote.stat(p))
+            try:
+                vals.extend(remote.stat(p))
+            except OSError:
+                vals.extend(_MISSING)
             continue
         try:
             st = stat(p)

@@ -12,8 +12,9 @@ a loop, and for a loop over more than fits, keeping a fixed part is best: every 
 part from disk, where evicting the least recently read file would evict, each time, the one that is
 about to be read again, and serve nothing.  Files nobody has read for STALE_DAYS (an object's old
 version, a dataset no longer used; a read renews a file's modification time) are removed when a
-process first counts the folder, which makes room for what is read now.  Processes writing at once
-may overshoot the bound by a few files each.
+process first counts the folder, which makes room for what is read now.  Each writing process (the
+DataLoader workers of a node) counts the folder again after adding RECOUNT of the bound, so the
+others' files are seen: the bound is overshot by at most that much per other writing process.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Optional
 
 STALE_DAYS = 7.0
+RECOUNT = 1 / 16
 
 
 class ObjectCache:
@@ -34,6 +36,7 @@ class ObjectCache:
         self.folder, self.limit = Path(folder), int(limit_bytes)
         self._lock = threading.Lock()
         self._total: Optional[int] = None  # this process's idea of the folder's size; counted on first write
+        self._added = 0  # bytes this process added since it last counted
 
     def _file(self, url: str, size: int, tag: int) -> Path:
         h = hashlib.sha256(f"{url}\0{size}\0{tag}".encode("utf-8", "surrogateescape")).hexdigest()
@@ -55,11 +58,12 @@ class ObjectCache:
     def put(self, url: str, size: int, tag: int, data: bytes) -> None:
         """Keep ``data`` (best effort: a full disk or an unwritable folder only costs a later fetch)."""
         with self._lock:
-            if self._total is None:
-                self._total = self._count()
+            if self._total is None or self._added > self.limit * RECOUNT:
+                self._total, self._added = self._count(), 0
             if self._total + size > self.limit:
                 return
             self._total += size
+            self._added += size
         f = self._file(url, size, tag)
         try:
             f.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

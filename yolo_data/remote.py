@@ -224,7 +224,8 @@ def _classify(e: Exception, url: str) -> Tuple[bool, OSError]:
     if isinstance(e, S3Error):
         code = e.code or ""
         if code in ("NoSuchKey", "NoSuchBucket", "NotFound"):
-            return False, FileNotFoundError(2, f"no such object ({code})", url)
+            what = "bucket" if code == "NoSuchBucket" else "object"
+            return False, FileNotFoundError(2, f"no such {what} ({code})", url)
         if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled"):
             return False, PermissionError(13, f"access denied ({code}: check the credentials and the "
                                               "bucket's policy)", url)
@@ -284,8 +285,11 @@ def _object_cache():
     c = _object_caches.get(os.getpid())  # a forked worker makes its own (its lock, its count)
     if c is None:
         from .objectcache import ObjectCache
-        _object_caches.clear()
-        c = _object_caches[os.getpid()] = ObjectCache(opts.object_dir, opts.object_cache_bytes)
+        with _lock:  # one per process: a batch's fetching threads ask at once
+            c = _object_caches.get(os.getpid())
+            if c is None:
+                _object_caches.clear()
+                c = _object_caches[os.getpid()] = ObjectCache(opts.object_dir, opts.object_cache_bytes)
     return c
 
 
@@ -427,7 +431,8 @@ def _covered(folder: str) -> bool:
 
 def stat(url: str) -> Tuple[int, int, int]:
     """(size, tag, REGULAR) of an object a listing showed, MISSING for one it showed absent.  An
-    object in a folder that was never listed is asked for (one HEAD request)."""
+    object in a folder that was never listed is asked for (one HEAD request: MISSING when the server
+    says it is not there; any other failure is an OSError, e.g. PermissionError for refused credentials)."""
     o = _known.get(url)
     if o is not None:
         return o.size, o.tag, REGULAR
@@ -443,8 +448,6 @@ def stat(url: str) -> Tuple[int, int, int]:
     try:
         o = _retrying(url, head)
     except FileNotFoundError:
-        return MISSING
-    except OSError:
         return MISSING
     _known[url] = o
     return o.size, o.tag, REGULAR
@@ -462,13 +465,16 @@ def forget() -> None:
 
 
 # -- a seekable object -------------------------------------------------------------------------------
-HEAD_BYTES = 65536  # the first read of an object fetches this much: a JPEG's or PNG's header and EXIF
+HEAD_BYTES = 65536  # the first read of a larger object fetches this much: a JPEG's header and EXIF
+WHOLE_BYTES = 262144  # an object up to this size is read whole by its first read: one request, not two
+READ_AHEAD = 1 << 20  # a read past what was fetched fetches this much more (a PNG's chunk walk: 1 request)
 
 
 class RemoteFile(io.RawIOBase):
     """A read-only, seekable file over ranged reads of one object of known ``size``: the first read
-    fetches HEAD_BYTES from the start, later reads fetch what they ask for (an object of at most
-    HEAD_BYTES is read whole in one request).  ``pread(n, pos)`` reads without moving."""
+    fetches the whole object up to WHOLE_BYTES, else its first HEAD_BYTES; a later read that needs
+    more fetches from there READ_AHEAD bytes (or what it asks, if more), the object's end at most.
+    ``pread(n, pos)`` reads without moving."""
 
     def __init__(self, url: str, size: int):
         super().__init__()
@@ -496,9 +502,9 @@ class RemoteFile(io.RawIOBase):
         for start, data in self._blocks:
             if start <= pos and end <= start + len(data):
                 return data[pos - start:end - start]
-        lo, hi = pos, end
+        lo, hi = pos, min(self.size, max(end, pos + READ_AHEAD))
         if not self._blocks:
-            lo, hi = 0, max(end, min(self.size, HEAD_BYTES))
+            lo, hi = 0, self.size if self.size <= WHOLE_BYTES else max(end, HEAD_BYTES)
         data = read(self.url, lo, hi - lo)
         self._blocks.append((lo, data))
         return data[pos - lo:end - lo]

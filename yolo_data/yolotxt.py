@@ -14,6 +14,7 @@ split entry no other format claims is in.
 from __future__ import annotations
 
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Tuple
@@ -217,6 +218,22 @@ class YoloReader:
         return label
 
 
+def _listed_with_labels(entries: List[Any]):
+    """split_images(entries); for image folders in a bucket, their label folders (images/ -> labels/)
+    are listed at the same time: a warm start waits for one round of listings, not two."""
+    folders = [e for e in entries if remote.is_remote(e) and "." not in e.rstrip("/").rpartition("/")[2]]
+    labels = [remote.parent(img2label_path(e.rstrip("/") + "/x.jpg")) for e in folders]
+    labels = [f for f in dict.fromkeys(labels) if f not in folders]
+    if not labels:
+        return split_images(entries)
+    with ThreadPoolExecutor(min(len(labels), 8)) as pool:
+        pending = [pool.submit(remote.list_folder, f) for f in labels]
+        listing = split_images(entries)
+        for p in pending:
+            p.result()
+    return listing
+
+
 class YoloFormat(LabelFormat):
     """YOLO labels (labelformat.LabelFormat).  The fingerprint covers every image and label file's
     stat and ``nc``; a split is listed on every start (its folders are the listing)."""
@@ -228,7 +245,7 @@ class YoloFormat(LabelFormat):
         return True  # the registry asks it last
 
     def open(self, entries: List[Any], options: SourceOptions) -> SplitSource:
-        listing = split_images(entries)
+        listing = _listed_with_labels(entries)
         im_files = listing.files
         lb_files = [img2label_path(f) for f in im_files]
         if remote.is_remote(im_files[0]) or remote.is_remote(lb_files[-1]):

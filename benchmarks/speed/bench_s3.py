@@ -38,13 +38,13 @@ every other round); cells are medians (min–max):
    last batch (the persistent workers start the new pass there).  Then the loader's workers are shut
    down and joined.  The same with ``cache='disk'``: building the loader decodes every image into the
    disk image cache (deleted before each build): that time is reported as the build, then epochs 1 and
-   2 as above.  Requests per image per window (construction, epoch 1, epoch 2; the counters are reset
-   between them; without an image cache, the image GETs early-started workers make before
-   ``create_dataloader`` returns are epoch 1's and counted there): about 1 image GET per image and epoch
-   without a cache (a batch's images are fetched together, mosaic partners among them), 0 from the disk
-   cache.  "S3-side CPU" is the CPU time of the
-   server and the proxy per image in a window: on this machine they share the cores with the loader,
-   which a real object store would not.
+   2 as above.  Requests per image per window (construction, epoch 1, epoch 2: each window ends where
+   the next begins, so every request is counted in one of them; without an image cache, the image GETs
+   early-started workers make before ``create_dataloader`` returns are epoch 1's and counted there):
+   about 1 image GET per image and epoch without a cache (a batch's images are fetched together, mosaic
+   partners among them), 0 from the disk cache.  "S3-side CPU" is the CPU time of the server and the
+   proxy per image in a window: on this machine they share the cores with the loader, which a real
+   object store would not.
 
 Output: a markdown report on stdout, progress on stderr, the results file of question ``s3``.
 """
@@ -80,8 +80,10 @@ UPLOAD_THREADS = 16
 
 # -- the proxy, in a process of its own --------------------------------------------------------------
 def _proxy_main(conn, upstream: str, latency_s: float) -> None:
-    """The child: a FaultProxy to ``upstream`` answering 'counts', 'reset' and 'close' on ``conn``; it
-    ends when the parent says so or goes away (the pipe's end)."""
+    """The child: a FaultProxy to ``upstream`` answering 'counts' (all requests so far, by kind: see
+    classify) and 'close' on ``conn``; it ends when the parent says so or goes away (the pipe's end).
+    The counters are never reset: a window's requests are the difference of two snapshots, so none
+    made between two windows is lost."""
     import faultproxy
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C is the parent's to handle: it closes us
     with faultproxy.FaultProxy(upstream, latency_s=latency_s) as proxy:
@@ -92,10 +94,7 @@ def _proxy_main(conn, upstream: str, latency_s: float) -> None:
             except (EOFError, OSError):
                 break
             if cmd == "counts":
-                conn.send(dict(proxy.counts))
-            elif cmd == "reset":
-                proxy.reset_counts()
-                conn.send(None)
+                conn.send(classify(proxy.counts))
             else:
                 conn.send(None)
                 break
@@ -123,11 +122,8 @@ class ProxyProcess:
             self._conn.send(cmd)
             return self._conn.recv()
 
-    def counts(self) -> Dict:
+    def counts(self) -> Dict[str, int]:
         return self._ask("counts")
-
-    def reset(self) -> None:
-        self._ask("reset")
 
     def close(self) -> None:
         with contextlib.suppress(OSError, EOFError):
@@ -225,18 +221,20 @@ class World:
 
 
 class Window:
-    """Wall time, proxy requests and S3-side CPU of one stretch of a measurement."""
+    """Wall time, proxy requests and S3-side CPU of one stretch of a measurement.  ``after``: the window
+    just closed, whose end is this one's start (what happens between the two is counted in one)."""
 
-    def __init__(self, world: World):
+    def __init__(self, world: World, after: "Window" = None):
         self.world = world
-        world.proxy.reset()
-        self.cpu0 = world.s3_cpu()
+        self.start = after.end if after is not None else (world.proxy.counts(), world.s3_cpu())
         self.t0 = time.perf_counter()
 
     def close(self, images: int) -> Dict[str, float]:
         seconds = time.perf_counter() - self.t0
-        out = {"seconds": seconds, "images": images, "requests": classify(self.world.proxy.counts()),
-               "s3_cpu_ms_per_img": (self.world.s3_cpu() - self.cpu0) / max(images, 1) * 1e3}
+        self.end = (self.world.proxy.counts(), self.world.s3_cpu())
+        (c0, cpu0), (c1, cpu1) = self.start, self.end
+        out = {"seconds": seconds, "images": images, "requests": {k: c1.get(k, 0) - c0.get(k, 0) for k in c1},
+               "s3_cpu_ms_per_img": (cpu1 - cpu0) / max(images, 1) * 1e3}
         return per_image(out)
 
 
@@ -309,7 +307,7 @@ def measure_loader(world: World, where: str, yaml: str, n: int, cache, workers: 
         ic = dataset.image_cache
         if cache and (ic is None or ic.count != n):
             raise RuntimeError(f"cache={cache!r}: {0 if ic is None else ic.count} of {n} images cached")
-        w = Window(world)
+        w = Window(world, after=w)
         it = iter(loader)
         warm = 0
         for _ in range(max(warmup, workers, 1)):
@@ -327,7 +325,7 @@ def measure_loader(world: World, where: str, yaml: str, n: int, cache, workers: 
             per_image(out["build"]), per_image(out["epoch1"])
             out["epoch1"]["early_image_gets"] = early
         out["epoch1"].update(timed_images=timed, timed_seconds=dt, ips=timed / dt)
-        w = Window(world)
+        w = Window(world, after=w)
         got = sum(batch_size_of(b) for b in loader)
         out["epoch2"] = w.close(got)
         out["epoch2"]["ips"] = got / out["epoch2"]["seconds"]
