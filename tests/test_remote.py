@@ -459,3 +459,20 @@ def test_two_processes_filling_one_object_folder_see_each_others_files(tmp_path)
         b.put(f"s3://b/b{i}", 100, 0, b"b" * 100)  # b would fill it again from its own count
     held = sum(p.stat().st_size for p in (tmp_path / "o").rglob("*") if p.is_file())
     assert limit <= held <= limit * (1 + RECOUNT) <= limit * 1.25  # not twice the bound
+
+
+def test_the_scan_reads_an_image_header_in_few_requests(faulty, s3, tmp_path):
+    client, _ = s3
+    root = tmp_path / "big"
+    make_dataset(root, [("big.png", (520, 500), "0 0.5 0.5 0.2 0.2\n"), ("big.jpg", (900, 700), "0 0.5 0.5 0.2 0.2\n"),
+                        ("small.jpg", (64, 48), "0 0.5 0.5 0.2 0.2\n")])
+    sizes = {p.name: p.stat().st_size for p in (root / "images" / "train").iterdir()}
+    assert sizes["big.png"] > 700_000 and sizes["big.jpg"] > 300_000  # past the whole-object read
+    upload(client, root, "data", "big")
+    faulty.reset_counts()
+    split = load_split("s3://data/big/images/train")
+    assert len(split.store) == 3 and split.counts["corrupt"] == 0
+    gets = {path.rpartition("/")[2]: n for (method, path), n in faulty.counts.items() if method == "GET"}
+    # the PNG: its first 64 KiB, then the rest of its chunk walk in one read-ahead; the JPEG: its head
+    # and its last 2 bytes; a small image: whole, in one
+    assert (gets["big.png"], gets["big.jpg"], gets["small.jpg"]) == (2, 2, 1), gets

@@ -37,6 +37,7 @@ class ObjectCache:
         self._lock = threading.Lock()
         self._total: Optional[int] = None  # this process's idea of the folder's size; counted on first write
         self._added = 0  # bytes this process added since it last counted
+        self._writing = 0  # bytes this process's threads are writing now
 
     def _file(self, url: str, size: int, tag: int) -> Path:
         h = hashlib.sha256(f"{url}\0{size}\0{tag}".encode("utf-8", "surrogateescape")).hexdigest()
@@ -50,21 +51,31 @@ class ObjectCache:
                 data = fh.read()
             if len(data) != size:
                 return None
-            os.utime(f)  # read now: the last to be removed
+            os.utime(f)  # read now: not stale
             return data
         except OSError:
             return None
 
     def put(self, url: str, size: int, tag: int, data: bytes) -> None:
         """Keep ``data`` (best effort: a full disk or an unwritable folder only costs a later fetch)."""
+        if len(data) != size:
+            return
         with self._lock:
             if self._total is None or self._added > self.limit * RECOUNT:
-                self._total, self._added = self._count(), 0
+                # files this process's threads are still writing are not on disk yet: they count too
+                self._total, self._added = self._count() + self._writing, 0
             if self._total + size > self.limit:
                 return
             self._total += size
             self._added += size
-        f = self._file(url, size, tag)
+            self._writing += size
+        try:
+            self._write(self._file(url, size, tag), data)
+        finally:
+            with self._lock:
+                self._writing -= size
+
+    def _write(self, f: Path, data: bytes) -> None:
         try:
             f.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             tmp = f.with_name(f"{f.name}.{os.getpid()}.{threading.get_ident()}.tmp")
