@@ -1,7 +1,6 @@
 """Datasets in an S3 bucket (remote.py), against a real S3 server (SeaweedFS, tests/s3server.py): the
 batches equal a local copy's, caches stay local, nothing is written into the bucket, and bad objects,
 missing buckets and wrong credentials are named."""
-import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -10,14 +9,15 @@ import numpy as np
 import pytest
 import torch
 
+import s3server
 from conftest import make_dataset, write_image
-from s3server import s3_server  # noqa: F401  (the fixture)
 from yolo_data import create_dataloader, remote
 from yolo_data.split import load_split
 
 minio = pytest.importorskip("minio")
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data"
+s3_server = s3server.s3_server  # the fixture, in this module's namespace
 
 
 def upload(client, root: Path, bucket: str, prefix: str) -> None:
@@ -32,7 +32,7 @@ def bucket_digest(client, bucket: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def store(s3_server, tmp_path_factory):  # noqa: F811
+def store(s3_server, tmp_path_factory):
     """The server, a client of it, and the bundled sample uploaded as s3://data/sample + sample.yaml."""
     host = s3_server.endpoint_url.split("//", 1)[1]
     client = minio.Minio(host, s3_server.access_key, s3_server.secret_key, secure=False, region="us-east-1")
@@ -228,8 +228,9 @@ def _node_worker(rank, world, port, endpoint, creds, local_yaml, out_dir, cache_
         want, _ = create_dataloader(local_yaml, 64, 4, 32, **kw)
         a, b = batches(got, 2), batches(want, 2)
         equal = len(a) == len(b) and all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) for x, y in zip(a, b))
+        cache = ds.split_labels.cache_file
         Path(out_dir, f"{rank}.json").write_text(json.dumps({
-            "built": ds.split_labels.built, "cache": str(ds.split_labels.cache_file), "used": used,
+            "built": ds.split_labels.built, "cache": str(cache), "used": used, "mtime": os.stat(cache).st_mtime_ns,
             "equal": equal, "paths": [p for _, _, ps in a[:len(a) // 2] for p in ps]}))
         dist.barrier()
     finally:
@@ -254,6 +255,42 @@ def test_two_nodes_scan_once_per_job_and_train_on_the_batches_of_a_local_copy(s3
     assert r0["equal"] and r1["equal"]
     assert sorted(r0["paths"] + r1["paths"]) == sorted(f"s3://data/sample/images/train/{p.name}" for p in
                                                       (local / "sample" / "images" / "train").iterdir())
+    # the next job: rank 0 finds its cache fresh (listings only), rank 1 keeps its own copy, unchanged
+    run(_node_worker, 2, srv.endpoint_url, (srv.access_key, srv.secret_key), str(local / "sample.yaml"),
+        str(tmp_path), str(tmp_path / "caches"), timeout=120)
+    again0, again1 = (json.loads((tmp_path / f"{k}.json").read_text()) for k in range(2))
+    assert not again0["built"] and again0["used"]["get"] == 1 and again1["used"].get("list", 0) == 0
+    assert again1["mtime"] == r1["mtime"] and again0["equal"] and again1["equal"]
+
+
+def _failing_node_worker(rank, world, port, endpoint, creds, out_dir, cache_root):
+    import json
+    from test_distributed import init
+    os.environ.update(LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", AWS_ACCESS_KEY_ID=creds[0], AWS_SECRET_ACCESS_KEY=creds[1],
+                      YOLO_DATA_CACHE_DIR=f"{cache_root}/node{rank}")
+    init(rank, world, port)
+    try:
+        remote.configure(endpoint_url=endpoint)
+        try:
+            create_dataloader("s3://data/nothing-here/images", 64, 4, 32, workers=0, rank=0)
+            error = None
+        except Exception as e:  # noqa: BLE001 - what each rank raised is the result
+            error = f"{type(e).__name__}: {e}"
+        Path(out_dir, f"{rank}.json").write_text(json.dumps({"error": error}))
+    finally:
+        import torch.distributed as dist
+        dist.destroy_process_group()
+
+
+def test_when_rank_0s_scan_fails_the_other_nodes_stop_with_its_error(s3, store, tmp_path):
+    import json
+    from test_distributed import run
+    srv = store[0]
+    run(_failing_node_worker, 2, srv.endpoint_url, (srv.access_key, srv.secret_key), str(tmp_path),
+        str(tmp_path / "caches"), timeout=120)
+    r0, r1 = (json.loads((tmp_path / f"{k}.json").read_text())["error"] for k in range(2))
+    assert r0.startswith("FileNotFoundError") and "s3://data/nothing-here/images does not exist" in r0
+    assert r1.startswith("ZeroFirstError: rank 0 failed, so rank 1 stops too: FileNotFoundError")
 
 
 @pytest.fixture
@@ -476,3 +513,38 @@ def test_the_scan_reads_an_image_header_in_few_requests(faulty, s3, tmp_path):
     # the PNG: its first 64 KiB, then the rest of its chunk walk in one read-ahead; the JPEG: its head
     # and its last 2 bytes; a small image: whole, in one
     assert (gets["big.png"], gets["big.jpg"], gets["small.jpg"]) == (2, 2, 1), gets
+
+
+def _unwritable_node_worker(rank, world, port, endpoint, creds, out_dir, cache_root):
+    import json
+    from test_distributed import init
+    from yolo_data import cache as cache_module
+    os.environ.update(LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", AWS_ACCESS_KEY_ID=creds[0], AWS_SECRET_ACCESS_KEY=creds[1],
+                      YOLO_DATA_CACHE_DIR=f"{cache_root}/node{rank}")
+    if rank == 0:  # a full or read-only cache folder on rank 0's node
+        def full(path, contents):
+            raise OSError(28, "No space left on device")
+        cache_module.save = full
+    init(rank, world, port)
+    try:
+        remote.configure(endpoint_url=endpoint)
+        start = remote.counts()
+        _, ds = create_dataloader("s3://data/sample/images/val", 64, 4, 32, workers=0, rank=0)
+        used = {k: v - start.get(k, 0) for k, v in remote.counts().items()}
+        Path(out_dir, f"{rank}.json").write_text(json.dumps({
+            "built": ds.split_labels.built, "n": len(ds), "written": ds.split_labels.cache_file is not None,
+            "lists": used.get("list", 0)}))
+    finally:
+        import torch.distributed as dist
+        dist.destroy_process_group()
+
+
+def test_when_rank_0_cannot_write_its_cache_the_other_nodes_scan_themselves(s3, store, tmp_path):
+    import json
+    from test_distributed import run
+    srv = store[0]
+    run(_unwritable_node_worker, 2, srv.endpoint_url, (srv.access_key, srv.secret_key), str(tmp_path),
+        str(tmp_path / "caches"), timeout=120)
+    r0, r1 = (json.loads((tmp_path / f"{k}.json").read_text()) for k in range(2))
+    assert r0 == {"built": True, "n": 8, "written": False, "lists": 2}
+    assert r1 == {"built": True, "n": 8, "written": True, "lists": 2}

@@ -240,15 +240,8 @@ def job_receive(key: str) -> Tuple[dict, Optional[bytes]]:
     """(meta, data) that global rank 0 published under ``key``, waited for with no time limit (it may
     be scanning a large dataset), logging now and then.  Raises ZeroFirstError when rank 0 failed."""
     store = _default_store()
-    pause, start, last_log = POLL_SECONDS[0], time.monotonic(), time.monotonic()
     try:
-        while not store.check([key]):
-            time.sleep(pause)
-            pause = min(pause * 2, POLL_SECONDS[1])
-            if time.monotonic() - last_log >= LOG_EVERY_SECONDS:
-                last_log = time.monotonic()
-                LOGGER.info(f"rank {dist.get_rank()}: waiting for rank 0's label cache "
-                            f"({time.monotonic() - start:.0f} s)")
+        _poll(store, key, lambda waited: f"rank {dist.get_rank()}: waiting for rank 0's label cache ({waited:.0f} s)")
         head = json.loads(store.get(key).decode("utf-8"))
         if "error" in head:
             raise ZeroFirstError(f"rank 0 failed, so rank {dist.get_rank()} stops too: {head['error']}")
@@ -316,19 +309,27 @@ def check_ranks_agree(values: dict, what: str) -> None:
             "(same files, same labels); on one node do not change files while the job starts.")
 
 
-def _wait_for(store, key: str, local_rank: int) -> None:
+def _poll(store, key: str, waiting) -> None:
+    """Return once ``key`` is in ``store``: no time limit, pauses growing from POLL_SECONDS[0] to
+    POLL_SECONDS[1], and ``waiting(seconds so far)`` logged every LOG_EVERY_SECONDS."""
     pause, start, last_log = POLL_SECONDS[0], time.monotonic(), time.monotonic()
+    while not store.check([key]):
+        time.sleep(pause)
+        pause = min(pause * 2, POLL_SECONDS[1])
+        if time.monotonic() - last_log >= LOG_EVERY_SECONDS:
+            last_log = time.monotonic()
+            LOGGER.info(waiting(time.monotonic() - start))
+
+
+def _wait_for(store, key: str, local_rank: int) -> None:
+    def waiting(waited: float) -> str:
+        progress = ""
+        if store.check([key + "/progress"]):
+            progress = ": " + store.get(key + "/progress").decode("utf-8", "replace")
+        return f"local rank {local_rank}: waiting for local rank 0 ({waited:.0f} s){progress}"
+
     try:
-        while not store.check([key]):
-            time.sleep(pause)
-            pause = min(pause * 2, POLL_SECONDS[1])
-            if time.monotonic() - last_log >= LOG_EVERY_SECONDS:
-                last_log = time.monotonic()
-                progress = ""
-                if store.check([key + "/progress"]):
-                    progress = ": " + store.get(key + "/progress").decode("utf-8", "replace")
-                LOGGER.info(f"local rank {local_rank}: waiting for local rank 0 "
-                            f"({time.monotonic() - start:.0f} s){progress}")
+        _poll(store, key, waiting)
         value = store.get(key).decode("utf-8", "replace")
     except (RuntimeError, OSError) as e:  # DistStoreError: the store went away with its host process
         raise ZeroFirstError(f"rank {dist.get_rank()} lost the process group's store while waiting for "

@@ -341,27 +341,25 @@ def measure_loader(world: World, where: str, yaml: str, n: int, cache, workers: 
 
 
 # -- report -------------------------------------------------------------------------------------------
-def cell(runs: List[Dict], *keys, digits: int = 1, scale: float = 1.0, unit: str = "") -> str:
+def values(runs: List[Dict], *keys) -> List[float]:
+    """runs[i][keys[0]][keys[1]]... of each run that has a number there."""
     vals = []
     for r in runs:
         for k in keys:
             r = r.get(k) if isinstance(r, dict) else None
         if isinstance(r, (int, float)):
             vals.append(r)
+    return vals
+
+
+def cell(runs: List[Dict], *keys, digits: int = 1, scale: float = 1.0, unit: str = "") -> str:
+    vals = values(runs, *keys)
     text = common.fmt_range(vals, digits, scale, empty="n/a")
     return text + unit if vals else text
 
 
 def ratio(a: List[Dict], b: List[Dict], *keys) -> str:
-    def med(runs):
-        vals = []
-        for r in runs:
-            for k in keys:
-                r = r.get(k) if isinstance(r, dict) else None
-            if isinstance(r, (int, float)):
-                vals.append(r)
-        return common.med(vals)
-    x, y = med(a), med(b)
+    x, y = common.med(values(a, *keys)), common.med(values(b, *keys))
     return f"{x / y:.2f}×" if x and y else "n/a"
 
 
