@@ -548,3 +548,15 @@ def test_when_rank_0_cannot_write_its_cache_the_other_nodes_scan_themselves(s3, 
     r0, r1 = (json.loads((tmp_path / f"{k}.json").read_text()) for k in range(2))
     assert r0 == {"built": True, "n": 8, "written": False, "lists": 2}
     assert r1 == {"built": True, "n": 8, "written": True, "lists": 2}
+
+
+def test_a_worker_forked_while_a_thread_holds_the_lock_gets_a_fresh_one():
+    remote._lock.acquire()  # as a listing thread of the parent may hold it at the fork
+    try:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if remote._lock.acquire(timeout=2) else 1)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        remote._lock.release()
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -262,6 +262,17 @@ _counts: Dict[str, int] = {}
 _count_lock = threading.Lock()
 
 
+def _new_locks() -> None:
+    """In a forked child: fresh locks (a thread of the parent may have held one at the fork, and no
+    thread of the child would ever release it)."""
+    global _lock, _count_lock
+    _lock, _count_lock = threading.Lock(), threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_locks)
+
+
 def _count(what: str, n: int = 1) -> None:
     with _count_lock:
         _counts[what] = _counts.get(what, 0) + n
