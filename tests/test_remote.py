@@ -208,9 +208,9 @@ def test_urls_are_joined_and_split_as_keys():
         remote.split_url("s3:///x")
 
 
-def _node_worker(rank, world, port, endpoint, creds, local_yaml, out_dir, cache_root):
-    """Rank ``rank`` as local rank 0 of its own node, with its own cache folder (nodes share no disk)."""
-    import json
+def as_node(rank, world, port, endpoint, creds, cache_root):
+    """This process as local rank 0 of node ``rank`` (its own cache folder: nodes share no disk), the
+    bucket's endpoint and credentials set the usual way, in the process group."""
     from test_distributed import init
     os.environ.update(LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", AWS_ACCESS_KEY_ID=creds[0], AWS_SECRET_ACCESS_KEY=creds[1],
                       YOLO_DATA_CACHE_DIR=f"{cache_root}/node{rank}")
@@ -218,9 +218,15 @@ def _node_worker(rank, world, port, endpoint, creds, local_yaml, out_dir, cache_
     # parallel region would wait for them forever (torchrun's ranks are fresh processes)
     torch.set_num_threads(1)
     init(rank, world, port)
+    remote.configure(endpoint_url=endpoint)
+
+
+def _node_worker(rank, world, port, endpoint, creds, local_yaml, out_dir, cache_root):
+    """Rank ``rank`` as local rank 0 of its own node, with its own cache folder (nodes share no disk)."""
+    import json
+    as_node(rank, world, port, endpoint, creds, cache_root)
     try:
         import torch.distributed as dist
-        remote.configure(endpoint_url=endpoint)
         start = remote.counts()
         kw = dict(augment=True, shuffle=True, seed=5, workers=2, split="train", rank=0)
         got, ds = create_dataloader("s3://data/sample.yaml", 64, 4, 32, **kw)
@@ -265,12 +271,8 @@ def test_two_nodes_scan_once_per_job_and_train_on_the_batches_of_a_local_copy(s3
 
 def _failing_node_worker(rank, world, port, endpoint, creds, out_dir, cache_root):
     import json
-    from test_distributed import init
-    os.environ.update(LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", AWS_ACCESS_KEY_ID=creds[0], AWS_SECRET_ACCESS_KEY=creds[1],
-                      YOLO_DATA_CACHE_DIR=f"{cache_root}/node{rank}")
-    init(rank, world, port)
+    as_node(rank, world, port, endpoint, creds, cache_root)
     try:
-        remote.configure(endpoint_url=endpoint)
         try:
             create_dataloader("s3://data/nothing-here/images", 64, 4, 32, workers=0, rank=0)
             error = None
@@ -517,17 +519,13 @@ def test_the_scan_reads_an_image_header_in_few_requests(faulty, s3, tmp_path):
 
 def _unwritable_node_worker(rank, world, port, endpoint, creds, out_dir, cache_root):
     import json
-    from test_distributed import init
     from yolo_data import cache as cache_module
-    os.environ.update(LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", AWS_ACCESS_KEY_ID=creds[0], AWS_SECRET_ACCESS_KEY=creds[1],
-                      YOLO_DATA_CACHE_DIR=f"{cache_root}/node{rank}")
     if rank == 0:  # a full or read-only cache folder on rank 0's node
         def full(path, contents):
             raise OSError(28, "No space left on device")
         cache_module.save = full
-    init(rank, world, port)
+    as_node(rank, world, port, endpoint, creds, cache_root)
     try:
-        remote.configure(endpoint_url=endpoint)
         start = remote.counts()
         _, ds = create_dataloader("s3://data/sample/images/val", 64, 4, 32, workers=0, rank=0)
         used = {k: v - start.get(k, 0) for k, v in remote.counts().items()}

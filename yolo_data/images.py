@@ -102,6 +102,8 @@ class ImageSource:
         self.cache = cache
         self.on_failure = on_failure
         self.fetched: Dict[int, object] = {}  # image -> its bytes (or OSError), fetched with its batch
+        # a split is in a bucket or on disk (sources.py lists one or the other)
+        self.in_bucket = len(store) > 0 and remote.is_remote(store.im_file(0))
         # Import the optional decoder here, in the process that builds the dataset: forked DataLoader
         # workers then inherit it (or its absence, and any warning about it, said once) every epoch.
         simplejpeg_module()
@@ -109,13 +111,10 @@ class ImageSource:
     def fetch(self, ids: Sequence[int]) -> None:
         """Fetch the bytes of the images ``ids`` (a batch's) that are in a bucket and not in the image
         cache, all at once (remote.read_many), for the calls that follow; ``forget`` drops them."""
-        todo = {}
-        for i in ids:
-            if self.cache is not None and self.cache.ok[i]:
-                continue
-            path = self.store.im_file(i)
-            if remote.is_remote(path) and i not in self.fetched:
-                todo[i] = path
+        if not self.in_bucket:  # a local split: nothing to fetch, and no path decoded per item
+            return
+        todo = {i: self.store.im_file(i) for i in ids
+                if i not in self.fetched and not (self.cache is not None and self.cache.ok[i])}
         if todo:
             self.fetched.update(zip(todo, remote.read_many(list(todo.values()))))
 

@@ -37,7 +37,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 from urllib.parse import urlsplit
 
 LOGGER = logging.getLogger("yolo_data")
@@ -154,12 +154,7 @@ def _credentials(opts: RemoteOptions, aws: bool):
 
 
 # -- the client --------------------------------------------------------------------------------------
-class _Client(NamedTuple):
-    minio: object
-    pid: int
-
-
-_clients: Dict[int, _Client] = {}
+_clients: Dict[int, object] = {}  # pid -> that process's MinIO client
 
 
 def _client():
@@ -167,13 +162,13 @@ def _client():
     pid = os.getpid()
     c = _clients.get(pid)
     if c is not None:
-        return c.minio
+        return c
     with _lock:
         c = _clients.get(pid)
         if c is None:
             _clients.clear()  # a parent's client: its pool's sockets belong to the parent
-            c = _clients[pid] = _Client(_make_client(_options), pid)
-    return c.minio
+            c = _clients[pid] = _make_client(_options)
+    return c
 
 
 def _make_client(opts: RemoteOptions):

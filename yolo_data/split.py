@@ -173,10 +173,7 @@ def _load_or_scan_once_per_job(tag: str, path, options: SourceOptions, cache_dir
     except (OSError, cache.CacheError):
         fresh = False
     if not fresh:
-        with tempfile.TemporaryFile(dir=cfile.parent) as f:  # unnamed: gone however this process ends
-            f.write(data)
-            f.flush()
-            contents = cache.load(f.fileno())  # checked as any cache file is
+        contents = _cache_of_bytes(data, cfile.parent)
         if contents.fingerprint != meta["fingerprint"]:
             raise cache.CacheError(f"rank 0's label cache holds fingerprint {contents.fingerprint[:12]}, "
                                    f"it said {meta['fingerprint'][:12]}")
@@ -185,6 +182,16 @@ def _load_or_scan_once_per_job(tag: str, path, options: SourceOptions, cache_dir
     return SplitLabels(contents.store, cfile, False, time.perf_counter() - t0, contents.counts, contents.problems,
                        meta["fingerprint"], default, contents.names, meta["kind"],
                        formats.get(meta["kind"]).annotation_file_of(meta["label_file"]))
+
+
+def _cache_of_bytes(data: bytes, folder: Path) -> cache.CacheContents:
+    """A label cache file that came as bytes (from rank 0, or from the bucket), checked as any cache
+    file is (cache.load), through an unnamed file in ``folder``: gone however this process ends.
+    Raises CacheError or OSError."""
+    with tempfile.TemporaryFile(dir=folder) as f:
+        f.write(data)
+        f.flush()
+        return cache.load(f.fileno())
 
 
 def _published(default: Path, local: Path, fp: str, im_files: List[str]):
@@ -204,10 +211,7 @@ def _published(default: Path, local: Path, fp: str, im_files: List[str]):
         return None
     local.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with tempfile.TemporaryFile(dir=local.parent) as f:  # unnamed: gone however this process ends
-            f.write(data)
-            f.flush()
-            contents = cache.load(f.fileno())
+        contents = _cache_of_bytes(data, local.parent)
         if contents.fingerprint != fp:
             LOGGER.info(f"label cache {url} is stale (files or settings changed since it was published); rescanning")
             return None
