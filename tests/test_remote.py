@@ -558,3 +558,91 @@ def test_a_worker_forked_while_a_thread_holds_the_lock_gets_a_fresh_one():
     finally:
         remote._lock.release()
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+# -- each worker fetches its next batch while it makes this one (loader.LookAhead, ImageSource.fetch) ------
+def record_fetches(monkeypatch, log: Path):
+    """Make every remote.read_many call, in this process and in workers forked after it, append a line
+    'pid thread-name url url ...' to ``log``."""
+    read_many = remote.read_many
+
+    def recorded(urls, threads=None):
+        import threading
+        with open(log, "a") as f:
+            f.write(" ".join([str(os.getpid()), threading.current_thread().name, *urls]) + "\n")
+        return read_many(urls, threads)
+
+    monkeypatch.setattr(remote, "read_many", recorded)
+
+
+def fetches(log: Path) -> dict:
+    """{pid: [(thread name, [urls])]} in the order they were made."""
+    out = {}
+    for line in log.read_text().splitlines():
+        pid, thread, *urls = line.split(" ")
+        out.setdefault(pid, []).append((thread, urls))
+    return out
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_each_process_fetches_its_next_batch_in_the_background_once_per_image(faulty, s3, workers, monkeypatch,
+                                                                            tmp_path):
+    _, local = s3
+    record_fetches(monkeypatch, tmp_path / "fetches")
+    kw = dict(augment=True, shuffle=True, seed=5, workers=workers, split="train")
+    got, _ = create_dataloader("s3://data/sample.yaml", 64, 4, 32, **kw)  # 4 batches of 4
+    faulty.reset_counts()
+    b = batches(got)
+    assert faulty.requests == 16, faulty.counts  # every image once: each guess of the next batch was right
+    per_process = fetches(tmp_path / "fetches")
+    assert len(per_process) == max(workers, 1)
+    for made in per_process.values():  # the first batch in the foreground, every later one ahead of time
+        assert [t for t, _ in made] == ["MainThread"] + ["yolo_data-ahead"] * (len(made) - 1), made
+    assert sorted(u for made in per_process.values() for _, urls in made for u in urls) == \
+        sorted(f"s3://data/sample/images/train/train_{i:03d}.jpg" for i in range(16))
+    want, _ = create_dataloader(str(local / "sample.yaml"), 64, 4, 32, **kw)
+    same(b, batches(want), str(local))
+
+
+def test_a_wrong_guess_of_the_next_batch_costs_requests_not_other_batches(faulty, s3, monkeypatch):
+    from yolo_data import loader as loader_module
+    _, local = s3
+    init = loader_module.LookAhead.__init__
+    monkeypatch.setattr(loader_module.LookAhead, "__init__", lambda self, b, ahead: init(self, b, ahead + 1))
+    kw = dict(augment=True, shuffle=True, seed=5, workers=2, split="train")
+    got, _ = create_dataloader("s3://data/sample.yaml", 64, 4, 32, **kw)
+    faulty.reset_counts()
+    b = batches(got)
+    assert faulty.requests > 16  # the other worker's batches were fetched for nothing
+    want, _ = create_dataloader(str(local / "sample.yaml"), 64, 4, 32, **kw)
+    same(b, batches(want), str(local))
+
+
+def test_without_torchs_index_sampler_batches_are_fetched_when_made(faulty, s3, monkeypatch, tmp_path):
+    from yolo_data import torch_private
+    _, local = s3
+    monkeypatch.setattr(torch_private, "PRIVATE", torch_private.PRIVATE - {"index_sampler"})
+    record_fetches(monkeypatch, tmp_path / "fetches")
+    kw = dict(augment=True, shuffle=True, seed=5, workers=0, split="train")
+    got, _ = create_dataloader("s3://data/sample.yaml", 64, 4, 32, **kw)
+    b = batches(got)
+    assert {t for made in fetches(tmp_path / "fetches").values() for t, _ in made} == {"MainThread"}
+    want, _ = create_dataloader(str(local / "sample.yaml"), 64, 4, 32, **kw)
+    same(b, batches(want), str(local))
+
+
+def test_a_worker_forked_while_the_next_batch_is_on_its_way_fetches_for_itself(faulty, s3):
+    import pickle
+    from torch.utils.data import DataLoader
+    got, dataset = create_dataloader("s3://data/sample.yaml", 64, 2, 32, augment=False, workers=0, split="val")
+    faulty.faults.latency_s = 0.5
+    it = iter(got)
+    next(it)  # the second batch's fetch has started, and lasts half a second at least
+    assert dataset.images._ahead is not None and not dataset.images._ahead._done.is_set()
+    copy = pickle.loads(pickle.dumps(dataset.images))  # a spawned worker's copy: no thread, nothing fetched
+    assert copy._ahead is None and copy.fetched == {}
+    plain = DataLoader(dataset, batch_size=2, num_workers=1, collate_fn=dataset.collate_fn, timeout=30)
+    imgs, _, paths, _ = next(iter(plain))  # a child waiting for its parent's thread would time out
+    assert list(paths) == ["s3://data/sample/images/val/val_000.jpg", "s3://data/sample/images/val/val_001.jpg"]
+    faulty.faults.latency_s = 0.0
+    assert len(list(it)) == 3

@@ -212,6 +212,12 @@ class YoloDataset(Dataset):
         return self.index.num_classes()
 
     @property
+    def reads_ahead(self) -> bool:
+        """Whether the images come from a bucket, where a batch's keys telling the next batch
+        (loader.BatchKeys) let their bytes be fetched while this batch is decoded."""
+        return self.images.in_bucket
+
+    @property
     def epoch(self) -> int:
         return self.run.epoch.get()
 
@@ -268,17 +274,20 @@ class YoloDataset(Dataset):
         position, draw = self._key(key)
         return self.mapper(int(self.indices[position]), DrawKey(self.epoch, draw), BatchImages(1, self._scratch), 0)
 
-    def __getitems__(self, keys: List):
+    def __getitems__(self, keys_in: List):
         """A whole batch at once (torch's DataLoader calls this with the sampler's ItemKeys, or ints).  The
         items' images are slots of one (B, 3, H, W) tensor, which collate_fn hands on without stacking.
         With ``batch_partners`` (training) mosaic and mixup partners come from the images of the item's
         partner group (RunState.partner_group consecutive draws; 0: the batch), each decoded once for the
         batch: about one decode per item instead of four, a pure function of (seed, epoch, group)."""
-        keys = [self._key(k) for k in keys]
+        keys = [self._key(k) for k in keys_in]
         out, epoch, indices = BatchImages(len(keys), self._scratch), self.epoch, self.indices
         ids = [int(indices[k.position]) for k in keys]
         draws = [DrawKey(epoch, k.draw) for k in keys]
-        self.images.fetch(ids)  # a batch in a bucket: its images' bytes at once (partners are among them)
+        # a batch in a bucket: its images' bytes at once (partners are among them), and the next batch's
+        # in the background when the loader says which it is (loader.BatchKeys)
+        ahead = getattr(keys_in, "ahead", None) or ()
+        self.images.fetch(ids, [int(indices[self._key(k).position]) for k in ahead])
         try:
             if not (self.augment and self.batch_partners):
                 return [self.mapper(i, d, out, k) for k, (i, d) in enumerate(zip(ids, draws))]

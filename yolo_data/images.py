@@ -9,6 +9,8 @@ evaluation keeps YOLOv5's pixels unless asked.
 from __future__ import annotations
 
 import math
+import os
+import threading
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
@@ -102,24 +104,46 @@ class ImageSource:
         self.cache = cache
         self.on_failure = on_failure
         self.fetched: Dict[int, object] = {}  # image -> its bytes (or OSError), fetched with its batch
+        self._ahead: Optional[_Ahead] = None  # the next batch's bytes, on their way
         # a split is in a bucket or on disk (sources.py lists one or the other)
         self.in_bucket = len(store) > 0 and remote.is_remote(store.im_file(0))
         # Import the optional decoder here, in the process that builds the dataset: forked DataLoader
         # workers then inherit it (or its absence, and any warning about it, said once) every epoch.
         simplejpeg_module()
 
-    def fetch(self, ids: Sequence[int]) -> None:
+    def fetch(self, ids: Sequence[int], ahead: Sequence[int] = ()) -> None:
         """Fetch the bytes of the images ``ids`` (a batch's) that are in a bucket and not in the image
-        cache, all at once (remote.read_many), for the calls that follow; ``forget`` drops them."""
+        cache, all at once (remote.read_many), for the calls that follow; ``forget`` drops them.
+
+        ``ahead``: the images of the batch this process is given next (YoloDataLoader tells each worker
+        its next batch).  Their bytes are fetched by a background thread while this batch is decoded,
+        so that a worker does not wait one round trip per batch; the next ``fetch`` takes what it needs
+        of them.  At most two batches' encoded bytes are held per process, never decoded images."""
         if not self.in_bucket:  # a local split: nothing to fetch, and no path decoded per item
             return
-        todo = {i: self.store.im_file(i) for i in ids
-                if i not in self.fetched and not (self.cache is not None and self.cache.ok[i])}
+        early, self._ahead = self._ahead, None
+        if early is not None and early.pid == os.getpid():  # one forked from another process never ends
+            got = early.result()
+            self.fetched.update((i, got[i]) for i in ids if i in got)
+        todo = self._to_fetch(ids)
         if todo:
             self.fetched.update(zip(todo, remote.read_many(list(todo.values()))))
+        later = self._to_fetch(ahead)
+        if later:
+            self._ahead = _Ahead(later, {i: self.fetched[i] for i in ahead if i in self.fetched})
+
+    def _to_fetch(self, ids: Sequence[int]) -> Dict[int, str]:
+        """{image: URL} of those of ``ids`` neither fetched nor in the image cache."""
+        return {i: self.store.im_file(i) for i in ids
+                if i not in self.fetched and not (self.cache is not None and self.cache.ok[i])}
 
     def forget(self) -> None:
         self.fetched.clear()
+
+    def __getstate__(self):  # a copy for a spawned worker: the thread stays with its process
+        state = self.__dict__.copy()
+        state["_ahead"], state["fetched"] = None, {}
+        return state
 
     def __call__(self, i: int) -> LoadedImage:
         if self.cache is not None:
@@ -137,3 +161,22 @@ class ImageSource:
             if self.on_failure is not None:
                 self.on_failure(e)
             raise
+
+
+class _Ahead:
+    """The bytes (or OSError) of ``urls`` ({image: URL}), fetched by a daemon thread: a process that ends
+    (an interrupted epoch) does not wait for it.  ``known``: bytes already at hand, handed on."""
+
+    def __init__(self, urls: Dict[int, str], known: Dict[int, object]):
+        self.pid, self.got, self._done = os.getpid(), dict(known), threading.Event()
+        threading.Thread(target=self._run, args=(urls,), name="yolo_data-ahead", daemon=True).start()
+
+    def _run(self, urls: Dict[int, str]) -> None:
+        try:
+            self.got.update(zip(urls, remote.read_many(list(urls.values()))))
+        finally:  # whatever failed here is fetched again, and raised, by the next fetch itself
+            self._done.set()
+
+    def result(self) -> Dict[int, object]:
+        self._done.wait()
+        return self.got

@@ -3,11 +3,14 @@ epoch can be saved and resumed (the loader every entry point builds, see build.p
 from __future__ import annotations
 
 import logging
-from typing import Optional
+from collections import deque
+from itertools import islice
+from typing import Iterable, List, Optional
 
 import numpy as np
 from torch.utils.data import DataLoader
 
+from . import torch_private
 from .sampling import YoloSampler, digest
 
 LOGGER = logging.getLogger("yolo_data")
@@ -43,6 +46,17 @@ class YoloDataLoader(DataLoader):
                 and isinstance(self.sampler, YoloSampler)):
             DataLoader.__iter__(self)  # persistent workers: makes self._iterator, forking them; the sampler starts its pass
             self._early = self._settings()
+
+    @property
+    def _index_sampler(self):
+        """What torch's iterators draw the batches' keys from (a private torch property, see
+        torch_private.py): for a dataset that reads ahead (images in a bucket), each batch's keys
+        carry the keys of the batch the same process is given next (BatchKeys)."""
+        batches = super()._index_sampler
+        if ("index_sampler" not in torch_private.PRIVATE or self.batch_sampler is None
+                or not getattr(self.dataset, "reads_ahead", False)):
+            return batches
+        return LookAhead(batches, max(self.num_workers, 1))
 
     def discard_early_pass(self) -> None:
         """Drop the pass the workers began at construction: the next ``iter`` makes its pass anew, with
@@ -141,6 +155,35 @@ class YoloDataLoader(DataLoader):
             if now[what] != expect[what]:
                 raise ValueError(f"resumed pass: the {what} differ from the saved run's (set them with {fix} "
                                  "as that run had them for this epoch before iterating)")
+
+
+class BatchKeys(list):
+    """A batch's keys, as a list, and in ``ahead`` the keys of the batch the same process is given next
+    (None at the end of a pass): the dataset fetches that batch's images while it makes this one."""
+    ahead: Optional[list] = None
+
+
+class LookAhead:
+    """The batches of ``batches`` as BatchKeys, each told the batch ``ahead`` places later: torch's
+    DataLoader hands batches to its ``ahead`` workers in turn (in order, one worker after the other),
+    so that is the batch the same worker is given next (with 0 workers, ``ahead`` = 1: the next one).
+    A wrong guess (another dispatch) costs fetches, never a different batch."""
+
+    def __init__(self, batches: Iterable[List], ahead: int):
+        self.batches, self.ahead = batches, ahead
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self):
+        it = iter(self.batches)
+        window = deque(islice(it, self.ahead))
+        for later in it:
+            keys = BatchKeys(window.popleft())
+            keys.ahead = later
+            window.append(later)
+            yield keys
+        yield from map(BatchKeys, window)
 
 
 class _Counted:

@@ -6,7 +6,8 @@ is missing or fails, takes the public way (slower, or giving up an optimisation)
 ``PRIVATE`` (a set of the names below) says which are used now; tests remove names from it to run each
 fallback.
 
-Checked on torch 2.15.0 (all) and 2.14.1 (all but the second mapping and the sharing record):
+Checked on torch 2.15.0 (all but the index sampler, added later) and 2.14.1 (all but the second mapping
+and the sharing record):
 
 * ``UntypedStorage._new_shared(nbytes)``: shared memory allocated directly.  Fallback: a tensor made in
   private memory and moved there with ``share_memory_()`` (one copy more).
@@ -21,6 +22,10 @@ Checked on torch 2.15.0 (all) and 2.14.1 (all but the second mapping and the sha
   Fallback: None (rank-0-first falls back to barriers; the other store users do without).
 * ``_MultiProcessingDataLoaderIter._shutdown_workers()``: end persistent workers now.  Fallback: drop
   the iterator (torch ends its workers when it is freed).
+* ``DataLoader._index_sampler``: the property torch's iterators take each batch's keys from;
+  YoloDataLoader overrides it to tell each batch the next one of the same worker (loader.LookAhead).
+  Fallback: the batch sampler itself (a torch that stopped asking the property never calls the
+  override): a bucket's images are then fetched when their batch is made, not while the one before is.
 """
 from __future__ import annotations
 
@@ -28,7 +33,8 @@ from typing import Optional, Tuple
 
 import torch
 
-PRIVATE = {"new_shared", "share_names", "disabled_torch_function", "default_store", "shutdown_workers"}
+PRIVATE = {"new_shared", "share_names", "disabled_torch_function", "default_store", "shutdown_workers",
+           "index_sampler"}
 
 
 def new_shared_storage(nbytes: int) -> torch.UntypedStorage:
