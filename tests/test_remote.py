@@ -646,3 +646,69 @@ def test_a_worker_forked_while_the_next_batch_is_on_its_way_fetches_for_itself(f
     assert list(paths) == ["s3://data/sample/images/val/val_000.jpg", "s3://data/sample/images/val/val_001.jpg"]
     faulty.faults.latency_s = 0.0
     assert len(list(it)) == 3
+
+
+# -- one folder listed in ranges at once (remote._Listing, keyspace.py) -------------------------------------
+@pytest.fixture(scope="module")
+def many(store):
+    """s3://data/many/: 2,500 sequential names, 2,500 random ones, and 1,200 odd names (spaces, accents,
+    '~', names that sort around '/') with subfolders; empty objects."""
+    import hashlib
+    import io
+    from concurrent.futures import ThreadPoolExecutor
+    _, client, _ = store
+    keys = [f"many/seq/{i:012d}.jpg" for i in range(2500)]
+    keys += [f"many/hash/{hashlib.sha1(str(i).encode()).hexdigest()}.jpg" for i in range(2500)]
+    odd = ["a b", "é", "~x", "Z", "a-b", "a.b", "a0", "a_b", "中文", "x y/z"]
+    keys += [f"many/odd/{odd[i % len(odd)]}{i}.jpg" for i in range(1000)]
+    keys += [f"many/odd/sub{i % 5}/{i}.jpg" for i in range(200)]
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda k: client.put_object("data", k, io.BytesIO(b""), 0), keys))
+    return client
+
+
+def ranges_at_once(monkeypatch) -> list:
+    """[most ranges of one listing listed at once], filled as listings run."""
+    import threading
+    lock, now, most = threading.Lock(), [0], [0]
+    listing_range = remote._Listing._range
+
+    def counted(self, after, upto):
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        try:
+            return listing_range(self, after, upto)
+        finally:
+            with lock:
+                now[0] -= 1
+
+    monkeypatch.setattr(remote._Listing, "_range", counted)
+    return most
+
+
+@pytest.mark.parametrize("folder", ["seq", "hash", "odd"])
+def test_a_folder_of_many_pages_is_listed_in_ranges_at_once_and_exactly(faulty, s3, many, folder, monkeypatch):
+    most = ranges_at_once(monkeypatch)
+    faulty.faults.latency_s = 0.02
+    got = remote.list_folder(f"s3://data/many/{folder}")
+    want = [o.object_name for o in many.list_objects("data", prefix=f"many/{folder}/", recursive=True)]
+    assert [o.url for o in got] == [f"s3://data/{k}" for k in want]  # each once, in S3's order
+    assert len(want) >= 1200 and most[0] >= 2
+    one_level = remote.list_folder(f"s3://data/many/{folder}", recursive=False)
+    assert [o.url for o in one_level] == [f"s3://data/{k}" for k in want if "/" not in k[len(f"many/{folder}/"):]]
+
+
+def test_a_range_whose_listing_fails_for_a_while_is_retried_and_the_listing_stays_exact(faulty, s3, many, monkeypatch):
+    most = ranges_at_once(monkeypatch)
+    rule = faulty.faults.error(times=3, method="GET", query=r"start-after", status=503, code="ServiceUnavailable")
+    start = remote.counts()
+    got = remote.list_folder("s3://data/many/seq")
+    assert [o.url for o in got] == [f"s3://data/many/seq/{i:012d}.jpg" for i in range(2500)]
+    assert rule.served == 3 and remote.counts()["retries"] - start.get("retries", 0) >= 3 and most[0] >= 2
+
+
+def test_a_listing_that_keeps_failing_is_an_error_naming_the_folder(faulty, s3, many):
+    faulty.faults.error(times=None, method="GET", query=r"start-after", status=500, code="InternalError")
+    with pytest.raises(OSError, match=r"s3://data/many/hash.*InternalError"):
+        remote.list_folder("s3://data/many/hash")

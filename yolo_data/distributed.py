@@ -232,8 +232,18 @@ def job_publish(key: str, meta: dict, data: Optional[bytes]) -> None:
 
 
 def job_publish_error(key: str, error: BaseException) -> None:
-    """Global rank 0 failed: the other nodes' local ranks 0 raise ZeroFirstError with its message."""
-    _default_store().set(key, json.dumps({"error": f"{type(error).__name__}: {error}"}))
+    """Global rank 0 failed: the other nodes' local ranks 0 raise ZeroFirstError with its message.
+    Waits (at most ACK_SECONDS) until they have read it: this process hosts the store, and if it
+    exits at once they would find the store gone instead of the error."""
+    store = _default_store()
+    store.set(key, json.dumps({"error": f"{type(error).__name__}: {error}"}))
+    _await_acks(store, key, _nodes_in_job() - 1)
+
+
+def _await_acks(store, key: str, others: int) -> None:
+    deadline = time.monotonic() + ACK_SECONDS
+    while store.add(key + "/ack", 0) < others and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def job_receive(key: str) -> Tuple[dict, Optional[bytes]]:
@@ -244,6 +254,7 @@ def job_receive(key: str) -> Tuple[dict, Optional[bytes]]:
         _poll(store, key, lambda waited: f"rank {dist.get_rank()}: waiting for rank 0's label cache ({waited:.0f} s)")
         head = json.loads(store.get(key).decode("utf-8"))
         if "error" in head:
+            store.add(f"{key}/ack", 1)  # tells rank 0 the error arrived, so it may exit now
             raise ZeroFirstError(f"rank 0 failed, so rank {dist.get_rank()} stops too: {head['error']}")
         data = None if head["bytes"] < 0 else b"".join(store.get(f"{key}/chunk/{i}") for i in range(head["chunks"]))
         if store.add(f"{key}/read", 1) >= _nodes_in_job() - 1:  # the last reader frees the store's memory
@@ -343,13 +354,13 @@ def _wait_for(store, key: str, local_rank: int) -> None:
 def _report_failure(store, key: str, error: BaseException) -> None:
     """Publish rank 0's error, then wait (briefly) until the other local ranks have read it: if this
     process exits at once it may take the store down with it before they look."""
-    store.set(key, f"error: {type(error).__name__}: {error}")
-    # only local rank 0 is here, so it cannot ask the others (node_ranks); at worst the world's
-    # size, and then it waits the whole ACK_SECONDS
-    others = (_known_local_world_size() or dist.get_world_size()) - 1
-    deadline = time.monotonic() + ACK_SECONDS
-    while store.add(key + "/ack", 0) < others and time.monotonic() < deadline:
-        time.sleep(0.05)
+    try:
+        store.set(key, f"error: {type(error).__name__}: {error}")
+        # only local rank 0 is here, so it cannot ask the others (node_ranks); at worst the world's
+        # size, and then it waits the whole ACK_SECONDS
+        _await_acks(store, key, (_known_local_world_size() or dist.get_world_size()) - 1)
+    except (RuntimeError, OSError):  # the store went away (global rank 0 ended): the error itself is raised
+        pass
 
 
 @contextmanager
