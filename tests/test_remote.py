@@ -11,7 +11,7 @@ import torch
 
 import s3server
 from conftest import make_dataset, write_image
-from yolo_data import create_dataloader, remote
+from yolo_data import create_dataloader, remote, s3list
 from yolo_data.split import load_split
 
 minio = pytest.importorskip("minio")
@@ -648,7 +648,7 @@ def test_a_worker_forked_while_the_next_batch_is_on_its_way_fetches_for_itself(f
     assert len(list(it)) == 3
 
 
-# -- one folder listed in ranges at once (remote._Listing, keyspace.py) -------------------------------------
+# -- one folder listed in ranges at once (s3list.py, keyspace.py) ----------------------------------------------
 @pytest.fixture(scope="module")
 def many(store):
     """s3://data/many/: 2,500 sequential names, 2,500 random ones, and 1,200 odd names (spaces, accents,
@@ -671,7 +671,8 @@ def ranges_at_once(monkeypatch) -> list:
     """[most ranges of one listing listed at once], filled as listings run."""
     import threading
     lock, now, most = threading.Lock(), [0], [0]
-    listing_range = remote._Listing._range
+    from yolo_data import s3list
+    listing_range = s3list._Listing._range
 
     def counted(self, after, upto):
         with lock:
@@ -683,12 +684,13 @@ def ranges_at_once(monkeypatch) -> list:
             with lock:
                 now[0] -= 1
 
-    monkeypatch.setattr(remote._Listing, "_range", counted)
+    monkeypatch.setattr(s3list._Listing, "_range", counted)
     return most
 
 
 @pytest.mark.parametrize("folder", ["seq", "hash", "odd"])
 def test_a_folder_of_many_pages_is_listed_in_ranges_at_once_and_exactly(faulty, s3, many, folder, monkeypatch):
+    monkeypatch.setattr(s3list, "CUT_PAGES", 1)  # cut after every page: these folders have 2 or 3
     most = ranges_at_once(monkeypatch)
     faulty.faults.latency_s = 0.02
     got = remote.list_folder(f"s3://data/many/{folder}")
@@ -700,6 +702,7 @@ def test_a_folder_of_many_pages_is_listed_in_ranges_at_once_and_exactly(faulty, 
 
 
 def test_a_range_whose_listing_fails_for_a_while_is_retried_and_the_listing_stays_exact(faulty, s3, many, monkeypatch):
+    monkeypatch.setattr(s3list, "CUT_PAGES", 1)
     most = ranges_at_once(monkeypatch)
     rule = faulty.faults.error(times=3, method="GET", query=r"start-after", status=503, code="ServiceUnavailable")
     start = remote.counts()
@@ -708,7 +711,66 @@ def test_a_range_whose_listing_fails_for_a_while_is_retried_and_the_listing_stay
     assert rule.served == 3 and remote.counts()["retries"] - start.get("retries", 0) >= 3 and most[0] >= 2
 
 
-def test_a_listing_that_keeps_failing_is_an_error_naming_the_folder(faulty, s3, many):
+def test_a_folder_of_fewer_pages_than_are_cut_is_listed_in_one_range_without_waste(faulty, s3, many, monkeypatch):
+    most = ranges_at_once(monkeypatch)
+    faulty.reset_counts()
+    got = remote.list_folder("s3://data/many/seq")
+    assert len(got) == 2500 and most[0] == 1 and faulty.requests == 3  # pages of 1,000, 1,000 and 500 keys
+
+
+def test_a_listing_that_keeps_failing_is_an_error_naming_the_folder(faulty, s3, many, monkeypatch):
+    monkeypatch.setattr(s3list, "CUT_PAGES", 1)
     faulty.faults.error(times=None, method="GET", query=r"start-after", status=500, code="InternalError")
     with pytest.raises(OSError, match=r"s3://data/many/hash.*InternalError"):
         remote.list_folder("s3://data/many/hash")
+
+
+def test_a_background_fetch_that_fails_leaves_the_batch_to_be_fetched_when_made(faulty, s3, monkeypatch, capfd):
+    import threading
+    _, local = s3
+    read_many = remote.read_many
+
+    def failing_ahead(urls, threads=None):
+        if threading.current_thread().name == "yolo_data-ahead":
+            raise RuntimeError("the background fetch broke")
+        return read_many(urls, threads)
+
+    monkeypatch.setattr(remote, "read_many", failing_ahead)
+    kw = dict(augment=True, shuffle=True, seed=5, workers=0, split="train")
+    got, _ = create_dataloader("s3://data/sample.yaml", 64, 4, 32, **kw)
+    faulty.reset_counts()
+    b = batches(got)
+    assert faulty.requests == 16 and "the background fetch broke" not in capfd.readouterr().err
+    want, _ = create_dataloader(str(local / "sample.yaml"), 64, 4, 32, **kw)
+    same(b, batches(want), str(local))
+
+
+def test_without_the_clients_signed_request_a_folder_is_listed_in_one_range_as_exactly(faulty, s3, many, monkeypatch):
+    monkeypatch.setattr(s3list, "CUT_PAGES", 1)
+    monkeypatch.setattr(s3list, "RAW_PAGES", False)
+    most = ranges_at_once(monkeypatch)
+    for folder in ("seq", "odd"):
+        want = [o.object_name for o in many.list_objects("data", prefix=f"many/{folder}/", recursive=True)]
+        assert [o.url for o in remote.list_folder(f"s3://data/many/{folder}")] == [f"s3://data/{k}" for k in want]
+        assert [o.url for o in remote.list_folder(f"s3://data/many/{folder}", recursive=False)] == \
+            [f"s3://data/{k}" for k in want if "/" not in k[len(f"many/{folder}/"):]]
+    assert most[0] == 0  # no range of s3list's
+
+
+def test_a_listing_page_is_read_from_its_xml():
+    xml = (b'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+           b'<Name>data</Name><Prefix>f/</Prefix><KeyCount>3</KeyCount><MaxKeys>3</MaxKeys>'
+           b'<EncodingType>url</EncodingType><IsTruncated>true</IsTruncated>'
+           b'<NextContinuationToken>tok+1</NextContinuationToken>'
+           b'<Contents><Key>f/a+b.jpg</Key><LastModified>2026-11-27T00:00:00.000Z</LastModified>'
+           b'<ETag>&quot;e1&quot;</ETag><Size>12</Size><StorageClass>STANDARD</StorageClass></Contents>'
+           b'<Contents><Key>f/%C3%A9%2B.jpg</Key><LastModified>2026-11-27T00:00:01.000Z</LastModified>'
+           b'<ETag>&quot;e2&quot;</ETag><Size>0</Size></Contents>'
+           b'<CommonPrefixes><Prefix>f/sub/</Prefix></CommonPrefixes></ListBucketResult>')
+    page = s3list.parse_page(xml)
+    assert page.entries == [s3list.Entry("f/a b.jpg", 12, '"e1"', "2026-11-27T00:00:00.000Z"),
+                            s3list.Entry("f/\u00e9+.jpg", 0, '"e2"', "2026-11-27T00:00:01.000Z")]
+    assert page.truncated and page.token == "tok+1"
+    plain = s3list.parse_page(b"<ListBucketResult><IsTruncated>false</IsTruncated><Contents><Key>x+y</Key>"
+                              b"<Size>3</Size></Contents></ListBucketResult>")  # no namespace, no URL encoding
+    assert plain == s3list.Page([s3list.Entry("x+y", 3, "", "")], False, None)

@@ -174,7 +174,9 @@ class _Ahead:
     def _run(self, urls: Dict[int, str]) -> None:
         try:
             self.got.update(zip(urls, remote.read_many(list(urls.values()))))
-        finally:  # whatever failed here is fetched again, and raised, by the next fetch itself
+        except Exception:  # noqa: BLE001 - what is missing here is fetched again, and raised, by the next fetch
+            pass
+        finally:
             self._done.set()
 
     def result(self) -> Dict[int, object]:

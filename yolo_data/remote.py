@@ -28,6 +28,7 @@ made requests never shares that process's connections.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import os
@@ -35,21 +36,16 @@ import posixpath
 import random
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 from urllib.parse import urlsplit
-
-from . import keyspace
 
 LOGGER = logging.getLogger("yolo_data")
 
 SCHEME = "s3://"
 REGULAR = 8  # a regular file's type as cache._stats records it (st_mode >> 12)
 MISSING = (-1, -1, -1)  # cache._MISSING: what stat() says of an object that is not there
-LIST_PAGE = 1000  # keys of a listing page (S3's most)
-LIST_STREAMS = 8  # ranges of one folder listed at once
-PROGRESS_S = 10.0  # a long listing says how far it is this often
 
 
 class RemoteUnavailable(ImportError):
@@ -380,7 +376,6 @@ class ObjectInfo:
 
 def _tag(etag: Optional[str], modified) -> int:
     text = (etag or "").strip('"') or str(modified)
-    import hashlib
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=7).digest(), "big")
 
 
@@ -391,10 +386,11 @@ _listed: Dict[str, bool] = {}  # folder URL (no trailing /) -> listed recursivel
 def list_folder(url: str, recursive: bool = True) -> List[ObjectInfo]:
     """Every object under the folder ``url`` (keys sorted as S3 sorts them: by their UTF-8 bytes),
     remembered for ``stat``.  Raises FileNotFoundError for a bucket that does not exist.  A folder of
-    more than a page is listed in up to LIST_STREAMS ranges at once (see _Listing)."""
+    more than a few pages is listed in ranges of its keys at once (s3list.py)."""
+    from . import s3list  # which imports this module
     bucket, key = split_url(url)
     prefix = key.rstrip("/") + "/" if key.strip("/") else ""
-    found = _Listing(url, bucket, prefix, recursive).run()
+    found = s3list.list_objects(url, bucket, prefix, recursive)
     with _lock:
         head = url.rstrip("/") + "/"
         for gone in [u for u in _known if u.startswith(head)]:  # deleted since an earlier listing
@@ -404,85 +400,6 @@ def list_folder(url: str, recursive: bool = True) -> List[ObjectInfo]:
         folder = url.rstrip("/")
         _listed[folder] = _listed.get(folder, False) or recursive
     return found
-
-
-class _Listing:
-    """One folder's listing, in ranges of its keys listed at once.  The first range is the whole
-    folder.  Whenever a range has listed a full page and fewer than LIST_STREAMS ranges are being
-    listed, it keeps the keys up to a cut (keyspace.cut_after) and a new range lists those after it.
-    The range that runs to the folder's end keeps 2, 4, 8, ... pages' worth at each cut (how many keys
-    are left is not known); a bounded range is cut halfway.  Each range is retried on its own, from
-    its last key; an error that outlasts the retries ends the listing."""
-
-    def __init__(self, url: str, bucket: str, prefix: str, recursive: bool):
-        self.url, self.bucket, self.prefix, self.recursive = url, bucket, prefix, recursive
-        self.found: Dict[str, ObjectInfo] = {}
-        self.lock = threading.Lock()
-        self.ranges: list = []  # the futures of every range started, in order
-        self.busy, self.reach = 1, 2.0
-
-    def run(self) -> List[ObjectInfo]:
-        t0, said = time.monotonic(), 0.0
-        with ThreadPoolExecutor(LIST_STREAMS, thread_name_prefix="yolo_data-list") as self.pool:
-            self.ranges.append(self.pool.submit(self._range, None, None))
-            i = 0
-            try:
-                while i < len(self.ranges):  # a range starts others only while it runs: they are appended first
-                    if wait([self.ranges[i]], timeout=PROGRESS_S).done:
-                        self.ranges[i].result()
-                        i += 1
-                    elif time.monotonic() - t0 > said + PROGRESS_S:
-                        said = time.monotonic() - t0
-                        LOGGER.info(f"listing {self.url}: {len(self.found):,} objects so far ({said:.0f} s)")
-            except BaseException:
-                for f in self.ranges:
-                    f.cancel()
-                raise
-        return [self.found[k] for k in sorted(self.found)]
-
-    def _range(self, after: Optional[str], upto: Optional[str]) -> None:
-        """List the keys in (after, upto] (None: from the start, to the end)."""
-        cursor = [after, upto]
-
-        def pages():
-            _count("list")
-            n, first = 0, None
-            for o in _client().list_objects(self.bucket, prefix=self.prefix, recursive=self.recursive,
-                                            start_after=cursor[0]):
-                name = o.object_name
-                if cursor[1] is not None and name > cursor[1]:
-                    return  # the next range's
-                if not (o.is_dir or name.endswith("/")):
-                    info = ObjectInfo(f"{SCHEME}{self.bucket}/{name}", int(o.size or 0), _tag(o.etag, o.last_modified))
-                    with self.lock:
-                        self.found[name] = info
-                first, cursor[0], n = first or name, name, n + 1
-                if n % LIST_PAGE == 0:
-                    _count("list")
-                    self._share(cursor, first, name)
-                    first = None
-
-        try:
-            _retrying(self.url, pages)
-        finally:
-            with self.lock:
-                self.busy -= 1
-
-    def _share(self, cursor: list, first: str, last: str) -> None:
-        """After a full page from ``first`` to ``last``: hand the keys after a cut to a new range when
-        fewer than LIST_STREAMS are being listed."""
-        with self.lock:
-            if self.busy >= LIST_STREAMS:
-                return
-            upto = cursor[1]
-            m = keyspace.cut_after(first, last, self.reach if upto is None else float("inf"), upto)
-            if m is None:
-                return
-            if upto is None:
-                self.reach *= 2
-            cursor[1] = m
-            self.busy += 1
-            self.ranges.append(self.pool.submit(self._range, m, upto))
 
 
 def ensure_listed(urls: Iterable[str]) -> None:

@@ -297,6 +297,36 @@ def prime(yaml: str) -> None:
     shutdown(loader)
 
 
+def upload_keys(client, prefix: str, n: int) -> None:
+    """``n`` empty objects s3://BUCKET/<prefix>/<000000000000>.jpg ..., 32 at a time."""
+    import io
+
+    def put(i: int):
+        client.put_object(BUCKET, f"{prefix}/{i:012d}.jpg", io.BytesIO(b""), 0)
+
+    with ThreadPoolExecutor(32) as pool:
+        list(pool.map(put, range(n)))
+
+
+def measure_listing(world: World, url: str, n: int, streams: int) -> Dict[str, float]:
+    """``remote.list_folder(url)`` with at most ``streams`` ranges at once: seconds, this process's CPU
+    seconds, list requests (the proxy's)."""
+    from yolo_data import remote, s3list
+    saved = s3list.STREAMS
+    s3list.STREAMS = streams
+    try:
+        remote.forget()
+        w, cpu0 = Window(world), time.process_time()
+        found = remote.list_folder(url)
+        out = w.close(n)
+        out["client_cpu_s"] = time.process_time() - cpu0
+    finally:
+        s3list.STREAMS = saved
+    if len(found) != n:
+        raise RuntimeError(f"listing {url}: {len(found)} of {n} keys")
+    return out
+
+
 def measure_loader(world: World, where: str, yaml: str, n: int, cache, workers: int, warmup: int) -> Dict:
     from yolo_data import create_dataloader, remote
     gc.collect()
@@ -420,6 +450,18 @@ def report(args, runs, n_scan: int, n_train: int, upload_s: Dict[str, float], er
                   f"{cell(re_, key, metric, digits=1, unit=unit)} | {ratio(re_, lo, key, metric)} | "
                   f"{cell(re_, key, 'get_per_img', digits=3)} | {cell(hl, 'x', digits=4)} | "
                   f"{cell(re_, key, 's3_cpu_ms_per_img', digits=2)} |")
+    if runs.get("listing"):
+        from yolo_data import s3list
+        print(f"\n**Listing** one folder of {args.listing_keys:,} keys (`remote.list_folder`, a warm start's "
+              "request): S3 gives a folder's keys a page of 1,000 after another; yolo_data lists ranges of "
+              f"them at once, up to {s3list.STREAMS}:\n")
+        print("| ranges at once | seconds | keys/s | list requests | client CPU, s | S3-side CPU, s |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for streams, label in ((1, "1 (one page after another)"), (s3list.STREAMS, f"up to {s3list.STREAMS}")):
+            r = runs["listing"][str(streams)]
+            print(f"| {label} | {cell(r, 'seconds', digits=2)} | {cell(r, 'keys_per_s', digits=0)} | "
+                  f"{cell(r, 'requests', 'list', digits=0)} | {cell(r, 'client_cpu_s', digits=2)} | "
+                  f"{cell(r, 's3_cpu_ms_per_img', digits=2, scale=args.listing_keys / 1000)} |")
     print(f"\nImages: scan {n_scan:,}, training {n_train:,}; latency {args.latency_ms:g} ms per request; "
           f"{args.repeats} rounds.")
     common.report_end(errors)
@@ -437,6 +479,8 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=2,
                    help="untimed batches of epoch 1, at least the number of workers (default 2)")
     p.add_argument("--repeats", type=int, default=3, help="rounds; medians are over these (default 3)")
+    p.add_argument("--listing-keys", type=int, default=0,
+                   help="also list one folder of this many empty objects, one range and up to 8 at once (default 0: not)")
     p.add_argument("--split-cores", action="store_true",
                    help="the server and the proxy on the last CPU, the loader (local and S3 alike) on the others, "
                         "as with an object store on other machines (default: all share every CPU)")
@@ -470,7 +514,7 @@ def main(argv=None) -> int:
     import minio
     import s3server
     import urllib3
-    from yolo_data import remote
+    from yolo_data import remote, s3list
 
     t_start = time.perf_counter()
     scan_yaml = common.synthetic_set(args.scan_images, size=args.scan_size)
@@ -500,6 +544,11 @@ def main(argv=None) -> int:
                 k = upload(client, yaml.parent, name)
                 upload_s[name] = time.perf_counter() - t0
                 log(f"uploaded {yaml.parent.name} to s3://{BUCKET}/{name}/ ({k:,} objects) in {upload_s[name]:.1f} s")
+            if args.listing_keys:
+                t0 = time.perf_counter()
+                upload_keys(client, "listing", args.listing_keys)
+                log(f"uploaded {args.listing_keys:,} empty objects to s3://{BUCKET}/listing/ in "
+                    f"{time.perf_counter() - t0:.1f} s")
             http.clear()
             scan_local = local_copy(scan_yaml.parent, tmp / "local" / "scan")
             train_local = local_copy(train_yaml.parent, tmp / "local" / "train")
@@ -515,7 +564,8 @@ def main(argv=None) -> int:
             remote.configure(endpoint_url=proxy.endpoint_url)
             world = World(proxy, srv.pid, cache_root)
 
-            runs: Dict[str, Dict[str, List]] = {"scan": collections.defaultdict(list)}
+            runs: Dict[str, Dict[str, List]] = {"scan": collections.defaultdict(list),
+                                                "listing": collections.defaultdict(list)}
             for key in ("local_none", "s3_none", "local_disk", "s3_disk"):
                 runs[key] = []
             scan_sources = {"local": str(scan_local), "s3": f"s3://{BUCKET}/scan/images/train"}
@@ -544,6 +594,17 @@ def main(argv=None) -> int:
                             log(f"[{time.perf_counter() - t_start:5.0f} s] round {r + 1} {where:>5} {kind} scan: "
                                 f"{m['seconds']:.2f} s ({m['s_per_10k']:.1f} s/10k), "
                                 f"{m.get('total_per_img', 0):.3f} requests/img")
+                for streams in ((1, s3list.STREAMS) if r % 2 == 0 else (s3list.STREAMS, 1)):
+                    if not args.listing_keys:
+                        break
+                    m = attempt(f"listing with {streams} ranges", lambda: measure_listing(
+                        world, f"s3://{BUCKET}/listing", args.listing_keys, streams))
+                    if m is not None:
+                        m["keys_per_s"] = args.listing_keys / m["seconds"]
+                        runs["listing"][str(streams)].append(m)
+                        log(f"[{time.perf_counter() - t_start:5.0f} s] round {r + 1} listing, {streams} ranges: "
+                            f"{m['seconds']:.2f} s, {m['requests']['list']} list requests, client CPU "
+                            f"{m['client_cpu_s']:.2f} s")
                 for cache in ("none", "disk"):
                     for where in order:
                         if cache == "disk":
@@ -559,7 +620,7 @@ def main(argv=None) -> int:
                                 f"build {m['build']['seconds']:.1f} s, epoch 1 {m['epoch1']['ips']:.1f} img/s "
                                 f"({m['epoch1']['get_per_img']:.2f} GET/img), epoch 2 {m['epoch2']['ips']:.1f} "
                                 f"img/s ({m['epoch2']['get_per_img']:.2f} GET/img); yolo_data's counts {m['remote']}")
-            runs["scan"] = dict(runs["scan"])
+            runs["scan"], runs["listing"] = dict(runs["scan"]), dict(runs["listing"])
     finally:
         if proxy is not None:
             proxy.close()
@@ -574,7 +635,8 @@ def main(argv=None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     report(args, runs, args.scan_images, args.images, upload_s, errors)
-    medians = {"scan": {k: common.medians(v) for k, v in runs["scan"].items()}}
+    medians = {"scan": {k: common.medians(v) for k, v in runs["scan"].items()},
+               "listing": {k: common.medians(v) for k, v in runs["listing"].items()}}
     for key in ("local_none", "s3_none", "local_disk", "s3_disk"):
         medians[key] = {w: common.medians([m[w] for m in runs[key] if w in m]) for w in ("build", "epoch1", "epoch2")}
     common.write_result("s3", {"latency_ms": args.latency_ms, "scan_images": args.scan_images,

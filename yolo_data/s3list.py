@@ -1,0 +1,174 @@
+"""A folder's objects from S3's ListObjectsV2: its requests, its XML answers, and a folder of many pages
+listed in ranges of its keys at once.
+
+S3 answers a listing a page (at most 1,000 keys) at a time; the next page is asked for after the
+last key (a continuation token, or ``start-after`` any key).  So a folder's keys are cut into ranges
+(keyspace.py guesses where) and several ranges are listed at once.
+
+An answer is read here with ElementTree for the four fields the label cache's fingerprint uses (key,
+size, ETag, modification time): about 10 us a key, where the client library's objects of every field
+cost about 100 us, which made the client's CPU, not the server, the limit of a warm start.  The request
+goes through the MinIO client's signed-request method (``Minio._execute``, not public: MinIO's own
+listing calls it); where a client lacks it, the public ``list_objects`` lists the folder in one range.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import Dict, List, NamedTuple, Optional
+from urllib.parse import unquote_plus
+
+from . import keyspace, remote
+
+PAGE = 1000  # keys of a page (S3's most)
+STREAMS = 8  # ranges of one folder listed at once
+CUT_PAGES = 4  # a range is cut only after it listed this many pages: each range costs part of a page more
+PROGRESS_S = 10.0  # a long listing says how far it is this often
+RAW_PAGES = True  # False: every listing through the client's public list_objects (one range)
+
+
+class Entry(NamedTuple):
+    key: str
+    size: int
+    etag: str
+    modified: str
+
+
+class Page(NamedTuple):
+    entries: List[Entry]  # the objects (not the sub-folders of a one-level listing), in key order
+    truncated: bool
+    token: Optional[str]  # for the next page
+
+
+def parse_page(xml: bytes) -> Page:
+    """A ListObjectsV2 answer (keys URL-encoded or not, as its EncodingType says)."""
+    root = ET.fromstring(xml)
+    ns = root.tag[:root.tag.index("}") + 1] if root.tag.startswith("{") else ""
+    url = (root.findtext(ns + "EncodingType") or "").lower() == "url"
+    key, size, etag, modified = ns + "Key", ns + "Size", ns + "ETag", ns + "LastModified"
+    entries = []
+    for c in root.iterfind(ns + "Contents"):
+        name = c.findtext(key) or ""
+        entries.append(Entry(unquote_plus(name) if url else name, int(c.findtext(size) or 0),
+                             c.findtext(etag) or "", c.findtext(modified) or ""))
+    truncated = (root.findtext(ns + "IsTruncated") or "").lower() == "true"
+    return Page(entries, truncated, root.findtext(ns + "NextContinuationToken"))
+
+
+def request_page(bucket: str, prefix: str, recursive: bool, start_after: Optional[str],
+                 token: Optional[str]) -> Page:
+    """One ListObjectsV2 request (no retries: the caller's)."""
+    query = {"list-type": "2", "delimiter": "" if recursive else "/", "encoding-type": "url",
+             "max-keys": str(PAGE), "prefix": prefix}
+    if token:
+        query["continuation-token"] = token
+    elif start_after:
+        query["start-after"] = start_after
+    response = remote._client()._execute("GET", bucket, query_params=query)
+    return parse_page(response.data)
+
+
+def list_objects(url: str, bucket: str, prefix: str, recursive: bool) -> List[remote.ObjectInfo]:
+    """Every object under ``prefix`` (every level, or the first with ``recursive=False``), in key order."""
+    if RAW_PAGES and hasattr(remote._client(), "_execute"):
+        return _Listing(url, bucket, prefix, recursive).run()
+
+    def listing():
+        remote._count("list")
+        out = []
+        for o in remote._client().list_objects(bucket, prefix=prefix, recursive=recursive):
+            if not (o.is_dir or o.object_name.endswith("/")):
+                out.append(remote.ObjectInfo(f"{remote.SCHEME}{bucket}/{o.object_name}", int(o.size or 0),
+                                             remote._tag(o.etag, o.last_modified)))
+                if len(out) % PAGE == 0:
+                    remote._count("list")
+        return out
+
+    return remote._retrying(url, listing)
+
+
+class _Listing:
+    """One folder's listing, in ranges of its keys listed at once.  The first range is the whole
+    folder.  Whenever a range has listed a full page, and CUT_PAGES pages at least, and fewer than
+    STREAMS ranges are being listed, it keeps the keys up to a cut (keyspace.cut_after) and a new
+    range lists those after it.  The range that runs to the folder's end keeps 4, 8, 16, ... pages'
+    worth at each cut (how many keys are left is not known); a bounded range is cut halfway.  A range
+    stops at a key past its end, so the last page it fetched is partly the next range's: a folder of
+    fewer than CUT_PAGES pages is listed in one range.  Each range is retried on its own, from its last
+    key; an error that outlasts the retries ends the listing."""
+
+    def __init__(self, url: str, bucket: str, prefix: str, recursive: bool):
+        self.url, self.bucket, self.prefix, self.recursive = url, bucket, prefix, recursive
+        self.found: Dict[str, remote.ObjectInfo] = {}
+        self.lock = threading.Lock()
+        self.ranges: list = []  # the futures of every range started, in order
+        self.busy, self.reach = 1, float(CUT_PAGES)
+
+    def run(self) -> List[remote.ObjectInfo]:
+        t0, said = time.monotonic(), 0.0
+        with ThreadPoolExecutor(STREAMS, thread_name_prefix="yolo_data-list") as self.pool:
+            self.ranges.append(self.pool.submit(self._range, None, None))
+            i = 0
+            try:
+                while i < len(self.ranges):  # a range starts others only while it runs: they are appended first
+                    if wait([self.ranges[i]], timeout=PROGRESS_S).done:
+                        self.ranges[i].result()
+                        i += 1
+                    elif time.monotonic() - t0 > said + PROGRESS_S:
+                        said = time.monotonic() - t0
+                        remote.LOGGER.info(f"listing {self.url}: {len(self.found):,} objects so far ({said:.0f} s)")
+            except BaseException:
+                for f in self.ranges:
+                    f.cancel()
+                raise
+        return [self.found[k] for k in sorted(self.found)]
+
+    def _range(self, after: Optional[str], upto: Optional[str]) -> None:
+        """List the keys in (after, upto] (None: from the start, to the end)."""
+        cursor = [after, upto]
+
+        def pages():
+            token, pages_done = None, 0
+            while True:
+                remote._count("list")
+                page = request_page(self.bucket, self.prefix, self.recursive, cursor[0], token)
+                keys = []
+                for e in page.entries:
+                    if cursor[1] is not None and e.key > cursor[1]:
+                        return  # the next range's
+                    if not e.key.endswith("/"):
+                        info = remote.ObjectInfo(f"{remote.SCHEME}{self.bucket}/{e.key}", e.size,
+                                                 remote._tag(e.etag, e.modified))
+                        with self.lock:
+                            self.found[e.key] = info
+                    cursor[0] = e.key
+                    keys.append(e.key)
+                if not page.truncated or not page.token:
+                    return
+                token, pages_done = page.token, pages_done + 1
+                if pages_done >= CUT_PAGES and len(keys) > 1:
+                    self._share(cursor, keys)
+
+        try:
+            remote._retrying(self.url, pages)
+        finally:
+            with self.lock:
+                self.busy -= 1
+
+    def _share(self, cursor: list, page: List[str]) -> None:
+        """After a full ``page`` of keys: hand the keys after a cut to a new range when fewer than
+        STREAMS ranges are being listed."""
+        with self.lock:
+            if self.busy >= STREAMS:
+                return
+            upto = cursor[1]
+            m = keyspace.cut_after(page, self.reach if upto is None else float("inf"), upto)
+            if m is None:
+                return
+            self.ranges.append(self.pool.submit(self._range, m, upto))
+            cursor[1] = m  # only once the keys after it have their range
+            self.busy += 1
+            if upto is None:
+                self.reach *= 2
