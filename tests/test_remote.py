@@ -245,12 +245,8 @@ def _node_worker(rank, world, port, endpoint, creds, local_yaml, out_dir, cache_
 
 
 def test_two_nodes_scan_once_per_job_and_train_on_the_batches_of_a_local_copy(s3, store, tmp_path):
-    import json
-    from test_distributed import run
-    srv, _, local = store
-    run(_node_worker, 2, srv.endpoint_url, (srv.access_key, srv.secret_key), str(local / "sample.yaml"),
-        str(tmp_path), str(tmp_path / "caches"), timeout=120)
-    r0, r1 = (json.loads((tmp_path / f"{k}.json").read_text()) for k in range(2))
+    local = store[2]
+    r0, r1 = two_nodes(_node_worker, store, tmp_path, str(local / "sample.yaml"))
     assert r0["built"] and not r1["built"]
     assert r0["cache"].startswith(str(tmp_path / "caches" / "node0")) and Path(r0["cache"]).is_file()
     assert r1["cache"].startswith(str(tmp_path / "caches" / "node1")) and Path(r1["cache"]).is_file()
@@ -262,9 +258,7 @@ def test_two_nodes_scan_once_per_job_and_train_on_the_batches_of_a_local_copy(s3
     assert sorted(r0["paths"] + r1["paths"]) == sorted(f"s3://data/sample/images/train/{p.name}" for p in
                                                       (local / "sample" / "images" / "train").iterdir())
     # the next job: rank 0 finds its cache fresh (listings only), rank 1 keeps its own copy, unchanged
-    run(_node_worker, 2, srv.endpoint_url, (srv.access_key, srv.secret_key), str(local / "sample.yaml"),
-        str(tmp_path), str(tmp_path / "caches"), timeout=120)
-    again0, again1 = (json.loads((tmp_path / f"{k}.json").read_text()) for k in range(2))
+    again0, again1 = two_nodes(_node_worker, store, tmp_path, str(local / "sample.yaml"))
     assert not again0["built"] and again0["used"]["get"] == 1 and again1["used"].get("list", 0) == 0
     assert again1["mtime"] == r1["mtime"] and again0["equal"] and again1["equal"]
 
@@ -284,13 +278,19 @@ def _failing_node_worker(rank, world, port, endpoint, creds, out_dir, cache_root
         dist.destroy_process_group()
 
 
-def test_when_rank_0s_scan_fails_the_other_nodes_stop_with_its_error(s3, store, tmp_path):
+def two_nodes(worker, store, tmp_path, *args) -> list:
+    """What each of two simulated nodes running ``worker(rank, world, port, endpoint, creds, *args,
+    out_dir, cache_root)`` wrote to <out_dir>/<rank>.json."""
     import json
     from test_distributed import run
     srv = store[0]
-    run(_failing_node_worker, 2, srv.endpoint_url, (srv.access_key, srv.secret_key), str(tmp_path),
+    run(worker, 2, srv.endpoint_url, (srv.access_key, srv.secret_key), *args, str(tmp_path),
         str(tmp_path / "caches"), timeout=120)
-    r0, r1 = (json.loads((tmp_path / f"{k}.json").read_text())["error"] for k in range(2))
+    return [json.loads((tmp_path / f"{k}.json").read_text()) for k in range(2)]
+
+
+def test_when_rank_0s_scan_fails_the_other_nodes_stop_with_its_error(s3, store, tmp_path):
+    r0, r1 = (r["error"] for r in two_nodes(_failing_node_worker, store, tmp_path))
     assert r0.startswith("FileNotFoundError") and "s3://data/nothing-here/images does not exist" in r0
     assert r1.startswith("ZeroFirstError: rank 0 failed, so rank 1 stops too: FileNotFoundError")
 
@@ -538,12 +538,7 @@ def _unwritable_node_worker(rank, world, port, endpoint, creds, out_dir, cache_r
 
 
 def test_when_rank_0_cannot_write_its_cache_the_other_nodes_scan_themselves(s3, store, tmp_path):
-    import json
-    from test_distributed import run
-    srv = store[0]
-    run(_unwritable_node_worker, 2, srv.endpoint_url, (srv.access_key, srv.secret_key), str(tmp_path),
-        str(tmp_path / "caches"), timeout=120)
-    r0, r1 = (json.loads((tmp_path / f"{k}.json").read_text()) for k in range(2))
+    r0, r1 = two_nodes(_unwritable_node_worker, store, tmp_path)
     assert r0 == {"built": True, "n": 8, "written": False, "lists": 2}
     assert r1 == {"built": True, "n": 8, "written": True, "lists": 2}
 
