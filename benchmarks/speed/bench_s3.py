@@ -397,12 +397,18 @@ def ratio(a: List[Dict], b: List[Dict], *keys) -> str:
     return f"{x / y:.2f}×" if x and y else "n/a"
 
 
-def cores(args) -> str:
+def placement(split: bool):
+    """(the loader's CPUs, the server's and the proxy's): the last CPU apart with ``split``, else all."""
     cpus = sorted(os.sched_getaffinity(0))
+    return (cpus[:-1], cpus[-1:]) if split else (cpus, cpus)
+
+
+def cores(args) -> str:
+    loader, server = placement(args.split_cores)
     if not args.split_cores:
-        return f"server, proxy and loader share this machine's {len(cpus)} CPUs"
-    return (f"the server and the proxy on CPU {cpus[-1]}, the loader (local disk and S3 alike, its workers too) "
-            f"on CPU {', '.join(map(str, cpus[:-1]))}, as with an object store on other machines")
+        return f"server, proxy and loader share this machine's {len(loader)} CPUs"
+    return (f"the server and the proxy on CPU {server[0]}, the loader (local disk and S3 alike, its workers too) "
+            f"on CPU {', '.join(map(str, loader))}, as with an object store on other machines")
 
 
 def report(args, runs, n_scan: int, n_train: int, upload_s: Dict[str, float], errors: List[str]) -> None:
@@ -528,7 +534,7 @@ def main(argv=None) -> int:
     proxy = None
     errors: List[str] = []
     cpus = sorted(os.sched_getaffinity(0))
-    loader_cpus, server_cpus = (cpus[:-1], cpus[-1:]) if args.split_cores else (cpus, cpus)
+    loader_cpus, server_cpus = placement(args.split_cores)
     try:
         t0 = time.perf_counter()
         os.sched_setaffinity(0, server_cpus)  # this thread's CPUs: weed and the proxy inherit them
