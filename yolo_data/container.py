@@ -44,7 +44,7 @@ from typing import Callable, Dict, Iterator, Optional, Tuple, Union
 
 import numpy as np
 
-from . import room
+from . import room, trust
 
 MAGIC = b"YOLODATA"
 FORMAT = 3  # 2: label caches only, whole-file CRC; 3: this container
@@ -130,20 +130,11 @@ def describe_foreign(head: bytes) -> str:
 def check_trust(path: Path, st: os.stat_result) -> None:
     """Raise CacheError unless the file may be trusted: a regular file that not every user can write,
     owned by you, by root, or by the owner of its folder when that folder is not writable by every
-    user (a read-only dataset whose caches its owner built).  In /dev/shm or /tmp only your own."""
-    if not stat.S_ISREG(st.st_mode):
-        raise CacheError("not a regular file")
-    if st.st_mode & stat.S_IWOTH:
-        raise CacheError("writable by every user, so not trusted")
-    if st.st_uid == os.geteuid():
-        return
-    try:
-        folder = os.stat(Path(path).parent)
-    except OSError as e:
-        raise CacheError(f"cannot check its folder ({e.strerror})") from None
-    if st.st_uid in (0, folder.st_uid) and not folder.st_mode & stat.S_IWOTH:
-        return
-    raise CacheError(f"owned by another user (uid {st.st_uid}), so not trusted")
+    user (a read-only dataset whose caches its owner built).  In /dev/shm or /tmp only your own
+    (the rule is trust.file_problem's)."""
+    why = trust.file_problem(path, st)
+    if why is not None:
+        raise CacheError(why)
 
 
 def open_regular(path: Path) -> int:
