@@ -1,9 +1,11 @@
 """Duplicate images (yolo_data.dedupe): fingerprints read each file once and name the broken ones; every
 injected copy (bytes, JPEG quality, PNG, 50% and 75% resizes, within and across splits) is grouped with
 its original and nothing else is; BCCD's one known near-identical pair across train and val is found;
-the multi-index search agrees with a brute-force reference; labels_agree."""
+the multi-index search agrees with a brute-force reference; flat (one-colour) pictures are grouped only
+with byte copies; labels_agree."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import shutil
@@ -257,7 +259,7 @@ def test_a_thousand_equal_hashes_make_one_group_and_a_huge_bucket_warns(caplog):
     digest[:, 0] = np.arange(n) % 256
     digest[:, 1] = np.arange(n) // 256
     prints = ImagePrints(digest, zeros.copy(), zeros.copy(), np.ones(n, bool))
-    paths = [f"black_{i}.png" for i in range(n)]
+    paths = [f"frame_{i}.png" for i in range(n)]  # copies of one picture, each encoded differently
     groups = find_duplicates({"train": (paths, prints)})
     assert len(groups) == 1 and len(groups[0].members) == n and groups[0].kind == "similar"
     # distinct hashes one bit apart, all in one bucket of every table: neighbours only, and a warning
@@ -293,3 +295,53 @@ def test_labels_agree():
     # two boxes of one class: one-to-one, so one box of b cannot match both boxes of a
     two = np.array([[0, 0.5, 0.5, 0.2, 0.2], [0, 0.5, 0.5, 0.2, 0.2]])
     assert not labels_agree(two, np.array([[0, 0.5, 0.5, 0.2, 0.2], [0, 0.1, 0.1, 0.05, 0.05]]))
+
+
+# -- flat pictures ----------------------------------------------------------------------------------
+def flat_frames(folder: Path) -> dict:
+    """Black, white and gray frames (some with sensor noise, as video frames have), one black frame
+    with a time stamp drawn on it, and a byte copy of the black frame: {name: path}."""
+    rng = np.random.default_rng(5)
+    folder.mkdir(parents=True, exist_ok=True)
+    frames = {"black.jpg": np.zeros((480, 640, 3), np.uint8), "white.jpg": np.full((480, 640, 3), 255, np.uint8),
+              "gray.png": np.full((240, 320, 3), 128, np.uint8),
+              "dark_noisy.jpg": np.clip(rng.normal(12, 3, (480, 640, 3)), 0, 255).astype(np.uint8),
+              "bright_noisy.jpg": np.clip(rng.normal(250, 3, (480, 640, 3)), 0, 255).astype(np.uint8),
+              "black_small.png": np.zeros((120, 160, 3), np.uint8)}
+    stamp = np.zeros((480, 640, 3), np.uint8)
+    cv2.putText(stamp, "2024-01-01 12:00:00", (10, 470), cv2.FONT_HERSHEY_SIMPLEX, 0.6, (255, 255, 255), 1)
+    frames["stamped.jpg"] = stamp
+    out = {}
+    for name, img in frames.items():
+        out[name] = folder / name
+        cv2.imwrite(str(out[name]), img)
+    out["black_copy.jpg"] = folder / "black_copy.jpg"
+    shutil.copyfile(out["black.jpg"], out["black_copy.jpg"])
+    return out
+
+
+def test_flat_pictures_are_grouped_only_with_byte_copies(tmp_path):
+    frames = flat_frames(tmp_path / "frames")
+    paths = [str(p) for p in frames.values()]
+    prints = fingerprint_images(paths, workers=2)
+    flat = {Path(p).name for p, f in zip(paths, prints.flat) if f}
+    assert flat == set(frames) - {"stamped.jpg"}  # a time stamp is a picture: compared as any other
+    # the black frame in every size and format is one hash, the white and gray ones a bit away
+    groups = find_duplicates({"train": (paths[:4], _rows(prints, range(4))),
+                              "val": (paths[4:], _rows(prints, range(4, len(paths))))})
+    assert summary(groups) == {frozenset({"train/black.jpg", "val/black_copy.jpg"}): ("identical", True)}
+    # without the flat marks (as before they existed) every one-colour frame was one near-identical group
+    unmarked = dataclasses.replace(prints, flat=None)
+    assert any(len(g.members) > 2 for g in find_duplicates({"train": (paths, unmarked)}))
+
+
+def _rows(prints: ImagePrints, rows) -> ImagePrints:
+    idx = np.asarray(list(rows), np.int64)
+    return ImagePrints(prints.digest[idx], prints.phash[idx], prints.dhash[idx], prints.ok[idx], {}, prints.flat[idx])
+
+
+def test_photos_are_never_flat():
+    paths = image_files(SAMPLE / "train") + image_files(SAMPLE / "val")
+    assert not fingerprint_images(paths, workers=2).flat.any()
+    gray = np.tile(np.linspace(0, 30, 64, dtype=np.float32), (48, 1)).astype(np.uint8)  # a dark ramp has a layout
+    assert not dedupe.is_flat(gray) and dedupe.is_flat(np.full((48, 64), 200, np.uint8))

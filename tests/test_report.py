@@ -1,5 +1,7 @@
 """The dataset report: figures equal to what the label cache holds, every problem named, injected
-duplicates and leakage found, ``--fail-on`` exit codes, and the page checked in a real browser."""
+duplicates and leakage found (flat frames only as byte copies), ``--fail-on`` exit codes (an unreadable
+split fails every check), the output names kept, the dataset left byte for byte as it was, and the page
+checked in a real browser."""
 import json
 from collections import Counter
 import shutil
@@ -12,7 +14,7 @@ import pytest
 
 from conftest import tree_digest
 from yolo_data.cli import main as cli_main
-from yolo_data.report import FINDINGS, ReportOptions, make_report, write_report
+from yolo_data.report import FINDINGS, ReportOptions, make_report, write, write_report
 from yolo_data.split import load_split
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -251,3 +253,81 @@ def test_a_split_that_cannot_be_read_is_named_and_fails_empty_split(tmp_path, ca
     assert f["findings"]["empty-split"] == 1 and f["splits"]["train"]["images"] == 16
     assert "nothere does not exist" in f["splits"]["val"]["error"]
     assert "cannot read" in out.with_suffix(".html").read_text()
+
+
+def test_out_keeps_a_suffix_that_is_not_html_or_json(tmp_path, capsys):
+    yaml = sample_copy(tmp_path)
+    quick = ["--no-pictures", "--no-duplicates"]
+    for out in ("run.v1", "run.v2", "named.html", "folder/"):
+        (tmp_path / "folder").mkdir(exist_ok=True)
+        assert cli_main(["report", str(yaml), "--out", str(tmp_path / out), *quick]) == 0
+    written = sorted(p.name for p in tmp_path.iterdir() if p.suffix in (".html", ".json"))
+    assert written == ["named.html", "named.json", "run.v1.html", "run.v1.json", "run.v2.html", "run.v2.json"]
+    assert sorted(p.name for p in (tmp_path / "folder").iterdir()) == ["dataset_report.html", "dataset_report.json"]
+    assert f"wrote {tmp_path / 'run.v2.html'} and {tmp_path / 'run.v2.json'}" in capsys.readouterr().out
+
+
+def test_the_dataset_is_never_written_to_and_the_caches_are_named(tmp_path, capsys, user_cache_dir):
+    yaml = sample_copy(tmp_path)
+    before = tree_digest(tmp_path / "ds")
+    out = tmp_path / "r"
+    assert cli_main(["report", str(yaml), "--out", str(out), "--workers", "1"]) == 0  # pictures too: a loader runs
+    text = capsys.readouterr().out
+    assert tree_digest(tmp_path / "ds") == before
+    made = sorted(user_cache_dir.glob("*.yolo_data.cache"))
+    assert [p.name.split("-")[0] for p in made] == ["train", "val"]
+    # counted in words: the sample's train split has one background, val none
+    assert f"train: 16 images, 44 objects, 1 background, 0 left out, 0 warnings; label cache built in {made[0]}" in text
+    assert f"val: 8 images, 23 objects, 0 backgrounds, 0 left out, 0 warnings; label cache built in {made[1]}" in text
+    assert json.loads(out.with_suffix(".json").read_text())["splits"]["train"]["cache_file"] == str(made[0])
+    # the next report reads them; a loader finds them where it looks when there is none beside the labels
+    assert cli_main(["report", str(yaml), "--out", str(out), "--no-pictures"]) == 0
+    assert f"label cache read from {made[0]}" in capsys.readouterr().out
+    loaded = load_split(tmp_path / "ds" / "images" / "val", names=["circle", "rectangle", "triangle"])
+    assert loaded.cache_file == made[1] and not loaded.built
+    # --cache-dir: there instead
+    mine = tmp_path / "caches"
+    assert cli_main(["report", str(yaml), "--out", str(out), "--no-pictures", "--cache-dir", str(mine)]) == 0
+    assert f"label cache built in {mine / made[0].name}" in capsys.readouterr().out
+    assert tree_digest(tmp_path / "ds") == before  # the loader above found the report's cache: nothing written
+
+
+def test_flat_frames_are_not_leakage_but_byte_copies_are(tmp_path):
+    """Black, white and gray frames (video fades, overexposure) have hashes that describe nothing:
+    they are listed as flat, and grouped only with byte-identical copies."""
+    yaml = sample_copy(tmp_path)
+    im, lb = tmp_path / "ds" / "images", tmp_path / "ds" / "labels"
+    frames = {("train", "black.jpg"): 0, ("train", "white.jpg"): 255, ("val", "gray.png"): 128,
+              ("val", "black_small.png"): 0, ("val", "white_q50.jpg"): 255}
+    for (split, name), level in frames.items():
+        cv2.imwrite(str(im / split / name), np.full((240, 320, 3), level, np.uint8),
+                    [cv2.IMWRITE_JPEG_QUALITY, 50 if "q50" in name else 95])
+    shutil.copyfile(im / "train" / "black.jpg", im / "val" / "black_copy.jpg")
+    (lb / "val" / "black_copy.txt").write_text("0 0.5 0.5 0.2 0.2\n")
+    rep = make_report(yaml, FAST)
+    f = rep.figures
+    groups = f["duplicates"]["groups"]
+    assert [sorted(Path(m["file"]).name for m in g["members"]) for g in groups] == [["black.jpg", "black_copy.jpg"]]
+    assert groups[0]["kind"] == "identical" and groups[0]["across"] and not groups[0]["labels_agree"]
+    assert f["findings"]["leakage"] == 1 and f["findings"]["duplicates"] == 0
+    flat = {(m["split"], Path(m["file"]).name) for m in f["duplicates"]["flat"]}
+    assert flat == set(frames) | {("val", "black_copy.jpg")}
+    page = write(rep, tmp_path / "r").html_file.read_text()
+    assert "6 flat pictures (one colour" in page and "black_small.png (0 objects)" in page
+    assert "black_copy.jpg</code> (1 object)" in page and "train_000.jpg" not in page.split("flat pictures")[1]
+
+
+def test_an_unreadable_split_fails_every_fail_on_check(tmp_path, capsys):
+    yaml = sample_copy(tmp_path)
+    yaml.write_text(yaml.read_text().replace("val: images/val", "val: images/nothere"))
+    out = tmp_path / "r"
+    for fail_on in ("corrupt,leakage", "tiny-boxes"):
+        assert cli_main(["report", str(yaml), "--out", str(out), "--no-pictures", "--fail-on", fail_on]) == 1
+        err = capsys.readouterr().err
+        why = "(split val cannot be read, so nothing in it was checked: "
+        assert f"failed on: {fail_on.replace(',', ', ')} {why}" in err
+        assert "nothere does not exist" in err
+    assert cli_main(["report", str(yaml), "--out", str(out), "--no-pictures"]) == 0  # no check asked for
+    rep = make_report(yaml, FAST)
+    assert rep.failed(["leakage"]) == ["leakage"] and rep.failed([]) == []
+    assert list(rep.unreadable) == ["val"]

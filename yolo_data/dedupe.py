@@ -8,7 +8,8 @@ Two steps, each a function of plain arrays:
   are made: a DCT hash (the signs of the 8x8 lowest frequencies of a 32x32 thumbnail against their
   median) and a gradient hash (is each pixel of a 9x8 thumbnail darker than its right neighbour, by a
   margin).  Both survive re-encoding and resizing, and they fail on different pictures, so a near
-  match must hold for both.
+  match must hold for both.  A flat picture (one colour: a black, white or gray frame) is marked: its
+  hashes describe nothing (a black and a white frame differ in one bit), so only its bytes are matched.
 * ``find_duplicates``: groups of files that are one picture.  Byte-identical files are grouped by
   digest; near matches (both hashes within their Hamming bounds) are found by multi-index hashing,
   never by comparing all pairs (1,000,000 images: see benchmarks/speed/bench_duplicates.py).
@@ -45,6 +46,11 @@ BUCKET_CAP = 64  # neighbours compared per item in an overfull bucket; see _buck
 _THUMB = 32  # side of the thumbnail the DCT hash is taken of
 _MIN_SIDE = 64  # smallest side a reduced decode keeps: twice the DCT thumbnail, so that it is shrunk, never enlarged
 _FLAT = 2.0  # gray levels a step must exceed to count as an edge in the gradient hash
+# a picture whose DCT thumbnail spreads less than this (standard deviation, gray levels of 255) is flat: its
+# gradient hash is all zeros and its DCT bits follow compression noise.  Measured: 1,126 photos of coco128,
+# BCCD, tiger-pose and pen-obb spread 10.7 or more; black, gray and white frames with sensor noise 0.3 or less;
+# a black frame with a time stamp drawn on it 4.7 (it has a picture, and is compared)
+FLAT_STD = 2.0
 _CHUNK = 64  # files per thread-pool task: amortises the future's cost over many files
 
 
@@ -54,13 +60,16 @@ class ImagePrints:
 
     digest: (n, 16) uint8, the first 16 bytes of the SHA-256 of the file's bytes.  phash: (n,) uint64 DCT hash.  dhash: (n,) uint64
     gradient hash.  ok: (n,) bool, False where the file could not be read or decoded (its digest and
-    hashes are then zeros and mean nothing); ``errors``: index -> message naming the file."""
+    hashes are then zeros and mean nothing); ``errors``: index -> message naming the file.  flat: (n,)
+    bool, True where the picture is flat (``is_flat``: its hashes carry no information, so only its bytes
+    are compared), or None when no picture is."""
 
     digest: np.ndarray
     phash: np.ndarray
     dhash: np.ndarray
     ok: np.ndarray
     errors: Dict[int, str] = field(default_factory=dict)
+    flat: Optional[np.ndarray] = None
 
     def __len__(self) -> int:
         return len(self.ok)
@@ -100,6 +109,18 @@ def _bits_to_uint64(bits: np.ndarray) -> np.uint64:
     return np.packbits(bits.reshape(64)).view(">u8")[0].astype(np.uint64)
 
 
+def _thumbnail(gray: np.ndarray) -> np.ndarray:
+    return cv2.resize(gray.astype(np.float32), (_THUMB, _THUMB), interpolation=cv2.INTER_AREA)
+
+
+def is_flat(gray: np.ndarray) -> bool:
+    """Whether (h, w) uint8 grayscale picture ``gray`` is flat: the 32x32 thumbnail the DCT hash is
+    taken of has a standard deviation below FLAT_STD gray levels (a black, white or gray frame, with or
+    without sensor noise).  Its hashes are then the same for every flat picture of a shade, or noise, so
+    they cannot tell a copy from another frame."""
+    return bool(_thumbnail(gray).std() < FLAT_STD)
+
+
 def dct_hash(gray: np.ndarray) -> np.uint64:
     """64-bit DCT hash of a (h, w) uint8 grayscale picture.
 
@@ -107,7 +128,7 @@ def dct_hash(gray: np.ndarray) -> np.uint64:
     re-encoding and resizing change.  Each AC coefficient gives a bit: above the median of the 63 AC
     coefficients (a median, so a change of contrast keeps the bits).  The DC term is nearly always above
     that median, so its bit says something else: is the picture brighter than mid-gray."""
-    thumb = cv2.resize(gray.astype(np.float32), (_THUMB, _THUMB), interpolation=cv2.INTER_AREA)
+    thumb = _thumbnail(gray)
     low = cv2.dct(thumb)[:8, :8].reshape(64)
     bits = low > np.median(low[1:])
     bits[0] = thumb.mean() > 127.5
@@ -177,7 +198,7 @@ def decode_small_gray(data: bytes) -> Optional[np.ndarray]:
 
 
 def _print_one(path: str):
-    """(digest bytes, phash, dhash) of one file, or the message naming why it has none."""
+    """(digest bytes, phash, dhash, flat) of one file, or the message naming why it has none."""
     try:
         data, _ = read_whole(path)
     except ImageReadError as e:
@@ -188,7 +209,7 @@ def _print_one(path: str):
     # SHA-256 rather than BLAKE2b: CPUs with SHA extensions hash it 2.5x faster (0.18 against 0.43 ms for
     # a 162 KB photo here); 16 of its bytes keep chance collisions out of reach (about 2^-65 at 2^32 files)
     digest = hashlib.sha256(data).digest()[:DIGEST_BYTES]
-    return digest, dct_hash(gray), gradient_hash(gray)
+    return digest, dct_hash(gray), gradient_hash(gray), is_flat(gray)
 
 
 def _print_chunk(paths: Sequence[str]) -> list:
@@ -205,6 +226,7 @@ def fingerprint_images(paths: Sequence[str], workers: Optional[int] = None,
     phash = np.zeros(n, np.uint64)
     dhash = np.zeros(n, np.uint64)
     ok = np.zeros(n, bool)
+    flat = np.zeros(n, bool)
     errors: Dict[int, str] = {}
     workers = max(1, workers or default_workers())
     starts = range(0, n, _CHUNK)
@@ -218,11 +240,11 @@ def fingerprint_images(paths: Sequence[str], workers: Optional[int] = None,
                     errors[i] = res
                 else:
                     digest[i] = np.frombuffer(res[0], np.uint8)
-                    phash[i], dhash[i], ok[i] = res[1], res[2], True
+                    phash[i], dhash[i], flat[i], ok[i] = res[1], res[2], res[3], True
             done += min(_CHUNK, n - s)
             if progress is not None:
                 progress(done, n)
-    return ImagePrints(digest, phash, dhash, ok, dict(sorted(errors.items())))
+    return ImagePrints(digest, phash, dhash, ok, dict(sorted(errors.items())), flat)
 
 
 # -- near matches -----------------------------------------------------------------------------------
@@ -347,9 +369,9 @@ def find_duplicates(splits: Dict[str, Tuple[Sequence[str], ImagePrints]], max_di
     """Groups of two or more files that are one picture, over all ``splits`` ({name: (paths,
     fingerprint_images(paths))}).  Files not ``ok`` take no part.
 
-    Two files are linked when their bytes are equal, or when their DCT hashes differ in at most
-    ``max_distance`` bits and their gradient hashes in at most ``max_dhash_distance``; groups are the
-    connected sets of links.  The defaults were measured on coco128 (256 photos), BCCD (364) and the
+    Two files are linked when their bytes are equal, or when neither is flat and their DCT hashes
+    differ in at most ``max_distance`` bits and their gradient hashes in at most
+    ``max_dhash_distance``; groups are the connected sets of links.  The defaults were measured on coco128 (256 photos), BCCD (364) and the
     bundled sample (24), each saved again at JPEG quality 60, as PNG, and resized to 50% and 75%: the
     copies moved the DCT hash by at most 6 bits (4 but for one 75% resize) and the gradient hash by at
     most 5.  Different pictures: the closest two coco128 photos are 14 DCT bits apart (and then 18
@@ -363,21 +385,27 @@ def find_duplicates(splits: Dict[str, Tuple[Sequence[str], ImagePrints]], max_di
             raise ValueError(f"split {names[k]!r}: {len(split_paths)} paths but {len(prints)} fingerprints")
         ok = np.flatnonzero(prints.ok)
         where.append(np.stack([np.full(len(ok), k), ok], 1))
-        parts.append((prints.digest[ok], prints.phash[ok], prints.dhash[ok]))
+        flat = prints.flat[ok] if prints.flat is not None else np.zeros(len(ok), bool)
+        parts.append((prints.digest[ok], prints.phash[ok], prints.dhash[ok], flat))
     if not parts or sum(len(w) for w in where) == 0:
         return []
     where = np.concatenate(where)
     digest = np.ascontiguousarray(np.concatenate([p[0] for p in parts]))
     phash = np.concatenate([p[1] for p in parts])
     dhash = np.concatenate([p[2] for p in parts])
+    pictured = np.flatnonzero(~np.concatenate([p[3] for p in parts]))  # flat pictures: their bytes only
 
     same_bytes, _ = _equal_runs(digest.view(np.uint64))  # 16 bytes as two uint64: a 2-key sort
-    # equal hash pairs always match: linked here, and near matches are sought among distinct values
-    # only, so that a thousand black frames make one group and no bucket of a thousand
-    same_hashes, first = _equal_runs(np.stack([phash, dhash], 1))
-    near = first[near_pairs(phash[first], dhash[first], max_distance, max_dhash_distance)]
+    links = [same_bytes]
+    if len(pictured):
+        # equal hash pairs always match: linked here, and near matches are sought among distinct values
+        # only, so that a thousand re-encoded copies of one frame make one group and no bucket of a thousand
+        same_hashes, first = _equal_runs(np.stack([phash[pictured], dhash[pictured]], 1))
+        first = pictured[first]
+        near = near_pairs(phash[first], dhash[first], max_distance, max_dhash_distance)
+        links += [pictured[same_hashes], first[near]]
     out = []
-    for members in _components(np.concatenate([same_bytes, same_hashes, near])):
+    for members in _components(np.concatenate(links)):
         identical = bool(np.all(digest[members] == digest[members[0]]))
         ms = sorted((names[k], i, splits[names[k]][0][i]) for k, i in where[members].tolist())
         out.append(DuplicateGroup("identical" if identical else "similar", ms))

@@ -5,15 +5,19 @@
     (training batches, the rarest classes) -> findings -> report.json + report.html (reporthtml)
 
 The JSON file holds every figure the HTML page shows (the page is made from it, plus the pictures).
-Statistics come from each split's label cache (built or reused as a loader would, in the cache
-folder a loader would use); only the duplicate search and the pictures read images.
+Statistics come from each split's label cache; only the duplicate search and the pictures read images.
+Nothing is written into the dataset: the report keeps its label caches in ``cache_dir``, else in the
+per-user cache folder (where a loader looks too when there is none beside the labels, so a training
+run after the report reuses them), and says which file each split used.
 
 ``findings`` names what a dataset check may fail on (``--fail-on``):
 
     corrupt         images left out (unreadable image, broken label file, ...)
     warnings        problems that did not leave an image out (duplicate rows, fixed coordinates, ...)
-    empty-split     a split without one usable image
-    leakage         the same picture in two splits (identical files or re-encoded/resized copies)
+    empty-split     a split without one usable image (a split that cannot be read at all fails
+                    every category: nothing in it was checked)
+    leakage         the same picture in two splits (identical files or re-encoded/resized copies; a
+                    flat picture, one colour, only when its bytes are identical)
     duplicates      the same picture twice within a split
     label-conflict  duplicates whose labels disagree
     missing-class   a class with objects in one split and none in another (or in no split at all)
@@ -35,7 +39,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import balance, datastats, dedupe
+from . import balance, datastats, dedupe, formats, remote
+from .cache import user_cache_dir
 from .datayaml import is_dataset_yaml, load_dataset_yaml
 from .settings import Settings, TargetSettings
 from .split import SplitLabels, load_split
@@ -46,8 +51,8 @@ LOGGER = logging.getLogger("yolo_data")
 REPORT_VERSION = 1
 FINDINGS = ("corrupt", "warnings", "empty-split", "leakage", "duplicates", "label-conflict", "missing-class",
             "tiny-boxes")
-DEFAULT_BALANCE = 0.1
-IDENTICAL_IOU, SIMILAR_IOU = 0.9, 0.5  # boxes of duplicates agree at this IoU (see _duplicates)  # the threshold class_balance=True uses; the sampled frequencies are shown at it
+DEFAULT_BALANCE = 0.1  # the threshold class_balance=True uses; the sampled frequencies are shown at it
+IDENTICAL_IOU, SIMILAR_IOU = 0.9, 0.5  # boxes of duplicates agree at this IoU (see _duplicates)
 
 
 @dataclass
@@ -57,8 +62,8 @@ class ReportOptions:
     every image once).  ``pictures``: draw training batches and the rarest classes' objects.
     ``class_balance``: the repeat-factor threshold the sampled class frequencies are shown at.
     ``workers``: threads reading images and processes scanning labels (None: all cores).
-    ``cache_dir``: where label caches go (None: where a loader puts them).  ``progress``: bars on a
-    terminal."""
+    ``cache_dir``: where label caches are read and written (None: the per-user cache folder, never the
+    dataset; a split in a bucket: where a loader keeps its cache).  ``progress``: bars on a terminal."""
     img_size: int = 640
     task: Optional[str] = None
     duplicates: bool = True
@@ -83,8 +88,16 @@ class Report:
     def findings(self) -> Dict[str, int]:
         return self.figures["findings"]
 
+    @property
+    def unreadable(self) -> Dict[str, str]:
+        """{split name: why it could not be read at all}."""
+        return {k: v["error"] for k, v in self.figures["splits"].items() if "error" in v}
+
     def failed(self, fail_on: Sequence[str]) -> List[str]:
-        """The categories of ``fail_on`` this report found something in."""
+        """The categories of ``fail_on`` this report found something in; all of them when a split could
+        not be read (nothing in it was checked, so no check passed)."""
+        if self.unreadable:
+            return list(fail_on)
         return [c for c in fail_on if self.findings.get(c, 0)]
 
 
@@ -94,6 +107,17 @@ class _Split:
     entry: object  # what the split names (folder, list, json, ...)
     labels: Optional[SplitLabels]
     error: Optional[str] = None
+
+
+def split_cache_dir(entry, options: ReportOptions):
+    """The cache folder the report gives load_split for split ``entry``: ``options.cache_dir``, else the
+    per-user cache folder, which a loader searches after the folder beside the labels; None (the
+    loader's own place, already in the per-user folder) for a split in a bucket."""
+    if options.cache_dir is not None:
+        return options.cache_dir
+    if remote.is_remote(formats.entries(entry)[0]):
+        return None
+    return user_cache_dir()
 
 
 def read_splits(data, options: ReportOptions) -> Tuple[List[_Split], List[str], object, Optional[object]]:
@@ -110,7 +134,8 @@ def read_splits(data, options: ReportOptions) -> Tuple[List[_Split], List[str], 
     out = []
     for name, entry in entries:
         try:
-            labels = load_split(entry, cache_dir=options.cache_dir, workers=options.workers, names=names or None,
+            labels = load_split(entry, cache_dir=split_cache_dir(entry, options), workers=options.workers,
+                                names=names or None,
                                 progress=progress_bar(f"scanning {name}", tty), task=task.name,
                                 kpt_shape=task.kpt_shape)
             out.append(_Split(name, entry, labels))
@@ -121,13 +146,15 @@ def read_splits(data, options: ReportOptions) -> Tuple[List[_Split], List[str], 
 
 
 def _split_summary(s: _Split, nc: int, img_size: int) -> dict:
+    source = str(s.entry) if not isinstance(s.entry, (list, tuple)) else [str(e) for e in s.entry]
     if s.labels is None:
-        return {"source": str(s.entry), "error": s.error, "images": 0}
+        return {"source": source, "error": s.error, "images": 0}
     c, store = s.labels.counts, s.labels.store
     return {
-        "source": str(s.entry) if not isinstance(s.entry, (list, tuple)) else [str(e) for e in s.entry],
+        "source": source,
         "format": s.labels.kind,
         "cache_file": str(s.labels.cache_file) if s.labels.cache_file else None,
+        "cache_built": bool(s.labels.built),
         "listed": int(c["found"]), "left_out": int(c["corrupt"]), "warnings": int(c["warnings"]),
         "missing_label_files": int(c["missing"]), "empty_label_files": int(c["empty"]),
         **datastats.split_figures(store, nc, img_size),
@@ -191,9 +218,12 @@ def _duplicates(splits: List[_Split], options: ReportOptions) -> dict:
                     "members": members})
     out.sort(key=lambda g: (not g["across"], g["labels_agree"], g["kind"], g["members"][0]["file"]))
     unreadable = [{"file": unique[i], "reason": msg} for i, msg in sorted(prints.errors.items())]
+    # one colour (black, white, gray frames): hashes say nothing, so only byte copies are grouped
+    flat = [{"split": sp, "file": paths[i], "objects": int(len(stores[sp].labels_of(int(i))))}
+            for sp, (paths, p) in by_split.items() for i in np.flatnonzero(p.flat & p.ok)]
     seconds = time.perf_counter() - t0
     return {"checked": True, "images_read": len(unique), "seconds": round(seconds, 3),
-            "groups": out, "unreadable": unreadable}
+            "groups": out, "unreadable": unreadable, "flat": flat}
 
 
 def _take(prints, index: np.ndarray):
@@ -236,8 +266,8 @@ def _batch_pictures(data, split: _Split, spec, names, task, options: ReportOptio
     entry = data if spec is not None else split.entry
     settings = Settings.training(img_size=min(options.img_size, 640), batch_size=min(8, len(split.labels.store)),
                                  workers=0, early_start=False, seed=options.seed, split=split.name if spec else None,
-                                 names=names or None, cache_dir=options.cache_dir, task=task.name,
-                                 kpt_shape=task.kpt_shape)
+                                 names=names or None, cache_dir=split_cache_dir(split.entry, options),
+                                 task=task.name, kpt_shape=task.kpt_shape)
     loader = build_loader(entry, settings, prefix=f"{split.name}: ")
     out = {}
     for k, batch in enumerate(loader):
@@ -306,15 +336,24 @@ def make_report(data, options: ReportOptions = ReportOptions()) -> Report:
     return Report(figures, pictures)
 
 
-def write(report: Report, out) -> Report:
-    """Write ``out``.html and ``out``.json (``out``: a path without suffix, its folder created) for
-    the user to read: the files get the permissions the user's umask gives new files."""
-    from .reporthtml import render
+def report_files(out) -> Tuple[Path, Path]:
+    """(html file, json file) for ``out``: ``out``.html and ``out``.json, the suffixes appended
+    (``run.v1`` -> ``run.v1.html``), except that a given ``.html`` or ``.json`` is replaced; an existing
+    folder gets ``dataset_report.html`` and ``.json`` inside it."""
     out = Path(out)
-    if out.suffix in (".html", ".json"):
+    if out.is_dir() or out.name in ("", ".", ".."):
+        out = out / "dataset_report"
+    elif out.suffix.lower() in (".html", ".json"):
         out = out.with_suffix("")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    json_file, html_file = out.with_suffix(".json"), out.with_suffix(".html")
+    return out.with_name(out.name + ".html"), out.with_name(out.name + ".json")
+
+
+def write(report: Report, out) -> Report:
+    """Write the report's page and figures to :func:`report_files` of ``out`` (their folder created)
+    for the user to read: the files get the permissions the user's umask gives new files."""
+    from .reporthtml import render
+    html_file, json_file = report_files(out)
+    html_file.parent.mkdir(parents=True, exist_ok=True)
     _write_text(json_file, json.dumps(report.figures, indent=1) + "\n")
     images = {k: "data:image/jpeg;base64," + base64.b64encode(v).decode("ascii") for k, v in report.pictures.items()}
     _write_text(html_file, render(report.figures, images))
@@ -334,5 +373,5 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def write_report(data, out="dataset_report", options: ReportOptions = ReportOptions()) -> Report:
-    """:func:`make_report` then :func:`write`: ``out``.html and ``out``.json."""
+    """:func:`make_report` then :func:`write`: ``out``.html and ``out``.json (see :func:`report_files`)."""
     return write(make_report(data, options), out)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import html
 from typing import Dict, List, Optional, Sequence
 
+from .summary import plural
+
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
 main{max-width:1200px;margin:0 auto;padding:24px}
@@ -96,15 +98,23 @@ def _splits(f: dict) -> str:
     rows = []
     for name, s in f["splits"].items():
         if "error" in s:
-            rows.append([e(name), f'<td class="bad" colspan="9">cannot read {e(s["source"])}: {e(s["error"])}</td>'])
+            source = ", ".join(s["source"]) if isinstance(s["source"], list) else s["source"]
+            rows.append([e(name), f'<td class="bad" colspan="9">cannot read {e(source)}: {e(s["error"])}</td>'])
             continue
         obj = _n(s["objects"]) + (f' <span class="muted">({s["keypoints_per_object"]} keypoints each)</span>'
                                   if s["keypoints_per_object"] else "")
         rows.append([e(name), _n(s["images"]) if s["images"] else '<td class="bad">0</td>', obj, _n(s["polygons"]),
                      _n(s["backgrounds"]), f'<td class="bad">{_n(s["left_out"])}</td>' if s["left_out"] else "0",
                      f'<td class="warn">{_n(s["warnings"])}</td>' if s["warnings"] else "0",
-                     _n(s["missing_label_files"]), e(s["format"]), f'<code>{e(s["cache_file"] or "not written")}</code>'])
+                     _n(s["missing_label_files"]), e(s["format"]), _cache(s)])
     return _table(head, rows)
+
+
+def _cache(s: dict) -> str:
+    if not s["cache_file"]:
+        return "not written"
+    how = "built" if s.get("cache_built") else "read"
+    return f'<code>{e(s["cache_file"])}</code> <span class="muted">({how})</span>'
 
 
 def _problems(f: dict) -> str:
@@ -145,7 +155,7 @@ def _classes(f: dict) -> str:
         imb = f["splits"][k].get("imbalance")
         if imb:
             lines.append(f"<li><b>{e(k)}</b>: commonest {e(imb['commonest']['name'])} "
-                         f"({_n(imb['commonest']['instances'])} objects), rarest {e(imb['rarest']['name'])} "
+                         f"({e(plural(imb['commonest']['instances'], 'object'))}), rarest {e(imb['rarest']['name'])} "
                          f"({_n(imb['rarest']['instances'])}): {imb['ratio']:,.1f}× apart</li>")
     for m in f["missing_classes"]:
         lines.append(f"<li><b>{e(m['name'])}</b> has no object in {e(', '.join(m['absent_from']))}"
@@ -193,14 +203,19 @@ def _duplicates(f: dict) -> str:
              f"({sum(g['across'] for g in groups):,} across splits).</p>")
     rows = []
     for g in groups:
-        members = "<br>".join(f"{e(m['split'])}: <code>{e(m['file'])}</code> ({m['objects']} objects)" for m in g["members"])
+        members = "<br>".join(f"{e(m['split'])}: <code>{e(m['file'])}</code> ({plural(m['objects'], 'object')})"
+                              for m in g["members"])
         rows.append([e("identical files" if g["kind"] == "identical" else "near-identical: re-encoded, resized, or neighbouring video frames"),
                      f'<td class="bad">{e(" and ".join(g["splits"]))}</td>' if g["across"] else e(g["splits"][0]),
                      "yes" if g["labels_agree"] else '<td class="bad">no</td>', f'<td class="l">{members}</td>'])
     unread = "".join(f"<li>{e(u['file'])}: {e(u['reason'])}</li>" for u in d["unreadable"])
+    flat = "".join(f"<li>{e(m['split'])}: {e(m['file'])} ({plural(m['objects'], 'object')})</li>" for m in d.get("flat", []))
     return (intro + (_table(["kind", "splits", "labels agree", "images"], rows) if rows else "")
-            + (f"<details><summary>{len(d['unreadable'])} images could not be read</summary>"
-               f"<ul class='files'>{unread}</ul></details>" if unread else ""))
+            + (f"<details><summary>{plural(len(d['unreadable']), 'image')} could not be read</summary>"
+               f"<ul class='files'>{unread}</ul></details>" if unread else "")
+            + (f"<details><summary>{plural(len(d['flat']), 'flat picture')} (one colour: black, white or gray "
+               "frames): their hashes describe nothing, so they are grouped only with byte-identical copies"
+               f"</summary><ul class='files'>{flat}</ul></details>" if flat else ""))
 
 
 def _pictures(f: dict, images: Dict[str, str]) -> str:

@@ -97,7 +97,8 @@ def _seconds(s: float) -> str:
     return f"{s:.3f} s" if s < 1 else f"{s:.2f} s" if s < 10 else f"{s:.1f} s"
 
 
-def _n(count: int, word: str) -> str:
+def plural(count: int, word: str) -> str:
+    """``count`` and ``word``, in the plural unless ``count`` is 1: '1 box', '2 boxes', '0 images'."""
     return f"{count:,} {word}" if count == 1 else f"{count:,} {word}{'es' if word.endswith('x') else 's'}"
 
 
@@ -117,9 +118,9 @@ def split_summary(split, prefix: str = "", data=None, show: int = SHOW_PROBLEMS)
     command that lists them all (``data``: what the dataset was made from).
     """
     c = split.counts
-    line = (f"{prefix}{_n(len(split.store), 'image')}, {_n(c.get('boxes', 0), 'box')}, "
-            f"{_n(c.get('backgrounds', 0), 'background')}, {c.get('corrupt', 0):,} corrupt, "
-            f"{_n(c.get('warnings', 0), 'warning')}")
+    line = (f"{prefix}{plural(len(split.store), 'image')}, {plural(c.get('boxes', 0), 'box')}, "
+            f"{plural(c.get('backgrounds', 0), 'background')}, {c.get('corrupt', 0):,} corrupt, "
+            f"{plural(c.get('warnings', 0), 'warning')}")
     if not split.built:
         line += f" from {split.cache_file} (read in {_seconds(split.seconds)})"
     elif split.cache_file is not None:
@@ -131,8 +132,8 @@ def split_summary(split, prefix: str = "", data=None, show: int = SHOW_PROBLEMS)
         return line, []
     left_out = sum(p.dropped for p in problems)
     first = problems[:show]
-    lines = [f"{prefix}{_n(len(problems), 'problem')} in the labels "
-             f"({_n(left_out, 'image')} left out, {_n(len(problems) - left_out, 'warning')})"
+    lines = [f"{prefix}{plural(len(problems), 'problem')} in the labels "
+             f"({plural(left_out, 'image')} left out, {plural(len(problems) - left_out, 'warning')})"
              + (f", the first {len(first)}:" if len(first) < len(problems) else ":")]
     lines += [f"  {p}" for p in first]
     lines.append(f"  the full list: yolo-data-cache {_data_arg(data)}")
