@@ -12,7 +12,9 @@ all_reduce, and a checkpoint written by rank 0 that the other ranks wait for and
 checkpoint holds the train loader's state_dict(), so --resume goes on from the very next batch, on any
 number of ranks (--batch-size is the global batch: keep it).  The model is a small CNN regressing the
 number of objects in each image: the point is the data flow, not mAP.  With --out, each rank writes the
-image paths of each of its training steps (the tests read them).
+image paths of each of its training steps and each epoch's train loss (the tests read them).  The
+train loss printed is the epoch's mean per image over all ranks (the steps this run made, after a
+resume): the same on any number of ranks for the same weights and batches.
 """
 import argparse
 import json
@@ -102,11 +104,12 @@ def main(argv=None):
         opt.load_state_dict(saved["opt"])
         train_loader.load_state_dict(saved["loader"])
         start_epoch = train_loader.sampler.epoch  # the saved epoch, or the next one when it was done
-    seen, done = {}, 0
+    seen, train_loss, done = {}, {}, 0
     for epoch in range(start_epoch, args.epochs):
         train_loader.sampler.set_epoch(epoch)  # the same epoch keeps a loaded resume point
         model.train()
         seen[epoch] = []
+        train_totals = torch.zeros(2, device=device)  # summed per-image loss, images (this rank's)
         for step, (imgs, targets, paths, _) in enumerate(train_loader):
             if args.steps and step >= args.steps:
                 break
@@ -115,6 +118,7 @@ def main(argv=None):
             opt.zero_grad()
             loss.backward()
             opt.step()
+            train_totals += torch.stack([loss.detach() * len(imgs), torch.tensor(float(len(imgs)), device=device)])
             seen[epoch].append(list(paths))
             done += 1
             if done == args.stop_after:
@@ -135,9 +139,11 @@ def main(argv=None):
                 totals += torch.stack([err.sum(), torch.tensor(float(len(imgs)), device=device)])
         if local_rank != -1:
             dist.all_reduce(totals)
+            dist.all_reduce(train_totals)  # the epoch's mean over every rank's images, not one rank's last step
+        train_loss[epoch] = train_totals[0].item() / max(train_totals[1].item(), 1.0)
         if rank == 0:
-            print(f"epoch {epoch}: train loss {loss.item():.3f}, val mse {totals[0].item() / totals[1].item():.3f} "
-                  f"over {int(totals[1].item())} images")
+            print(f"epoch {epoch}: train loss {train_loss[epoch]:.3f} (mean over {int(train_totals[1].item())} "
+                  f"images), val mse {totals[0].item() / totals[1].item():.3f} over {int(totals[1].item())} images")
 
         # checkpoint: rank 0 writes, everyone waits for it, then every rank can read it back
         save_checkpoint(ckpt, model, opt, train_loader, rank, local_rank != -1)
@@ -145,7 +151,7 @@ def main(argv=None):
         assert loaded["loader"]["epoch"] == epoch
 
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"seen_rank{rank}.json").write_text(json.dumps({"world": world, "seen": seen,
+    (out / f"seen_rank{rank}.json").write_text(json.dumps({"world": world, "seen": seen, "train_loss": train_loss,
                                                              "train_images": len(train_set)}))
     if local_rank != -1:
         dist.destroy_process_group()
