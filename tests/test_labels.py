@@ -6,6 +6,8 @@ import pytest
 from PIL import Image
 
 from yolo_data.labels import verify_pair
+from yolo_data.problems import LabelError
+from yolo_data.yolotxt import YoloReader
 from conftest import write_image
 
 
@@ -61,6 +63,68 @@ def test_polygon_row_becomes_its_envelope_and_keeps_the_polygon(tmp_path):
     assert r.status == "ok"
     np.testing.assert_allclose(r.labels[0], [1, 0.3, 0.4, 0.4, 0.4], atol=1e-6)
     assert r.segments[0].shape == (3, 2) and r.segments[1].shape == (0, 2)
+
+
+# -- coordinate tolerances: Ultralytics 8.4's.  Its verify_image_label keeps every row below marked inside and
+# leaves out every one marked outside (checked on these rows), except the three marked "here only": it checks
+# neither a pose row's box against 1.01 nor a polygon's points (only their envelope's centre and size).
+def read_row(tmp_path, row, task="detect", kpt_shape=None):
+    lb = tmp_path / "r.txt"
+    lb.write_text(row + "\n")
+    return YoloReader(3, task, kpt_shape).read(str(lb), (80, 100))
+
+
+@pytest.mark.parametrize("task,kpt_shape,inside,outside", [
+    ("detect", None, "0 1.009 0.5 0.2 0.2", "0 1.011 0.5 0.2 0.2"),  # box x y w h: 1% past [0, 1]
+    ("detect", None, "0 0.5 -0.009 0.2 0.2", "0 0.5 -0.011 0.2 0.2"),
+    ("detect", None, "0 0.5 0.5 1.009 0.2", "0 0.5 0.5 1.011 0.2"),
+    ("detect", None, "0 0.5 0.5 0.2 0", "0 0.5 0.5 0.2 -0.001"),  # w and h not negative
+    ("pose", (1, 2), "0 0.5 0.5 0.2 0.2 -0.009 0.5", "0 0.5 0.5 0.2 0.2 -0.011 0.5"),  # keypoint x y
+    ("pose", (1, 2), "0 0.5 0.5 0.2 0.2 0.5 1.009", "0 0.5 0.5 0.2 0.2 0.5 1.011"),
+    ("pose", (1, 3), "0 0.5 0.5 0.2 0.2 1.009 0.5 2", "0 0.5 0.5 0.2 0.2 1.011 0.5 2"),
+    ("pose", (1, 2), "0 0.5 0.5 1.009 0.2 0.5 0.5", "0 0.5 0.5 1.011 0.2 0.5 0.5"),  # a pose row's box (here only)
+    ("segment", None, "0 0.1 0.1 1.009 0.1 0.5 0.9", "0 0.1 0.1 1.011 0.1 0.5 0.9"),  # polygon points (here only)
+    ("detect", None, "0 -0.009 0.1 0.9 0.1 0.5 0.9", "0 -0.011 0.1 0.9 0.1 0.5 0.9"),  # (here only)
+    # 4 points, an oriented box: the centre (and size) of the corners' envelope, 1.009 and 1.011
+    ("obb", None, "0 0.998 0.2 1.02 0.3 1.01 0.5 1.0 0.4", "0 1.002 0.2 1.02 0.3 1.01 0.5 1.005 0.4"),
+    ("detect", None, "0 0.998 0.2 1.02 0.3 1.01 0.5 1.0 0.4", "0 1.002 0.2 1.02 0.3 1.01 0.5 1.005 0.4"),
+    ("obb", None, "0 0.0 0.1 1.009 0.1 1.009 0.5 0.0 0.5", "0 0.0 0.1 1.011 0.1 1.011 0.5 0.0 0.5"),
+])
+def test_each_coordinate_tolerance_keeps_a_row_just_inside_and_refuses_one_just_outside(tmp_path, task, kpt_shape,
+                                                                                        inside, outside):
+    assert read_row(tmp_path, inside, task, kpt_shape)[2] == "ok"
+    with pytest.raises(LabelError, match=r"line 1: (coordinates must be normalised to \[0, 1\] \(at most 0.01 past "
+                                         r"it\)|negative box width or height)"):
+        read_row(tmp_path, outside, task, kpt_shape)
+
+
+def test_a_box_past_the_edge_is_clipped_to_the_image_and_one_inside_kept_as_written(tmp_path):
+    labels = read_row(tmp_path, "0 1.009 0.5 0.2 0.2")[0]  # edges 0.909 .. 1.109: the part inside
+    np.testing.assert_allclose(labels, [[0, 0.9545, 0.5, 0.091, 0.2]], atol=1e-6)
+    labels = read_row(tmp_path, "0 0.5 0.5 1.008 0.2")[0]
+    np.testing.assert_allclose(labels, [[0, 0.5, 0.5, 1.0, 0.2]], atol=1e-6)
+    # every value in [0, 1]: kept bit for bit, as YOLOv5 keeps it, though its right edge is at 1.05
+    assert read_row(tmp_path, "0 0.95 0.5 0.2 0.2")[0].tolist() == [[0, np.float32(0.95), 0.5, np.float32(0.2),
+                                                                      np.float32(0.2)]]
+
+
+def test_keypoints_past_the_edge_are_clipped_and_invisible_where_ultralytics_makes_them_so(tmp_path):
+    # no visibility column: a negative coordinate makes the keypoint invisible (as Ultralytics makes it);
+    # one past the right edge stays visible, as in Ultralytics
+    kp = read_row(tmp_path, "0 0.5 0.5 0.2 0.2 -0.005 0.5 1.005 0.4 0.3 -0.002", "pose", (3, 2))[4]
+    np.testing.assert_allclose(kp[0], [[0, 0.5, 0], [1, 0.4, 1], [0.3, 0, 0]], atol=1e-6)
+    kp = read_row(tmp_path, "0 0.5 0.5 0.2 0.2 -0.005 0.5 2", "pose", (1, 3))[4]
+    np.testing.assert_allclose(kp[0], [[0, 0.5, 2]], atol=1e-6)  # a visibility given is kept
+
+
+def test_polygon_points_past_the_edge_are_clipped_and_oriented_corners_kept_as_written(tmp_path):
+    labels, segments = read_row(tmp_path, "0 0.1 0.1 1.005 0.1 0.5 0.9", "segment")[:2]
+    np.testing.assert_allclose(segments[0], [[0.1, 0.1], [1, 0.1], [0.5, 0.9]], atol=1e-6)
+    np.testing.assert_allclose(labels, [[0, 0.55, 0.5, 0.9, 0.8]], atol=1e-6)
+    corners = "0 0.9 0.2 1.02 0.3 0.95 0.5 0.83 0.4"  # a corner 2% past the edge (Ultralytics keeps it)
+    labels, segments = read_row(tmp_path, corners, "obb")[:2]
+    np.testing.assert_allclose(segments[0], [[0.9, 0.2], [1.02, 0.3], [0.95, 0.5], [0.83, 0.4]], atol=1e-6)
+    np.testing.assert_allclose(labels, [[0, 0.915, 0.35, 0.17, 0.3]], atol=1e-6)  # its box: the part inside
 
 
 def test_missing_empty_and_folder_label_keep_the_image_as_background(tmp_path):

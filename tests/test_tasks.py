@@ -142,7 +142,9 @@ def test_oriented_box_rows_must_have_four_corners_and_may_reach_past_the_edge(tm
     labels, segments, status, warnings = reader.read(str(lb), (100, 100))
     assert status == "ok" and segments[0][0, 0] == np.float32(-0.005)  # the corner as written
     assert labels[0, 1] - labels[0, 3] / 2 == pytest.approx(0.0)  # its box clipped to the image
-    lb.write_text("1 -0.05 0.2 0.4 0.1 0.5 0.3 0.1 0.4\n")
+    lb.write_text("1 -0.05 0.2 0.4 0.1 0.5 0.3 0.1 0.4\n")  # 5% past: its envelope (centre 0.225) is inside
+    assert reader.read(str(lb), (100, 100))[2] == "ok"
+    lb.write_text("1 0.9 0.2 1.2 0.1 1.25 0.3 0.95 0.4\n")  # the envelope's centre 1.075 is past 1.01
     with pytest.raises(Exception, match="normalised"):
         reader.read(str(lb), (100, 100))
 
@@ -290,10 +292,10 @@ def test_pen_obb_keeps_the_corners_ultralytics_keeps(tmp_path):
     shutil.copytree(SHARED / "pen-obb", root)
     loader, ds = create_dataloader(str(root / "data.yaml"), 320, 4, 32, augment=False, workers=0,
                                    settings=Settings(task="obb"))
-    # corners up to 1% past the edge are kept (Ultralytics' rule); beyond that, named and left out
-    assert len(ds) == 13 - sum(p.dropped for p in ds.split_labels.problems)
-    left_out = [str(p) for p in ds.split_labels.problems if p.dropped]
-    assert all("normalised" in p for p in left_out)
+    # corners past the edge, up to 1.027, are kept as Ultralytics keeps them (their envelope's centre and
+    # size lie within 1% of [0, 1]); so are they when the rows are read for their boxes
+    assert len(ds) == 13 and not ds.split_labels.problems
+    assert len(YoloDataset(str(root / "data.yaml"), Settings.evaluation(split="train", task="detect"))) == 102
     assert json.loads(json.dumps(ds.task.name)) == "obb" and len(next(iter(loader))) == 5
 
 
@@ -353,8 +355,12 @@ def test_a_coco_annotation_without_its_keypoints_is_named_and_left_out(tmp_path)
 
 def test_a_format_without_keypoints_or_corners_refuses_those_tasks(tmp_path):
     coco = coco_pose(tmp_path)
+    plain = tmp_path / "plain.yaml"  # the same annotations without kpt_shape (with it, obb is refused first)
+    plain.write_text("path: .\ntrain: pose.json\nval: pose.json\nnames: ['a', 'b']\n")
     with pytest.raises(ValueError, match=r"coco annotations cannot be read for task 'obb' \(they hold what task "
                                          r"'detect' or 'segment' or 'pose' needs\)"):
+        YoloDataset(str(plain), Settings.evaluation(split="train", task="obb"))
+    with pytest.raises(ValueError, match=r"coco.yaml: task 'obb' reads the 4 corners of rotated boxes, but kpt_shape"):
         YoloDataset(str(coco), Settings.evaluation(split="train", task="obb"))
     boxes = YoloDataset(str(coco), Settings.evaluation(split="train", task="detect"))
     assert len(boxes.labels[0]) == 2 and len(boxes[0]) == 4

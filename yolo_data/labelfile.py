@@ -16,10 +16,10 @@ import numpy as np
 from . import remote
 from .problems import LabelError
 
-COORD_TOLERANCE = 1e-4  # label writers round; 1.00001 is still "inside the image"
-# The corners of a rotated box near the image's edge may lie past it: up to 1% of the image, as
-# Ultralytics reads oriented boxes (beyond that a row is taken as not normalised).
-OBB_TOLERANCE = 0.01
+# How far past [0, 1] a normalised coordinate may lie: 1% of the image, Ultralytics' tolerance (label
+# writers round, and an object at the edge is often drawn a little past it).  Beyond it a row is taken
+# as not normalised.  Where it applies to each kind of row: yolotxt.py.
+COORD_TOLERANCE = 0.01
 MAX_LABEL_BYTES = 16 * 2**20  # about 500,000 box rows; a larger "label file" is the wrong file
 MAX_CLASS_ID = 2**24  # class ids are stored as float32, which holds every integer below 2**24 exactly
 # A size stated in an annotation file and the image's may differ by rounding when a tool resized the

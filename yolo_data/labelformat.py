@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
-from .labelfile import OBB_TOLERANCE
 from .problems import LabelError, Problem
 
 __all__ = ["LabelFormat", "LabelReader", "LabelError", "SourceOptions", "SplitSource", "WarmStart", "Problem"]
@@ -52,7 +51,8 @@ class SourceOptions:
     format's ``settings``).  ``names``: the dataset yaml's class names (index = class id), or None;
     ``keep_difficult``: keep VOC objects marked difficult; ``nc``: the number of classes when only
     that is known (YOLO); ``task`` and ``kpt_shape``: what a row holds (task.LabelTask: 'detect',
-    'segment', 'pose' with (K, 2 or 3) keypoints, or 'obb')."""
+    'segment', 'pose' with (K, 2 or 3) keypoints, or 'obb'; a kpt_shape beside 'detect' or 'segment':
+    the dataset's rows of 5 + K x 2 (or 3) numbers are pose rows, read for their boxes)."""
     names: Optional[Sequence[str]] = None
     keep_difficult: bool = False
     nc: Optional[int] = None
@@ -60,12 +60,11 @@ class SourceOptions:
     kpt_shape: Optional[Tuple[int, int]] = None
 
     def task_settings(self) -> Dict[str, Any]:
-        """What the fingerprint covers of the task ({} for detection of boxes and polygons, so those
-        caches stay valid; a pose dataset read for boxes has its kpt_shape covered)."""
+        """What the fingerprint covers of the task ({} for detection of boxes and polygons; a pose
+        dataset read for detect or segment has its kpt_shape covered: its rows are read for their boxes)."""
         if self.task == "detect" and not self.kpt_shape:
             return {}
-        out = {"task": self.task, **({"kpt_shape": list(self.kpt_shape)} if self.kpt_shape else {})}
-        return {**out, "obb_tolerance": OBB_TOLERANCE} if self.task == "obb" else out
+        return {"task": self.task, **({"kpt_shape": list(self.kpt_shape)} if self.kpt_shape else {})}
 
 
 @dataclass

@@ -28,7 +28,7 @@ LOGGER = logging.getLogger("yolo_data")
 @dataclass(frozen=True)
 class LabelTask:
     """``name``: 'detect', 'segment', 'pose' or 'obb'.  ``kpt_shape``: (K, 2 or 3) for pose (also kept
-    for detection of a pose dataset, whose rows are then read for their boxes), else None.
+    for detect and segment of a pose dataset, whose rows are then read for their boxes), else None.
     ``flip_idx``: per keypoint the one taking its place in a left-right flip, or None."""
     name: str = "detect"
     kpt_shape: Optional[Tuple[int, int]] = None
@@ -57,7 +57,13 @@ def warn_unflipped(task: LabelTask, fliplr: float, where: str) -> None:
 def resolve_task(targets: TargetSettings, kpt_shape=None, flip_idx=None, where: str = "") -> LabelTask:
     """The task of ``targets`` (TargetSettings), completed by the dataset yaml's ``kpt_shape`` and
     ``flip_idx`` (the settings' own win).  Raises ValueError when pose has no kpt_shape or a
-    flip_idx does not fit it; ``where`` names the dataset in the message."""
+    flip_idx does not fit it; ``where`` names the dataset in the message.
+
+    A kpt_shape makes the rows pose rows whatever the task, as in Ultralytics: 'detect' and 'segment'
+    read each one's box (segment with a warning: its mask is the box's rectangle; Ultralytics refuses a
+    segment dataset without polygons), 'obb' is refused (the rows hold no rotated boxes; Ultralytics
+    refuses it too).
+    """
     shape = targets.kpt_shape or (tuple(kpt_shape) if kpt_shape else None)
     flip = targets.flip_idx or (tuple(flip_idx) if flip_idx else None)
     name = targets.task or ("pose" if shape else "detect")
@@ -66,7 +72,15 @@ def resolve_task(targets: TargetSettings, kpt_shape=None, flip_idx=None, where: 
                          "dataset yaml, or kpt_shape=[K, 2 or 3] in the settings")
     if name == "pose" and flip is not None and sorted(flip) != list(range(shape[0])):
         raise ValueError(f"{where}: flip_idx must list each of the {shape[0]} keypoints once, got {list(flip)}")
-    if name not in ("pose", "detect"):
+    if shape and name in ("segment", "obb"):
+        rows = (f"kpt_shape {list(shape)} makes it a pose dataset (each object a box and {shape[0]} keypoints; "
+                f"a YOLO row of {5 + shape[0] * shape[1]} numbers)")
+        if name == "obb":
+            raise ValueError(f"{where}: task 'obb' reads the 4 corners of rotated boxes, but {rows}: read it with "
+                             "task 'pose' or 'detect'")
+        LOGGER.warning(f"{where}: task 'segment', but {rows}, without polygons: each object is read for its box, "
+                       "and its mask is the box's rectangle (task 'pose' reads the keypoints)")
+    if name not in ("pose", "detect", "segment"):
         shape = flip = None
     return LabelTask(name, shape, flip if name == "pose" else None)
 

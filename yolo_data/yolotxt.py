@@ -7,9 +7,18 @@ object, all coordinates normalised to the image.  What a row holds depends on th
     pose      class x y w h, then K keypoints: px py (kpt_shape [K, 2]) or px py v ([K, 3])
     obb       class x1 y1 x2 y2 x3 y3 x4 y4 (the 4 corners of a rotated box; its box is their envelope)
 
-A row that does not fit the task leaves its image out, naming the line.  Detection of a pose dataset
-(a ``kpt_shape`` known, task 'detect') keeps each row's box, as Ultralytics does.  The format every
-split entry no other format claims is in.
+A row that does not fit the task leaves its image out, naming the line.  A pose dataset (a
+``kpt_shape`` known) read for 'detect' or 'segment' keeps each pose row's box (5 + K x 2 or 3 numbers:
+the first 5), as Ultralytics does, and box rows; a row of another width is refused, not read as a
+polygon.  task.resolve_task refuses 'obb' for a pose dataset.
+
+Coordinates may lie up to COORD_TOLERANCE (1% of the image) past [0, 1], as Ultralytics accepts them:
+a box's x y w h (w and h not negative), each keypoint's x and y, each point of a polygon; a row of 4
+points (an oriented box, in any task) only needs the centre and size of its envelope within it, as its
+corners may lie further past the edge.  What lies past is cut back: a box reaching past the image is
+clipped to it (rows inside [0, 1] are kept bit for bit), polygon points are clipped, a keypoint is
+clipped (invisible first where a coordinate was negative and there is no visibility column); oriented
+boxes keep their corners as written.  The format every split entry no other format claims is in.
 """
 from __future__ import annotations
 
@@ -21,8 +30,8 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
-from .boxes import polygon_to_xyxy, xyxy_to_xywh
-from .labelfile import COORD_TOLERANCE, MAX_CLASS_ID, OBB_TOLERANCE, first_unique, NotRegular, open_regular, read_limited, without_duplicates
+from .boxes import polygon_to_xyxy, xywhn_to_xyxy, xyxy_to_xywh
+from .labelfile import COORD_TOLERANCE, MAX_CLASS_ID, first_unique, NotRegular, open_regular, read_limited, without_duplicates
 from . import remote
 from .labelformat import LabelFormat, SourceOptions, SplitSource
 from .problems import LabelError
@@ -41,22 +50,77 @@ _CLASS_ID = re.compile(r"[0-9]+(?:\.0*)?")  # '3' or '3.0' (some exporters write
 
 
 def _columns_problem(n: int, task: str, kpt_shape: Optional[Tuple[int, int]]) -> Optional[str]:
-    """Why a row of ``n`` numbers does not fit ``task``, or None."""
-    if task == "pose":
-        want = 5 + kpt_shape[0] * kpt_shape[1]
-        if n != want:
-            point = "x y" if kpt_shape[1] == 2 else "x y visibility"
-            return (f"{n} columns (pose rows with kpt_shape {list(kpt_shape)} are class x y w h and "
-                    f"{kpt_shape[0]} keypoints {point}: {want} columns)")
-    elif task == "obb":
+    """Why a row of ``n`` numbers does not fit ``task``, or None.  With a ``kpt_shape`` the rows are pose
+    rows (those read for another task have been cut to their box before) or boxes: a row of another
+    width in a pose dataset is refused rather than read as a polygon."""
+    if task == "obb":
         if n != 9:
             return (f"{n} columns (an oriented box row is a class and its 4 corners x1 y1 x2 y2 x3 y3 x4 y4: "
                     "9 columns)")
+    elif kpt_shape:
+        want = 5 + kpt_shape[0] * kpt_shape[1]
+        point = "x y" if kpt_shape[1] == 2 else "x y visibility"
+        rows = (f"pose rows with kpt_shape {list(kpt_shape)} are class x y w h and {kpt_shape[0]} keypoints "
+                f"{point}: {want} columns")
+        if task == "pose" and n != want:
+            return f"{n} columns ({rows})"
+        if task != "pose" and n != 5:  # the yaml says pose rows: another width is not read as a polygon
+            return f"{n} columns ({rows}; a box row has 5)"
     elif n != 5 and (n < 7 or n % 2 == 0):
-        if task == "detect" and kpt_shape and n == 5 + kpt_shape[0] * kpt_shape[1]:
-            return None  # a pose row read for its box
         return f"{n} columns (expected 5: class x y w h, or a class and 3 or more x y points)"
     return None
+
+
+_NORMALISED = f"coordinates must be normalised to [0, 1] (at most {COORD_TOLERANCE:g} past it)"
+
+
+def _past(values) -> bool:
+    """Whether any of ``values`` lies more than COORD_TOLERANCE past [0, 1]."""
+    return min(values) < -COORD_TOLERANCE or max(values) > 1 + COORD_TOLERANCE
+
+
+def _coordinates_problem(values: List[float], task: str, kpt_shape: Optional[Tuple[int, int]]) -> Optional[str]:
+    """Why a row's numbers (class first, columns checked) are not normalised to the image, or None.
+
+    Ultralytics' 1% rule (the module's docstring): box x y w h, keypoint x y and polygon points each
+    within COORD_TOLERANCE of [0, 1]; of a row of 4 points (an oriented box) its envelope's centre and
+    size, as Ultralytics checks every polygon row (so a rotated box's corner may lie further out).
+    """
+    if task == "pose" or len(values) == 5:
+        box = values[1:5]
+        if min(box[2:]) < 0:
+            return f"negative box width or height ({min(box[2:]):g})"
+        if _past(box):
+            return f"{_NORMALISED}: box x y w h {' '.join(f'{v:g}' for v in box)}"
+        if task == "pose":
+            points = np.array(values[5:]).reshape(kpt_shape)
+            if kpt_shape[1] == 3 and points[:, 2].min() < 0:
+                return f"negative keypoint visibility {points[:, 2].min():g}"
+            xy = points[:, :2]
+            if _past(xy.ravel()):
+                return f"{_NORMALISED}: keypoint x y from {xy.min():g} to {xy.max():g}"
+        return None
+    xy = values[1:]
+    if len(xy) == 8:
+        x0, x1, y0, y1 = min(xy[0::2]), max(xy[0::2]), min(xy[1::2]), max(xy[1::2])
+        if _past(((x0 + x1) / 2, (y0 + y1) / 2, x1 - x0, y1 - y0)):
+            return (f"{_NORMALISED}: the 4 corners' envelope has centre {(x0 + x1) / 2:g} {(y0 + y1) / 2:g} "
+                    f"and size {x1 - x0:g} {y1 - y0:g}")
+    elif _past(xy):
+        return f"{_NORMALISED}: polygon points from {min(xy):g} to {max(xy):g}"
+    return None
+
+
+def _inside(xywh: np.ndarray) -> np.ndarray:
+    """(n, 4) float32 normalised xywh with each box that has a value outside [0, 1] (COORD_TOLERANCE lets
+    it) clipped to the image at its edges; boxes whose values all lie in [0, 1] are kept bit for bit, as
+    YOLOv5 keeps them (also where an edge reaches past the image)."""
+    past = ((xywh < 0) | (xywh > 1)).any(1)
+    if not past.any():
+        return xywh
+    out = xywh.copy()
+    out[past] = xyxy_to_xywh(xywhn_to_xyxy(xywh[past].astype(np.float64), 1, 1).clip(0, 1))
+    return out
 
 
 def _parse_rows(text: str, nc: Optional[int], task: str = "detect", kpt_shape: Optional[Tuple[int, int]] = None):
@@ -64,10 +128,12 @@ def _parse_rows(text: str, nc: Optional[int], task: str = "detect", kpt_shape: O
     for ``task`` (see the module's docstring).  Raises LabelError.
 
     Numbers are plain decimals (exponents allowed); class ids are digits ('3', or '3.0'), below
-    ``nc`` when given and always below MAX_CLASS_ID.
+    ``nc`` when given and always below MAX_CLASS_ID.  ``kpt_shape`` beside another task than 'pose':
+    rows of 5 + K x 2 (or 3) numbers are pose rows, read for their boxes.
     """
     plain = not text.translate(_PLAIN_ASCII) or _PLAIN_CHARS.search(text) is None
-    rows = []
+    pose_columns = 5 + kpt_shape[0] * kpt_shape[1] if kpt_shape else None
+    rows, cut = [], 0
     for lineno, line in enumerate(text.splitlines(), 1):
         words = line.split()
         if not words:
@@ -79,11 +145,12 @@ def _parse_rows(text: str, nc: Optional[int], task: str = "detect", kpt_shape: O
         except ValueError:
             bad = next(x for x in words if not _NUMBER.fullmatch(x))
             raise LabelError(f"line {lineno}: {bad[:20]!r} is not a number") from None
+        if task != "pose" and len(values) == pose_columns:
+            values, words = values[:5], words[:5]  # a pose row read for its box, as Ultralytics reads it
+            cut += 1
         problem = _columns_problem(len(values), task, kpt_shape)
         if problem:
             raise LabelError(f"line {lineno}: {problem}")
-        if task == "detect" and kpt_shape and len(values) == 5 + kpt_shape[0] * kpt_shape[1]:
-            values, words = values[:5], words[:5]
         cls = values[0]
         if not _CLASS_ID.fullmatch(words[0]):
             raise LabelError(f"line {lineno}: class {words[0][:20]!r} is not a non-negative integer "
@@ -97,15 +164,10 @@ def _parse_rows(text: str, nc: Optional[int], task: str = "detect", kpt_shape: O
             bad = next(w for w, v in zip(words[1:], values[1:]) if not np.isfinite(v))
             raise LabelError(f"line {lineno}: non-finite value {bad[:20]!r}")
         coords = values[1:]
-        if task == "pose" and kpt_shape[1] == 3:  # visibilities are not coordinates
-            vis = values[7::3]
-            if min(vis) < 0:
-                raise LabelError(f"line {lineno}: negative keypoint visibility {min(vis):g}")
-            coords = values[1:5] + [v for k, v in enumerate(values[5:]) if k % 3 != 2]
-        tolerance = OBB_TOLERANCE if task == "obb" else COORD_TOLERANCE
-        if min(coords) < -tolerance or max(coords) > 1 + tolerance:
-            raise LabelError(f"line {lineno}: coordinates must be normalised to [0, 1], "
-                           f"got min {min(coords):g} max {max(coords):g}")
+        if min(coords) < 0 or max(coords) > 1:  # every kind of row is fine with all its numbers in [0, 1]
+            problem = _coordinates_problem(values, task, kpt_shape)
+            if problem:
+                raise LabelError(f"line {lineno}: {problem}")
         rows.append(values)
     if task == "pose":
         return _pose_rows(rows, kpt_shape)
@@ -113,9 +175,9 @@ def _parse_rows(text: str, nc: Optional[int], task: str = "detect", kpt_shape: O
         return np.zeros((0, 5), np.float32), None, None, []
     if not any(len(r) > 5 for r in rows):
         labels = np.array(rows, dtype=np.float32)
-        labels[:, 1:] = labels[:, 1:].clip(0, 1)  # only moves values within COORD_TOLERANCE
+        labels[:, 1:] = _inside(labels[:, 1:])
         # (a segment task's masks of plain boxes are their rectangles: task.polygons_of)
-        return labels, None, None, [_BOX_ROWS.format(len(labels))] if task == "segment" else []
+        return labels, None, None, [_box_rows(len(labels), cut)] if task == "segment" else []
     # Polygon rows: keep the polygon, derive the box from its envelope (float32, as YOLOv5 does).
     classes = np.array([r[0] for r in rows], dtype=np.float32)
     segments, boxes, box_rows = [], [], 0
@@ -129,17 +191,21 @@ def _parse_rows(text: str, nc: Optional[int], task: str = "detect", kpt_shape: O
         else:
             box_rows += 1
             segments.append(np.zeros((0, 2), np.float32))
-            boxes.append(np.clip(np.array(r[1:], dtype=np.float32), 0, 1))
+            boxes.append(_inside(np.array([r[1:]], dtype=np.float32))[0])
     labels = np.concatenate([classes[:, None], np.stack(boxes)], 1).astype(np.float32)
-    return labels, segments, None, [_BOX_ROWS.format(box_rows)] if task == "segment" and box_rows else []
+    return labels, segments, None, [_box_rows(box_rows, cut)] if task == "segment" and box_rows else []
 
 
-_BOX_ROWS = "{} rows are boxes without a polygon: each one's mask is its box"
+def _box_rows(n: int, cut: int) -> str:
+    """The segment task's warning about ``n`` rows without a polygon, ``cut`` of them pose rows."""
+    pose = f" ({cut} pose rows read for their boxes)" if cut else ""
+    return f"{n} rows are boxes without a polygon{pose}: each one's mask is its box"
 
 
 def _pose_rows(rows: List[List[float]], kpt_shape: Tuple[int, int]):
     """Pose rows -> (labels (n, 5), None, keypoints (n, K, 3), warnings).  Without a visibility
-    column a keypoint is visible unless a coordinate is negative (as Ultralytics makes it)."""
+    column a keypoint is visible unless a coordinate is negative (as Ultralytics makes it); then
+    keypoints are clipped to the image."""
     k, ndim = kpt_shape
     if not rows:
         return np.zeros((0, 5), np.float32), None, np.zeros((0, k, 3), np.float32), []
@@ -151,7 +217,7 @@ def _pose_rows(rows: List[List[float]], kpt_shape: Tuple[int, int]):
     points = points.copy()
     points[..., :2] = points[..., :2].clip(0, 1)
     labels = a[:, :5].copy()
-    labels[:, 1:] = labels[:, 1:].clip(0, 1)
+    labels[:, 1:] = _inside(labels[:, 1:])
     return labels, None, points, []
 
 
