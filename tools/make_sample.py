@@ -67,9 +67,9 @@ def main(argv=None) -> None:
             if not (split == "train" and i == n - 1):  # the last train image stays a background
                 (out / "labels" / split / f"{name}.txt").write_text("\n".join(rows) + "\n")
     (out.parent / "sample.yaml").write_text(
-        "# The sample dataset bundled with yolo_data (made by tools/make_sample.py).\n"
-        f"path: {out.name}  # relative to this file's folder\n"
-        "train: images/train\nval: images/val\n"
+        "# The sample dataset bundled with yolo_data (made by tools/make_sample.py).  No 'path': yolo_data\n"
+        "# and Ultralytics then read the splits from this file's folder, from whatever folder they run in.\n"
+        f"train: {out.name}/images/train\nval: {out.name}/images/val\n"
         "names:\n" + "".join(f"  {i}: {n}\n" for i, n in enumerate(NAMES)))
     print(f"wrote {out} and {out.parent / 'sample.yaml'}")
 

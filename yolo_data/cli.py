@@ -13,8 +13,19 @@ from .datayaml import is_dataset_yaml, load_dataset_yaml
 from .split import SplitLabels, load_split
 from .summary import progress_bar
 
-# The sample that ships in a source checkout (data/ is not part of an installed wheel).
-SAMPLE_YAML = Path(__file__).resolve().parents[1] / "data" / "sample.yaml"
+# The bundled sample dataset and YOLOv5's hyperparameter files are package data (setup.cfg), so the
+# console scripts find them in an installed wheel as in a checkout (where this folder links to data/).
+DATA_DIR = Path(__file__).resolve().parent / "data"
+SAMPLE_YAML = DATA_DIR / "sample.yaml"
+
+
+def cache_dir_for(data: str, cache_dir=None):
+    """``cache_dir``, or the per-user cache folder for the bundled sample: the package's own files stay
+    as installed (a site-packages may be read-only or shared, and an uninstall leaves nothing behind)."""
+    if cache_dir is None and Path(data).resolve() == SAMPLE_YAML.resolve():
+        from .cache import user_cache_dir
+        return user_cache_dir()
+    return cache_dir
 
 
 def _splits(data: str) -> Tuple[List[Tuple[str, object]], List[str]]:
@@ -147,7 +158,8 @@ def build_cache_main(argv=None) -> int:
         from . import remote
         remote.configure(endpoint_url=args.endpoint_url)
     try:
-        rows = build_caches(args.data, args.workers, args.cache_dir, args.force, keep_difficult=args.keep_difficult)
+        rows = build_caches(args.data, args.workers, cache_dir_for(args.data, args.cache_dir), args.force,
+                            keep_difficult=args.keep_difficult)
     except (OSError, ValueError, ImportError) as e:  # a missing or unreadable path, a malformed yaml: one line
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -168,20 +180,27 @@ def build_cache_main(argv=None) -> int:
 
 def demo_main(argv=None) -> int:
     """Build the caches of a dataset (default: the bundled sample), then load one batch and describe it."""
-    ap = argparse.ArgumentParser(description=demo_main.__doc__)
-    ap.add_argument("data", nargs="?", default=str(SAMPLE_YAML))
-    ap.add_argument("--imgsz", type=int, default=320)
-    ap.add_argument("--batch-size", type=int, default=4)
-    ap.add_argument("--rect", action="store_true")
+    ap = argparse.ArgumentParser(prog="yolo-data-demo", description=demo_main.__doc__)
+    ap.add_argument("data", nargs="?", default=str(SAMPLE_YAML),
+                    help="dataset yaml or image path, as yolo-data-cache takes it; default: the bundled sample")
+    ap.add_argument("--imgsz", type=int, default=320, help="training image size (default 320)")
+    ap.add_argument("--batch-size", type=int, default=4, help="images in the batch (default 4)")
+    ap.add_argument("--rect", action="store_true", help="a rectangular batch, as for evaluation")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, format="%(message)s")
-    status = report(build_caches(args.data))
-    if status:
-        return status
-    from .yolov5 import create_dataloader
-    loader, dataset = create_dataloader(args.data, args.imgsz, args.batch_size, 32, rect=args.rect, workers=0,
-                                        split="train" if is_dataset_yaml(args.data) else None)
-    imgs, targets, paths, shapes = next(iter(loader))
+    cache_dir = cache_dir_for(args.data)
+    try:
+        status = report(build_caches(args.data, cache_dir=cache_dir))
+        if status:
+            return status
+        from .yolov5 import create_dataloader
+        loader, dataset = create_dataloader(args.data, args.imgsz, args.batch_size, 32, rect=args.rect, workers=0,
+                                            split="train" if is_dataset_yaml(args.data) else None,
+                                            cache_dir=cache_dir)
+        imgs, targets, paths, shapes = next(iter(loader))
+    except (OSError, ValueError, ImportError) as e:  # a missing or unreadable path, a malformed yaml: one line
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(f"\none batch of the {len(dataset)}-image train split at imgsz {args.imgsz}:")
     print(f"  imgs     {tuple(imgs.shape)} {imgs.dtype} (RGB)")
     print(f"  targets  {tuple(targets.shape)} {targets.dtype} [image, class, x, y, w, h]")
@@ -195,8 +214,9 @@ def demo_main(argv=None) -> int:
 
 def report_main(argv=None) -> int:
     """``yolo-data report DATA``: write DATA's dataset report (HTML and JSON); exit 1 when a category
-    of ``--fail-on`` has findings, 2 when the data cannot be read."""
+    of ``--fail-on`` has findings or a split cannot be read, 2 when the data cannot be read at all."""
     from .report import FINDINGS, ReportOptions, write_report
+    from .summary import plural
     ap = argparse.ArgumentParser(
         prog="yolo-data report",
         description="Write a dataset report: counts, every problem, classes per split, object and image sizes, "
@@ -205,7 +225,9 @@ def report_main(argv=None) -> int:
                     help="dataset yaml, image path (folder, .txt list), COCO .json, or Pascal VOC folder or "
                          "ImageSets list; default: the bundled sample")
     ap.add_argument("--out", default="dataset_report",
-                    help="write OUT.html and OUT.json (default: dataset_report in the current folder)")
+                    help="write OUT.html and OUT.json (a given .html or .json suffix is replaced, any other is "
+                         "kept; a folder gets dataset_report.html and .json; default: dataset_report in the "
+                         "current folder)")
     ap.add_argument("--imgsz", type=int, default=640, help="training size object sizes are measured at")
     ap.add_argument("--task", choices=("detect", "segment", "pose", "obb"), default=None,
                     help="how label rows are read (default: pose where the yaml has kpt_shape, else detect)")
@@ -214,9 +236,12 @@ def report_main(argv=None) -> int:
     ap.add_argument("--class-balance", type=float, default=0.1, metavar="T",
                     help="show class frequencies as class_balance=T samples them (default 0.1)")
     ap.add_argument("--fail-on", default="", metavar="LIST",
-                    help=f"exit 1 when any of these has findings (comma-separated, or 'all'): {', '.join(FINDINGS)}")
+                    help=f"exit 1 when any of these has findings, or a split cannot be read (comma-separated, "
+                         f"or 'all'): {', '.join(FINDINGS)}")
     ap.add_argument("--workers", type=int, default=None, help="threads reading images, processes scanning labels")
-    ap.add_argument("--cache-dir", default=None, help="label caches go to this folder instead of beside the labels")
+    ap.add_argument("--cache-dir", default=None,
+                    help="read and write label caches in this folder (default: the per-user cache folder; the "
+                         "dataset is never written to)")
     args = ap.parse_args(argv)
     fail_on = list(FINDINGS) if args.fail_on.strip() == "all" else [c.strip() for c in args.fail_on.split(",") if c.strip()]
     unknown = [c for c in fail_on if c not in FINDINGS]
@@ -236,15 +261,25 @@ def report_main(argv=None) -> int:
     f = rep.figures
     for name, s in f["splits"].items():
         if "error" in s:
-            print(f"{name}: cannot read {s['source']}: {s['error']}")
+            source = ", ".join(s["source"]) if isinstance(s["source"], list) else s["source"]
+            print(f"{name}: cannot read {source}: {s['error']}")
         else:
-            print(f"{name}: {s['images']:,} images, {s['objects']:,} objects, {s['backgrounds']:,} backgrounds, "
-                  f"{s['left_out']:,} left out, {s['warnings']:,} warnings")
+            cache = (f"label cache {'built in' if s['cache_built'] else 'read from'} {s['cache_file']}"
+                     if s["cache_file"] else "label cache not written")
+            print(f"{name}: {plural(s['images'], 'image')}, {plural(s['objects'], 'object')}, "
+                  f"{plural(s['backgrounds'], 'background')}, {s['left_out']:,} left out, "
+                  f"{plural(s['warnings'], 'warning')}; {cache}")
+    flat = f["duplicates"].get("flat", [])
+    if flat:
+        print(f"{plural(len(flat), 'flat picture')} (one colour: black, white or gray), grouped only with "
+              "byte-identical copies")
     print("findings: " + ", ".join(f"{k} {v:,}" for k, v in f["findings"].items()))
     print(f"wrote {rep.html_file} and {rep.json_file} in {f['seconds']:.1f} s")
     failed = rep.failed(fail_on)
     if failed:
-        print(f"failed on: {', '.join(failed)}", file=sys.stderr)
+        why = "; ".join(f"split {k} cannot be read, so nothing in it was checked: {v}"
+                        for k, v in rep.unreadable.items())
+        print(f"failed on: {', '.join(failed)}" + (f" ({why})" if why else ""), file=sys.stderr)
         return 1
     return 0
 

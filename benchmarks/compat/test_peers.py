@@ -1,7 +1,7 @@
 """The compatibility suite: yolo_data against YOLOv5 7.0, Ultralytics 8.4 and pycocotools, in the peer
 environment (benchmarks/requirements-peers.txt), as pytest tests.
 
-    ../bench-venv/bin/python -m pytest -q benchmarks/compat
+    .peer-venv/bin/python -m pytest -q benchmarks/compat
 
 Each test runs one of the comparison scripts beside this file (the same a reader runs by hand, see
 BENCHMARKS.md) and checks what it concludes.  Where a peer is missing the suite fails, it never
@@ -96,3 +96,17 @@ def test_ultralytics_trainer_trains_from_an_s3_bucket_with_the_batches_of_a_loca
     for line in ("trained and validated from the bucket: True", "next train batch equals the local copy's: True",
                  "nothing written into the bucket: True"):
         assert line in out, out[-3000:]
+
+
+def test_ultralytics_classes_give_its_own_rows_and_the_remap_trains_a_model_of_the_kept_classes():
+    out = run("ultralytics_classes.py")
+    for line in ("classes gives Ultralytics' rows: True",
+                 "without remap_classes the model is made for 80 classes: True",
+                 "trained 1 epoch with classes=[2, 0] remap_classes=True: completed True",
+                 "model nc 2, names {0: 'car', 1: 'person'}: True", "weights' names {0: 'car', 1: 'person'}: True",
+                 "a DDP rank's trainer has the kept names: True"):
+        assert line in out, out[-3000:]
+    assert re.search(r"loaders' class ids train \[[01, ]+\] val \[0, 1\]: True", out), out[-3000:]
+    assert re.search(r"model.val with YoloDataValidator and the remap: 2 classes, .*: True", out), out[-3000:]
+    assert re.search(r"validated without remap_classes, the validator says: .*yolo_data: the model's class names "
+                     r"are not its labels' \(0: 'car' / 'person'", out), out[-3000:]

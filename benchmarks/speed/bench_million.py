@@ -2,7 +2,7 @@
 """A million images end to end: yolo_data against YOLOv5 7.0 (PyPI, benchmark environment), same files.
 
     python benchmarks/speed/run.py million --root ../bench-data/million --images 1000000 \\
-        --peer-python ../bench-venv/bin/python               # or $YOLO_DATA_PEER_PYTHON; --no-peer: yolo_data only
+        --peer-python .peer-venv/bin/python               # or $YOLO_DATA_PEER_PYTHON; --no-peer: yolo_data only
     python benchmarks/speed/run.py million --root ../bench-data/m300 --images 300 --no-peer --repeats 1 --small-images 0
 
 **Data.** ``--root`` gets one flat COCO-style split, ``images/train2017/000000000000.jpg`` ...
