@@ -28,6 +28,7 @@ made requests never shares that process's connections.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import logging
@@ -38,7 +39,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 from urllib.parse import urlsplit
 
 LOGGER = logging.getLogger("yolo_data")
@@ -50,6 +51,11 @@ MISSING = (-1, -1, -1)  # cache._MISSING: what stat() says of an object that is 
 
 class RemoteUnavailable(ImportError):
     """A remote path was given and the client library is not installed."""
+
+
+class ListingError(OSError):
+    """A listing that the server's answers cannot complete: an answer that is not S3's XML (a proxy's
+    login page), or pages that bring no new key.  Never retried: the same server answers the same way."""
 
 
 def is_remote(path) -> bool:
@@ -183,11 +189,39 @@ def _make_client(opts: RemoteOptions):
     if host is not None and region is None:
         region = "us-east-1"  # what S3-compatible servers expect; spares asking the bucket's region
     # Retries are ours (_retrying): urllib3's would not cover an answer cut in the middle of its body.
-    http = urllib3.PoolManager(timeout=urllib3.Timeout(connect=opts.timeout_s, read=opts.timeout_s),
-                               maxsize=max(10, opts.concurrency), retries=False,
-                               ca_certs=os.environ.get("SSL_CERT_FILE") or _certifi())
+    http = _watched_pool(urllib3)(timeout=urllib3.Timeout(connect=opts.timeout_s, read=opts.timeout_s),
+                                  maxsize=max(10, opts.concurrency), retries=False,
+                                  ca_certs=os.environ.get("SSL_CERT_FILE") or _certifi())
     return Minio(host or "s3.amazonaws.com", secure=secure, region=region, http_client=http,
                  credentials=_credentials(opts, host is None))
+
+
+_watch = threading.local()  # .hook: this thread's watch_requests
+
+
+@contextlib.contextmanager
+def watch_requests(hook: Callable[[str, object], None]):
+    """Meanwhile, ``hook(url, response)`` sees each request this thread sends (its URL, query included)
+    and its answer (a urllib3 response) before the client library reads it, and may raise to end what
+    sent it: the one way to bound the client library's own page loop (s3list's fallback listing)."""
+    _watch.hook = hook
+    try:
+        yield
+    finally:
+        _watch.hook = None
+
+
+def _watched_pool(urllib3):
+    """urllib3's PoolManager, with answers shown to the thread's watch_requests hook."""
+    class WatchedPool(urllib3.PoolManager):
+        def urlopen(self, method, url, redirect=True, **kw):
+            response = super().urlopen(method, url, redirect=redirect, **kw)
+            hook = getattr(_watch, "hook", None)
+            if hook is not None:
+                hook(url, response)
+            return response
+
+    return WatchedPool
 
 
 def _certifi() -> Optional[str]:
@@ -240,7 +274,7 @@ def _retrying(url: str, request):
         try:
             return request()
         except Exception as e:  # noqa: BLE001 - sorted by _classify
-            if isinstance(e, (RemoteUnavailable, ValueError)):
+            if isinstance(e, (RemoteUnavailable, ValueError, ListingError)):
                 raise
             transient, error = _classify(e, url)
             if not transient or attempt == opts.attempts - 1:

@@ -11,6 +11,12 @@ the client library's objects of every field cost about 100 us, which made the cl
 server, the limit of a warm start.  The request
 goes through the MinIO client's signed-request method (``Minio._execute``, not public: MinIO's own
 listing calls it); where a client lacks it, the public ``list_objects`` lists the folder in one range.
+
+Every listing ends: an answer that is not a ListObjectsV2 result (a proxy's HTML login page), a
+continuation token that comes again in one range, or IDLE_PAGES pages in a row that bring no key or
+sub-folder past the last one while the server says more follow, is a ``remote.ListingError`` naming
+the folder's URL (never retried).  The fallback's pages are the client library's, so it is bounded
+on the answers it receives (``remote.watch_requests``).
 """
 from __future__ import annotations
 
@@ -28,6 +34,9 @@ STREAMS = 8  # ranges of one folder listed at once
 CUT_PAGES = 4  # a range is cut only after it listed this many pages: each range costs part of a page more
 PROGRESS_S = 10.0  # a long listing says how far it is this often
 RAW_PAGES = True  # False: every listing through the client's public list_objects (one range)
+# Pages in a row without a new key or sub-folder before a listing is called endless: S3 may send an
+# empty page that says more follow (directory buckets do), never a hundred in a row.
+IDLE_PAGES = 100
 
 
 class Entry(NamedTuple):
@@ -41,12 +50,19 @@ class Page(NamedTuple):
     entries: List[Entry]  # the objects (not the sub-folders of a one-level listing), in key order
     truncated: bool
     token: Optional[str]  # for the next page
+    last_folder: Optional[str] = None  # the last sub-folder (CommonPrefixes) of a one-level listing
 
 
 def parse_page(xml: bytes) -> Page:
-    """A ListObjectsV2 answer (keys URL-encoded or not, as its EncodingType says)."""
-    root = ET.fromstring(xml)
+    """A ListObjectsV2 answer (keys URL-encoded or not, as its EncodingType says).  ValueError for
+    an answer that is not one."""
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError as e:
+        raise ValueError(f"not XML ({e})") from None
     ns = root.tag[:root.tag.index("}") + 1] if root.tag.startswith("{") else ""
+    if root.tag[len(ns):] != "ListBucketResult":
+        raise ValueError(f"<{root.tag[len(ns):]}>, not <ListBucketResult>")
     url = (root.findtext(ns + "EncodingType") or "").lower() == "url"
     key, size, etag, modified = ns + "Key", ns + "Size", ns + "ETag", ns + "LastModified"
     entries = []
@@ -55,12 +71,22 @@ def parse_page(xml: bytes) -> Page:
         entries.append(Entry(unquote_plus(name) if url else name, int(c.findtext(size) or 0),
                              c.findtext(etag) or "", c.findtext(modified) or ""))
     truncated = (root.findtext(ns + "IsTruncated") or "").lower() == "true"
-    return Page(entries, truncated, root.findtext(ns + "NextContinuationToken"))
+    folders = [p.findtext(ns + "Prefix") or "" for p in root.iterfind(ns + "CommonPrefixes")]
+    last = max((unquote_plus(p) if url else p for p in folders), default=None)
+    return Page(entries, truncated, root.findtext(ns + "NextContinuationToken"), last)
 
 
-def request_page(bucket: str, prefix: str, recursive: bool, start_after: Optional[str],
+def not_a_listing(url: str, response) -> remote.ListingError:
+    """The error for an answer (a urllib3 response) that is not a listing: its status, type and first bytes."""
+    head = " ".join((response.data or b"")[:60].decode("utf-8", "replace").split())
+    return remote.ListingError(f"{url}: the server's answer is not an S3 listing (HTTP {response.status}, "
+                               f"Content-Type {response.headers.get('content-type') or 'none'}, begins "
+                               f"{head!r}): is endpoint_url an S3 endpoint?")
+
+
+def request_page(url: str, bucket: str, prefix: str, recursive: bool, start_after: Optional[str],
                  token: Optional[str]) -> Page:
-    """One ListObjectsV2 request (no retries: the caller's)."""
+    """One ListObjectsV2 request (no retries: the caller's) for the folder ``url``."""
     query = {"list-type": "2", "delimiter": "" if recursive else "/", "encoding-type": "url",
              "max-keys": str(PAGE), "prefix": prefix}
     if token:
@@ -68,7 +94,10 @@ def request_page(bucket: str, prefix: str, recursive: bool, start_after: Optiona
     elif start_after:
         query["start-after"] = start_after
     response = remote._client()._execute("GET", bucket, query_params=query)
-    return parse_page(response.data)
+    try:
+        return parse_page(response.data)
+    except ValueError:
+        raise not_a_listing(url, response) from None
 
 
 def _info(bucket: str, key: str, size: int, etag: Optional[str], modified) -> remote.ObjectInfo:
@@ -81,16 +110,34 @@ def list_objects(url: str, bucket: str, prefix: str, recursive: bool) -> List[re
         return _Listing(url, bucket, prefix, recursive).run()
 
     def listing():
-        remote._count("list")
-        out = []
-        for o in remote._client().list_objects(bucket, prefix=prefix, recursive=recursive):
-            if not (o.is_dir or o.object_name.endswith("/")):
-                out.append(_info(bucket, o.object_name, o.size, o.etag, o.last_modified))
-                if len(out) % PAGE == 0:
-                    remote._count("list")
+        out, seen, idle = [], set(), [0]
+
+        def answered(request: str, response):  # before the client reads the page
+            if "list-type=2" not in request:
+                return  # another request of the client's (a bucket's region)
+            remote._count("list")
+            if 200 <= response.status < 300 and b"ListBucketResult" not in response.data[:4096]:
+                raise not_a_listing(url, response)
+            idle[0] += 1
+            if idle[0] >= IDLE_PAGES:
+                raise endless(url, f"{IDLE_PAGES} pages in a row brought no new key, each saying more follow")
+
+        with remote.watch_requests(answered):
+            for o in remote._client().list_objects(bucket, prefix=prefix, recursive=recursive):
+                if o.object_name in seen:
+                    continue  # a page sent again
+                seen.add(o.object_name)
+                idle[0] = 0
+                if not (o.is_dir or o.object_name.endswith("/")):
+                    out.append(_info(bucket, o.object_name, o.size, o.etag, o.last_modified))
         return out
 
     return remote._retrying(url, listing)
+
+
+def endless(url: str, why: str) -> remote.ListingError:
+    return remote.ListingError(f"{url}: the listing does not end: {why}; is endpoint_url an S3 endpoint "
+                               "(no caching proxy in between)?")
 
 
 class _Listing:
@@ -134,22 +181,35 @@ class _Listing:
         cursor = [after, upto]
 
         def pages():
-            token, pages_done = None, 0
+            token, pages_done, tokens, idle, folder = None, 0, set(), 0, None
             while True:
                 remote._count("list")
-                page = request_page(self.bucket, self.prefix, self.recursive, cursor[0], token)
+                page = request_page(self.url, self.bucket, self.prefix, self.recursive, cursor[0], token)
                 keys = []
                 for e in page.entries:
                     if cursor[1] is not None and e.key > cursor[1]:
                         return  # the next range's
+                    if cursor[0] is not None and e.key <= cursor[0]:
+                        continue  # listed already (a server that sends a page again)
                     if not e.key.endswith("/"):
                         info = _info(self.bucket, e.key, e.size, e.etag, e.modified)
                         with self.lock:
                             self.found[e.key] = info
                     cursor[0] = e.key
                     keys.append(e.key)
-                if not page.truncated or not page.token:
+                if not page.truncated:
                     return
+                new_folder = page.last_folder is not None and (folder is None or page.last_folder > folder)
+                folder = page.last_folder if new_folder else folder
+                idle = 0 if keys or new_folder else idle + 1
+                if idle >= IDLE_PAGES:
+                    after = f" (after {cursor[0]!r})" if cursor[0] else ""
+                    raise endless(self.url, f"{IDLE_PAGES} pages in a row brought no new key{after}, each saying "
+                                            "more follow")
+                if page.token in tokens:
+                    raise endless(self.url, f"the server sent the continuation token {page.token[:40]!r} twice")
+                if page.token:  # else the next page is asked for after the last key
+                    tokens.add(page.token)
                 token, pages_done = page.token, pages_done + 1
                 if pages_done >= CUT_PAGES and len(keys) > 1:
                     self._share(cursor, keys)
