@@ -28,7 +28,6 @@ made requests never shares that process's connections.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import logging
@@ -39,18 +38,16 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
-from urllib.parse import urlsplit
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from .s3client import RemoteUnavailable
+from . import s3client
 
 LOGGER = logging.getLogger("yolo_data")
 
 SCHEME = "s3://"
 REGULAR = 8  # a regular file's type as cache._stats records it (st_mode >> 12)
 MISSING = (-1, -1, -1)  # cache._MISSING: what stat() says of an object that is not there
-
-
-class RemoteUnavailable(ImportError):
-    """A remote path was given and the client library is not installed."""
 
 
 class ListingError(OSError):
@@ -132,34 +129,6 @@ def options() -> RemoteOptions:
     return _options
 
 
-def _endpoint(opts: RemoteOptions) -> Tuple[Optional[str], bool]:
-    """(host[:port], https?) of the endpoint; (None, True) for AWS."""
-    url = opts.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    if not url:
-        return None, True
-    parts = urlsplit(url if "://" in url else "https://" + url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"endpoint_url {url!r}: expected http://host[:port] or https://host[:port]")
-    return parts.netloc.rpartition("@")[2], parts.scheme == "https"  # never a user:password@ part
-
-
-def _credentials(opts: RemoteOptions, aws: bool):
-    """The first credentials provider that has credentials (see the module's docstring), or None."""
-    from minio import credentials as mc
-
-    profile = opts.profile or os.environ.get("AWS_PROFILE") or "default"
-    chain = [mc.EnvAWSProvider(), mc.AWSConfigProvider(profile=profile)]
-    if aws:  # the instance or container role answers on a link-local address of AWS only
-        chain.append(mc.IamAwsProvider())
-    for provider in chain:
-        try:
-            provider.retrieve()
-            return provider
-        except Exception:  # noqa: BLE001 - a provider without credentials raises; try the next
-            continue
-    return None
-
-
 # -- the client --------------------------------------------------------------------------------------
 _clients: Dict[int, object] = {}  # pid -> that process's MinIO client
 
@@ -174,62 +143,8 @@ def _client():
         c = _clients.get(pid)
         if c is None:
             _clients.clear()  # a parent's client: its pool's sockets belong to the parent
-            c = _clients[pid] = _make_client(_options)
+            c = _clients[pid] = s3client.make_client(_options)
     return c
-
-
-def _make_client(opts: RemoteOptions):
-    try:
-        import urllib3
-        from minio import Minio
-    except ImportError:
-        raise RemoteUnavailable('reading s3:// paths needs the MinIO client: pip install "yolo-data[remote]"') from None
-    host, secure = _endpoint(opts)
-    region = opts.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    if host is not None and region is None:
-        region = "us-east-1"  # what S3-compatible servers expect; spares asking the bucket's region
-    # Retries are ours (_retrying): urllib3's would not cover an answer cut in the middle of its body.
-    http = _watched_pool(urllib3)(timeout=urllib3.Timeout(connect=opts.timeout_s, read=opts.timeout_s),
-                                  maxsize=max(10, opts.concurrency), retries=False,
-                                  ca_certs=os.environ.get("SSL_CERT_FILE") or _certifi())
-    return Minio(host or "s3.amazonaws.com", secure=secure, region=region, http_client=http,
-                 credentials=_credentials(opts, host is None))
-
-
-_watch = threading.local()  # .hook: this thread's watch_requests
-
-
-@contextlib.contextmanager
-def watch_requests(hook: Callable[[str, object], None]):
-    """Meanwhile, ``hook(url, response)`` sees each request this thread sends (its URL, query included)
-    and its answer (a urllib3 response) before the client library reads it, and may raise to end what
-    sent it: the one way to bound the client library's own page loop (s3list's fallback listing)."""
-    _watch.hook = hook
-    try:
-        yield
-    finally:
-        _watch.hook = None
-
-
-def _watched_pool(urllib3):
-    """urllib3's PoolManager, with answers shown to the thread's watch_requests hook."""
-    class WatchedPool(urllib3.PoolManager):
-        def urlopen(self, method, url, redirect=True, **kw):
-            response = super().urlopen(method, url, redirect=redirect, **kw)
-            hook = getattr(_watch, "hook", None)
-            if hook is not None:
-                hook(url, response)
-            return response
-
-    return WatchedPool
-
-
-def _certifi() -> Optional[str]:
-    try:
-        import certifi
-        return certifi.where()
-    except ImportError:
-        return None
 
 
 # -- retries -----------------------------------------------------------------------------------------

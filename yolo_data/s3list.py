@@ -16,7 +16,7 @@ Every listing ends: an answer that is not a ListObjectsV2 result (a proxy's HTML
 continuation token that comes again in one range, or IDLE_PAGES pages in a row that bring no key or
 sub-folder past the last one while the server says more follow, is a ``remote.ListingError`` naming
 the folder's URL (never retried).  The fallback's pages are the client library's, so it is bounded
-on the answers it receives (``remote.watch_requests``).
+on the answers it receives (``s3client.watch_requests``).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Dict, List, NamedTuple, Optional
 from urllib.parse import unquote_plus
 
-from . import keyspace, remote
+from . import keyspace, remote, s3client
 
 PAGE = 1000  # keys of a page (S3's most)
 STREAMS = 8  # ranges of one folder listed at once
@@ -122,7 +122,7 @@ def list_objects(url: str, bucket: str, prefix: str, recursive: bool) -> List[re
             if idle[0] >= IDLE_PAGES:
                 raise endless(url, f"{IDLE_PAGES} pages in a row brought no new key, each saying more follow")
 
-        with remote.watch_requests(answered):
+        with s3client.watch_requests(answered):
             for o in remote._client().list_objects(bucket, prefix=prefix, recursive=recursive):
                 if o.object_name in seen:
                     continue  # a page sent again
