@@ -7,9 +7,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageOps
 
 from yolo_data import create_dataloader
+from yolo_data.decode import imread_bgr
 from yolo_data.images import ImageReadError
 from yolo_data.split import load_split
 from conftest import make_dataset, tree_digest, write_image
@@ -118,3 +119,61 @@ def test_missing_labels_folder_keeps_every_image_as_background(tmp_path, user_ca
     loader, _ = create_dataloader(str(yaml), 32, 2, 32, augment=True, hyp=str(LOW), workers=0, split="train")
     imgs, targets, _, _ = next(iter(loader))
     assert imgs.shape == (2, 3, 32, 32) and targets.shape == (0, 6)
+
+
+def test_tiffs_turned_upright_are_kept_with_their_upright_pixels_and_an_undecodable_one_is_left_out(tmp_path, capfd):
+    """OpenCV 5.0's cv2.imread fails on a TIFF with EXIF orientation 5 to 8 (with 4 lines of error on
+    stderr), while cv2.imdecode of its bytes decodes it, as Ultralytics reads every image: such TIFFs are
+    kept, with the pixels Pillow turns upright, and no OpenCV error on the way (the scan and each load
+    decode the bytes once).  A TIFF that no OpenCV decoder takes (32-bit float samples) is named and
+    left out at scan time."""
+    ok = "0 0.5 0.5 0.4 0.4\n"
+    yaml = make_dataset(tmp_path / "tiffs", [("good.jpg", (64, 48), ok)])
+    im, lb = yaml.parent / "images" / "train", yaml.parent / "labels" / "train"
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 255, (30, 50, 3), dtype=np.uint8)
+    for o in range(1, 9):
+        exif = Image.Exif()
+        exif[0x0112] = o
+        Image.fromarray(pixels).save(im / f"o{o}.tif", exif=exif, compression="tiff_lzw")
+        (lb / f"o{o}.txt").write_text(ok)
+    Image.fromarray(rng.random((30, 50), dtype=np.float32), "F").save(im / "float.tif")
+    (lb / "float.txt").write_text(ok)
+    before = tree_digest(yaml.parent / "images")
+    capfd.readouterr()
+
+    s = load_split(str(im), nc=3)
+    shapes = {Path(s.store.im_file(i)).stem: tuple(s.store.shapes_hw[i]) for i in range(len(s.store))}
+    assert shapes == {"good": (48, 64), **{f"o{o}": (30, 50) if o < 5 else (50, 30) for o in range(1, 9)}}
+    hits = [p for p in s.problems if Path(p.file).name == "float.tif"]
+    assert len(hits) == 1 and hits[0].dropped
+    assert "OpenCV, the decoder used for training, cannot decode this TIFF image" in str(hits[0])
+    for o in range(1, 9):
+        with Image.open(im / f"o{o}.tif") as pil:
+            upright = np.asarray(ImageOps.exif_transpose(pil).convert("RGB"))[:, :, ::-1]
+        assert np.array_equal(imread_bgr(str(im / f"o{o}.tif")), upright), o
+    loader, ds = create_dataloader(str(yaml), 64, 3, 32, workers=0, split="train")
+    assert sum(len(b[0]) for b in loader) == 9
+    assert "imread_" not in capfd.readouterr().err  # OpenCV's "imread_(...): can't read data" error
+    assert tree_digest(yaml.parent / "images") == before
+
+
+@pytest.mark.parametrize("mode,save", [("RGB", {}), ("RGB", {"compression": "tiff_lzw"}),
+                                       ("RGB", {"compression": "jpeg"}), ("RGB", {"compression": "packbits"}),
+                                       ("L", {}), ("RGBA", {}), ("CMYK", {}), ("P", {}), ("1", {}), ("I;16", {}),
+                                       ("RGB", {"orientation": 3}), ("RGB", {"save_all": True, "pages": 2})])
+def test_a_tiff_imread_decodes_gives_the_same_pixels_from_its_bytes(tmp_path, mode, save):
+    """Why TIFFs may skip cv2.imread (decode.imread_bgr): where it decodes one, imdecode gives its pixels."""
+    rng = np.random.default_rng(3)
+    rgb = Image.fromarray(rng.integers(0, 255, (30, 50, 3), dtype=np.uint8))
+    picture = rgb.convert(mode) if mode != "I;16" else Image.fromarray(rng.integers(0, 65535, (30, 50), np.uint16))
+    save = dict(save)
+    if "orientation" in save:
+        save["exif"] = Image.Exif()
+        save["exif"][0x0112] = save.pop("orientation")
+    if save.pop("pages", None):
+        save["append_images"] = [picture.transpose(Image.Transpose.FLIP_TOP_BOTTOM)]
+    path = tmp_path / "a.tif"
+    picture.save(path, **save)
+    want = cv2.imread(str(path))
+    assert want is not None and np.array_equal(imread_bgr(str(path)), want)

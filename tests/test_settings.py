@@ -1,6 +1,8 @@
 """The settings object, its presets, the composition root's adapters and the dataset's item keys."""
+import re
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ from yolo_data import LoadImagesAndLabels, Settings, YoloDataset, create_dataloa
 from yolo_data.build import build_loader
 from yolo_data.collate import collate_fn
 from yolo_data.sampling import ItemKey
+from yolo_data.integrations.ultralytics_args import loader_settings
 from yolo_data.settings import IndexSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,6 +59,58 @@ def test_fields_are_given_by_name_alone_and_checked():
     with pytest.raises(TypeError, match="index must be a IndexSettings"):
         Settings(index={"rect": True})
     assert Settings(index=IndexSettings(rect=True), pad=0.5).index == IndexSettings(rect=True, pad=0.5)
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.5, 1.5, 0, -3, float("nan"), float("inf"), True, False, "0.5", None])
+def test_a_fraction_outside_its_range_is_refused_naming_the_field_and_value(bad):
+    with pytest.raises(ValueError, match=rf"settings: fraction .*got {re.escape(repr(bad))}$"):
+        Settings(fraction=bad)
+
+
+@pytest.mark.parametrize("bad", [-1, -0.5, float("nan"), float("inf"), float("-inf"), True, "2", None])
+def test_object_cache_gb_must_be_a_finite_size_of_zero_or_more(bad):
+    with pytest.raises(ValueError, match=rf"settings: object_cache_gb must be a finite number of GB >= 0 .*"
+                                         rf"got {re.escape(repr(bad))}$"):
+        Settings(object_cache_gb=bad)
+
+
+def test_good_fractions_and_cache_sizes_are_kept_as_plain_numbers():
+    kept = {0.25: 0.25, 1.0: 1.0, 1: 1.0, 7: 7, np.int64(3): 3, np.float64(0.5): 0.5}
+    for given, want in kept.items():
+        value = Settings(fraction=given).source.fraction
+        assert value == want and type(value) is type(want)  # an int is a count, a float a ratio
+    assert Settings(object_cache_gb=0).source.object_cache_gb == 0.0
+    assert Settings(object_cache_gb=np.float32(1.5)).source.object_cache_gb == 1.5
+
+
+def test_every_entry_point_checks_the_fraction_through_the_settings(sample):
+    with pytest.raises(ValueError, match="settings: fraction as a ratio must be in"):
+        create_dataloader(str(sample), 64, 4, 32, workers=0, split="train", fraction=1.5)
+    with pytest.raises(ValueError, match="settings: fraction as a ratio must be in .*got nan"):
+        loader_settings(SimpleNamespace(imgsz=64, seed=0, fraction=float("nan")), "train", 4, 32)
+    with pytest.raises(ValueError, match="settings: object_cache_gb .*got -1"):
+        YoloDataset(str(sample), Settings(object_cache_gb=-1))
+
+
+def test_a_fraction_s_label_cache_goes_where_the_split_s_does_named_with_the_fraction(sample, tmp_path):
+    images = sample.parent / "sample" / "images" / "train"
+    labels = sample.parent / "sample" / "labels"
+    before, caches = sorted(p.name for p in images.iterdir()), {p.name for p in labels.glob("*.cache")}
+    sizes = {}
+    for fraction in (0.5, 0.25, 5):
+        ds = YoloDataset(str(sample), Settings.training(split="train", fraction=fraction))
+        sizes[fraction] = len(ds)
+    assert sizes == {0.5: 8, 0.25: 4, 5: 5}
+    assert sorted(p.name for p in images.iterdir()) == before  # nothing written among the images
+    assert sorted({p.name for p in labels.glob("*.cache")} - caches) == [
+        "train.first-5.yolo_data.cache", "train.fraction-0.25.yolo_data.cache", "train.fraction-0.5.yolo_data.cache"]
+    again = YoloDataset(str(sample), Settings.training(split="train", fraction=0.25))
+    assert len(again) == 4 and not again.split_labels.built  # its own cache, read back
+    # with a cache folder, there and named after the split and the fraction
+    folder = tmp_path / "caches"
+    YoloDataset(str(sample), Settings.training(split="train", fraction=0.5, cache_dir=str(folder)))
+    assert [p.name.split("-")[0] for p in folder.iterdir()] == ["train.fraction"]
+    assert [p.name.rsplit("-", 1)[0] for p in folder.iterdir()] == ["train.fraction-0.5"]
 
 
 def test_create_dataloader_takes_settings_or_their_fields_and_yolov5_arguments_win(sample):

@@ -12,7 +12,6 @@ import logging
 import math
 import os
 import shutil
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -28,8 +27,10 @@ from yolo_data.integrations.ultralytics_args import (MAPPING, NO_EQUIVALENT, cac
                                                      loader_settings, split_fraction, take_own_args)
 from yolo_data.integrations.ultralytics_batch import LabelDicts, snap_boxes_to_border, to_batch_dict, whole_pixel_pad
 from yolo_data.integrations.ultralytics_loader import ShardSampler, UltralyticsLoader, create_loader
+from yolo_data.sampling import YoloSampler
 
 from conftest import make_dataset
+from procs import count_calls
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = {"img", "batch_idx", "cls", "bboxes", "im_file", "ori_shape", "resized_shape"}
@@ -217,15 +218,16 @@ def test_train_batches_are_mosaics_and_the_same_with_0_and_2_workers(sample):
 
 # -- close_mosaic --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("workers", [0, 2])
-def test_close_mosaic_reaches_persistent_workers(sample, workers):
+def test_close_mosaic_reaches_persistent_workers(sample, workers, monkeypatch):
     """As Ultralytics' trainer does it: enumerate the loader, close, reset, enumerate again; every
     item after the close is a letterboxed single image (its batch then has ratio_pad)."""
     loader = create_loader(sample, settings("train", workers=workers, batch=4), split="train")
     assert isinstance(loader, UltralyticsLoader)
     first = batches(loader)
     assert all("ratio_pad" not in b for b in first)  # mosaic 1.0: every item a mosaic
+    passes = count_calls(monkeypatch, YoloSampler, "__iter__")  # a pass's start draws its keys at once
     stale = enumerate(loader)  # what the trainer's non-zero ranks hold across the close
-    time.sleep(1.5)  # time enough for workers to prefetch, were the pass started here
+    assert passes.count == 0  # no pass started: nothing for the workers to make with the old settings
     loader.dataset.mosaic = False
     loader.dataset.close_mosaic(hyp=SimpleNamespace(mosaic=1.0))
     loader.reset()
@@ -236,10 +238,13 @@ def test_close_mosaic_reaches_persistent_workers(sample, workers):
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_close_mosaic_before_the_first_pass_drops_the_early_start(sample, workers):
-    """epochs <= close_mosaic closes at epoch 0, after the workers began the first pass at construction."""
+def test_close_mosaic_before_the_first_pass_drops_the_early_start(sample, workers, monkeypatch):
+    """epochs <= close_mosaic closes at epoch 0, after the workers made the first pass's batches (with
+    mosaic) at construction."""
+    made = count_calls(monkeypatch, YoloDataset, "__getitems__")  # counted in the workers
     loader = create_loader(sample, settings("train", workers=workers, batch=4), split="train")
-    time.sleep(1.5)  # let the workers make the early pass's first batches (with mosaic) before the close
+    if workers:  # each worker makes 2 batches ahead
+        made.wait(min(len(loader), 2 * workers), timeout=120, what="batches of the early pass")
     loader.dataset.close_mosaic()
     loader.reset()
     assert all("ratio_pad" in b for b in batches(loader))

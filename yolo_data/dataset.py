@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from . import distributed, failures, remote, summary
+from . import distributed, failures, objectcache, remote, summary
 from .augstate import AugmentControl, TrainSettings
 from .cache import user_cache_dir
 from .collate import collate_fn
@@ -33,7 +33,7 @@ from .mapping import DrawKey, make_mapper
 from .run import RunState
 from .sampling import ItemKey
 from .settings import Settings, as_settings, fraction_count
-from .sources import list_image_files
+from .sources import fraction_cache_file, img2label_path, list_image_files
 from .split import SplitLabels, load_split
 from .store import ImageFiles, Keypoints, LabelFiles, Labels, Segments
 from .task import LabelTask, resolve_task
@@ -85,19 +85,23 @@ def read_labels(path, settings: Settings, prefix: str = "") -> Tuple[SplitLabels
     if part.object_cache_gb or remote.options().object_cache_bytes:
         folder = Path(part.cache_dir) if part.cache_dir else user_cache_dir() / "remote"
         remote.configure(object_cache_bytes=int(part.object_cache_gb * 2**30), object_dir=str(folder / "objects"))
+        if part.object_cache_gb > 0:  # checked here, so the DataLoader workers inherit its one warning
+            objectcache.prepare(folder / "objects")
     paths, names, spec = resolve_split(path, settings.split_name, settings.augment)
     task = resolve_task(settings.targets, spec and spec.kpt_shape, spec and spec.flip_idx, str(path))
+    default_cache = None  # where the format puts the split's cache
     if part.fraction != 1.0:
         fmt = split_format(paths)
         if not fmt.cuts_by_files:
             raise ValueError(f"fraction={part.fraction}: a part of a split is taken from YOLO image folders "
                              f"or lists; {path} names {fmt.name} annotations (use fraction=1.0)")
         files = list_image_files(paths)
+        default_cache = fraction_cache_file(paths, img2label_path(files[0]) if files else None, part.fraction)
         paths = files[:fraction_count(len(files), part.fraction)]
     names = list(part.names) if part.names else names
     labels = load_split(paths, cache_dir=part.cache_dir, workers=part.scan_workers, names=names or None,
                         progress=_progress_bar(prefix, summary.printing_rank()), keep_difficult=part.keep_difficult,
-                        task=task.name, kpt_shape=task.kpt_shape)
+                        task=task.name, kpt_shape=task.kpt_shape, default_cache=default_cache)
     summary.log_split_summary(labels, prefix, path)  # every run, cache or scan (rank 0 only)
     if not len(labels.store):
         raise RuntimeError(f"{prefix}no usable images in {path}: " + "; ".join(str(p) for p in labels.problems[:5]))
@@ -159,7 +163,8 @@ class YoloDataset(Dataset):
                                       settings.seed, self.augment)
         guard_opencv_pool()  # before any thread of ours uses OpenCV's pool: workers fork from here
         self.split_labels, names, self.task = read_labels(path, settings, prefix)
-        self.index: SplitIndex = build_index(self.split_labels.store, names, settings, self.run.rect_batch, prefix)
+        self.index: SplitIndex = build_index(self.split_labels.store, names, settings, self.run.rect_batch, prefix,
+                                             data=path)
         self.n = len(self.index)
         # shared memory: YOLOv5's train.py sets dataset.indices each epoch (--image-weights) in the main
         # process, and persistent DataLoader workers must see the new ones

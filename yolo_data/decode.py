@@ -12,8 +12,9 @@ It is used only where that sameness is certain:
   what it can, as it always did;
 - a scaled decode (1/2, 1/4, 1/8) has libjpeg's ceil(side / f) size.
 
-Everything else is decoded by cv2.imread, as before.  ``imread_bgr`` is the one way the package reads
-an image file.
+Everything else is decoded by cv2.imread, a TIFF by cv2.imdecode of its bytes (OpenCV 5.0's imread
+fails on TIFFs it must turn upright, which imdecode decodes).  ``imread_bgr`` is the one way the
+package reads an image file.
 
 cv2.imread says None alike for a file it could not read (missing, not permitted, an I/O error) and
 for one it read and could not decode.  Only the second is a fact about the file that stays true while
@@ -36,6 +37,7 @@ from . import remote
 
 JPEG_SIGNATURE = b"\xff\xd8\xff"
 JPEG_SUFFIXES = ("jpg", "jpeg")
+TIFF_SUFFIXES = ("tif", "tiff")
 # libjpeg's scaled decodes: 1/f of each side, rounded up, EXIF orientation applied as in a full decode
 REDUCED_FLAGS = {2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4, 8: cv2.IMREAD_REDUCED_COLOR_8}
 _FACTORS = {cv2.IMREAD_COLOR: 1, **{flag: f for f, flag in REDUCED_FLAGS.items()}}
@@ -196,10 +198,14 @@ def imread_bgr(path: str, flags: int = cv2.IMREAD_COLOR, data: Optional[bytes] =
         read = data, _BytesStat(len(data))
     elif remote.is_remote(path):
         read = read_whole(path)
-    if flags in _FACTORS and path.rpartition(".")[2].lower() in JPEG_SUFFIXES and simplejpeg_module():
+    suffix = path.rpartition(".")[2].lower()
+    if flags in _FACTORS and suffix in JPEG_SUFFIXES and simplejpeg_module():
         read = read or read_whole(path)
         im = decode_jpeg(read[0], _FACTORS[flags]) if read[0] else None
-    if im is None and utf8:
+    # A TIFF goes to imdecode first: OpenCV 5.0's imread fails on a TIFF it must turn upright (EXIF
+    # orientation 5 to 8), with 4 lines of error on stderr on every read, where imdecode of the same
+    # bytes decodes it; for every TIFF imread decodes, imdecode gives its pixels (tests/test_bad_inputs.py).
+    if im is None and utf8 and suffix not in TIFF_SUFFIXES:
         im = cv2.imread(path, flags)
     if im is None:
         data, st = read or read_whole(path)  # a file that cannot be read raises ImageReadError here

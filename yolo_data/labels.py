@@ -121,7 +121,9 @@ def image_size(im_file: str) -> Tuple[Tuple[int, int], List[str]]:
             # Decode the file already open and checked (through /proc where there is one), not whatever
             # the name may point to by now; the decoded size is the one training sees.
             try:
-                if hasattr(f, "pread"):  # an object in a bucket: its bytes, as training reads them
+                # an object in a bucket: its bytes, as training reads them; a TIFF: its bytes too, as
+                # training decodes a .tif (decode.imread_bgr: imread fails on some that imdecode takes)
+                if hasattr(f, "pread") or fmt == "tiff":
                     h, w = imread_bgr(im_file, data=_pread(f, st.st_size, 0)).shape[:2]
                 else:
                     fd_path = f"/proc/self/fd/{f.fileno()}"

@@ -4,7 +4,7 @@
       augment, img_size, batch_size (per rank), stride, seed
       source:       SourceSettings   which images and labels (split, fraction, names, keep_difficult, cache_dir)
       index:        IndexSettings    which items, in which shapes (rect, pad, min_items, single_cls, image_weights,
-                                     class_balance)
+                                     class_balance, classes, remap_classes)
       images:       ImageSettings    how pixels are read (cache, ram_dir, linear_resize, reduced_decode, scale_up,
                                      capped_resize)
       augmentation: AugmentSettings  training augmentation (hyp, batch_partners, partner_group)
@@ -41,6 +41,8 @@ Nothing here reads files, the environment or the process group: the composition 
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Sequence, Union
 
@@ -53,16 +55,17 @@ PARTNER_GROUP = 8  # default partner-group size (see AugmentSettings)
 @dataclass(frozen=True)
 class SourceSettings:
     """Which images and labels.  ``split``: the dataset yaml's split to read (None: the preset's).
-    ``fraction``: the first images of the split in file order (a float ratio, or an int count; YOLO
-    image folders and lists only).  ``names``: class names (None: the dataset yaml's, or the label
-    format's own).  ``keep_difficult``: keep Pascal VOC objects marked difficult.  ``cache_dir``: where
+    ``fraction``: the first images of the split in file order (a float ratio in (0, 1], or an int
+    count >= 1, 1 being the whole split; YOLO image folders and lists only; its label cache goes where
+    the split's does, named with the fraction).  ``names``: class names (None: the dataset yaml's, or
+    the label format's own).  ``keep_difficult``: keep Pascal VOC objects marked difficult.  ``cache_dir``: where
     label and disk image caches go (None: beside the labels, or the per-user cache folder when that is
     read-only; for a dataset in a bucket, the per-user cache folder).  ``scan_workers``: threads scanning
     labels and filling an image cache (None: 8).  ``endpoint_url``: the S3-compatible server of
     ``s3://`` paths (``http://host:port``; None: ``$AWS_ENDPOINT_URL_S3``, ``$AWS_ENDPOINT_URL``, else
     AWS; see remote.py).  ``object_cache_gb``: for a dataset in a bucket, keep up to this many GB of
     fetched images' bytes on local disk (in ``cache_dir``, else the per-user cache folder), read from
-    there in later epochs (0: none; objectcache.py)."""
+    there in later epochs (a finite number >= 0; 0: none; objectcache.py)."""
     split: Optional[str] = None
     fraction: Union[float, int] = 1.0
     names: Optional[Sequence[str]] = None
@@ -71,6 +74,10 @@ class SourceSettings:
     scan_workers: Optional[int] = None
     endpoint_url: Optional[str] = None
     object_cache_gb: float = 0.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "fraction", checked_fraction(self.fraction))
+        object.__setattr__(self, "object_cache_gb", _checked_size_gb("object_cache_gb", self.object_cache_gb))
 
 
 @dataclass(frozen=True)
@@ -84,15 +91,29 @@ class IndexSettings:
     factors); a threshold t in (0, 1], True for 0.1, False/None/0 off.  Each epoch then has
     floor(sum of the factors) draws.  Not with ``image_weights`` (two weightings of the same draws);
     rect is off with it, as with image_weights (repeated images would break the rect batches); an
-    evaluation loader (augment False) refuses it, since each image must count once there."""
+    evaluation loader (augment False) refuses it, since each image must count once there.
+    ``classes``: keep the label rows of these class ids only (an int or a list of ints, each within the
+    dataset's names; checked when the labels are read); an image left without rows stays, as a
+    background, as in Ultralytics.  Its polygons and keypoints go with each row.  ``remap_classes``:
+    with ``classes``, class ids become 0..k-1 in the order of ``classes``, and the dataset's names are
+    the kept names in that order (a model made from them has k classes).  Both change the items
+    only: the label cache stays the split's own."""
     rect: bool = False
     pad: float = 0.0
     min_items: int = 0
     single_cls: bool = False
     image_weights: bool = False
     class_balance: Union[bool, float] = False
+    classes: Optional[Sequence[int]] = None
+    remap_classes: bool = False
 
     def __post_init__(self):
+        object.__setattr__(self, "classes", checked_classes(self.classes))
+        if not isinstance(self.remap_classes, bool):
+            raise ValueError(f"settings: remap_classes must be True or False, got {self.remap_classes!r}")
+        if self.remap_classes and self.classes is None:
+            raise ValueError("settings: remap_classes=True needs classes (the class ids to keep, in their new "
+                             "order)")
         t = threshold_of(self.class_balance)  # a ValueError naming what it takes
         if t is not None and self.image_weights:
             raise ValueError("settings: class_balance and image_weights both weight the draws of an epoch; "
@@ -334,6 +355,50 @@ class Settings:
         """The batch rect shapes are made of: the global batch, so every rank's images of a step share
         one shape; the rank's own batch where ranks take whole batches of their own."""
         return self.batch_size if self.sharded(world) else self.batch_size * world
+
+
+def checked_fraction(value) -> Union[float, int]:
+    """``value`` as a fraction setting: a float ratio in (0, 1], or an int count >= 2 (1 is 1.0, the
+    whole split; NumPy numbers too).  Raises ValueError naming the field and the value for 0, a
+    negative, a ratio above 1, NaN, inf, True/False (a bool is an int to Python) or a non-number."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"settings: fraction must be a float ratio in (0, 1] or an int number of images "
+                         f">= 1, got {value!r}")
+    if isinstance(value, numbers.Integral):
+        if value < 1:
+            raise ValueError(f"settings: fraction as a number of images must be >= 1, got {value!r}")
+        return int(value) if value > 1 else 1.0  # 1 is all of it, as Ultralytics reads fraction=1
+    if not (0.0 < float(value) <= 1.0):  # NaN fails this comparison too
+        raise ValueError(f"settings: fraction as a ratio must be in (0, 1] (an int for a number of images), "
+                         f"got {value!r}")
+    return float(value)
+
+
+def _checked_size_gb(name: str, value) -> float:
+    """``value`` as a size in GB: a finite number >= 0 (0: off).  Raises ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"settings: {name} must be a finite number of GB >= 0 (0: off), got {value!r}")
+    return float(value)
+
+
+def checked_classes(value) -> Optional[tuple]:
+    """``value`` as the ``classes`` setting: None, or a tuple of distinct class ids >= 0 (an int is a list of
+    one; NumPy integers too).  Raises ValueError naming the field: an empty list, a repeated id, a
+    negative id, a bool, a float or a string (Ultralytics' text prompts are for YOLOE and YOLO-World)."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, numbers.Integral) else value
+    if isinstance(value, (str, bytes)) or not isinstance(items, (list, tuple, range)) and not hasattr(items, "tolist"):
+        raise ValueError(f"settings: classes must be a class id or a list of class ids, got {value!r}")
+    items = list(items.tolist() if hasattr(items, "tolist") else items)
+    bad = [c for c in items if isinstance(c, bool) or not isinstance(c, numbers.Integral) or c < 0]
+    if bad or not items:
+        raise ValueError(f"settings: classes must list class ids (whole numbers >= 0), got {value!r}"
+                         + (" (an empty list keeps no label)" if not items else ""))
+    repeated = sorted({int(c) for c in items if items.count(c) > 1})
+    if repeated:
+        raise ValueError(f"settings: classes lists {', '.join(map(str, repeated))} more than once: {value!r}")
+    return tuple(int(c) for c in items)
 
 
 def fraction_count(n: int, fraction: Union[float, int]) -> int:

@@ -248,6 +248,18 @@ def default_cache_file(path: Union[PathLike, Sequence[PathLike]], first_label_fi
     return f.with_name(_bounded_stem(stem) + LABEL_CACHE_SUFFIX)
 
 
+def fraction_cache_file(path: Union[PathLike, Sequence[PathLike]], first_label_file: Optional[str],
+                        fraction: Union[float, int]) -> Path:
+    """Where the label cache of the first images of ``path`` (the ``fraction`` setting: a float ratio or
+    an int count) goes by default: where the whole split's goes, the fraction in its name
+    (``labels/train2017.fraction-0.25.yolo_data.cache``, ``labels/train2017.first-100.yolo_data.cache``),
+    so two fractions never share a file and none lands among the images (a part of a split is a list
+    of image files, whose own default is beside the first of them)."""
+    whole = default_cache_file(path, first_label_file)
+    part = f"first-{fraction}" if isinstance(fraction, int) else f"fraction-{float(fraction)!r}"
+    return whole.with_name(f"{cache_stem(whole)}.{part}{LABEL_CACHE_SUFFIX}")
+
+
 def _remote_cache_file(entries: Sequence[str], first_label_file: Optional[str]) -> Path:
     """default_cache_file of a split in a bucket: the name the same rule gives, but in the user's cache
     folder (``<cache>/remote/<bucket>/labels/train2017.yolo_data.cache``), never in the bucket: a cache

@@ -83,7 +83,7 @@ def _in_cache_folder(file: Path) -> bool:
 def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional[int] = None,
                force: bool = False, progress: Optional[Progress] = None, save: bool = True,
                names: Optional[List[str]] = None, keep_difficult: bool = False, task: str = "detect",
-               kpt_shape: Optional[Tuple[int, int]] = None) -> SplitLabels:
+               kpt_shape: Optional[Tuple[int, int]] = None, default_cache: Optional[Path] = None) -> SplitLabels:
     """Labels of the images named by ``path``: a split entry of any label format (formats.py: a folder,
     .txt list or image with YOLO labels, a COCO .json, a Pascal VOC folder or ImageSets list, a folder
     of images with LabelMe JSONs), or a list of entries of one format.
@@ -92,7 +92,9 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
     formats' class names map onto them by name); ``nc``: their number, when only that is known.
     ``keep_difficult``: keep VOC objects marked difficult.  ``task``, ``kpt_shape``: what a label row
     holds (labelformat.SourceOptions; a task other than 'detect' has its own cache file).  ``force``: rescan even if a fresh cache
-    exists.  ``save=False`` scans without writing a cache.
+    exists.  ``save=False`` scans without writing a cache.  ``default_cache``: where the cache goes by
+    default instead of where the format puts it (a list of the first images of a split: see
+    sources.fraction_cache_file); ``cache_dir`` still decides over it.
 
     Inside ``torch_distributed_zero_first`` the other local ranks do not look at the files again: they
     map exactly the cache file local rank 0 loaded or wrote (named in the process group's store, and
@@ -104,7 +106,7 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
                             tuple(kpt_shape) if kpt_shape else None)
 
     def on_rank_0() -> str:
-        s = _load_or_scan_once_per_job(tag, path, options, cache_dir, workers, force, progress, save)
+        s = _load_or_scan_once_per_job(tag, path, options, cache_dir, workers, force, progress, save, default_cache)
         failed, nbytes = failures.read(s.cache_file)
         made["split"] = failures.leave_out(s, failed)
         return json.dumps({"file": None if s.cache_file is None else str(s.cache_file), "fingerprint": s.fingerprint,
@@ -133,12 +135,12 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
         reason = "local rank 0 could not write its label cache"
     LOGGER.warning(f"{reason}; this rank scans the files itself, and the ranks are checked to agree "
                    "before the first batch")
-    s = _load_or_scan(path, options, cache_dir, workers, force, progress, save)
+    s = _load_or_scan(path, options, cache_dir, workers, force, progress, save, default_cache)
     return failures.leave_out(s, failures.read(s.cache_file)[0])
 
 
 def _load_or_scan_once_per_job(tag: str, path, options: SourceOptions, cache_dir, workers, force, progress,
-                               save) -> SplitLabels:
+                               save, default_cache=None) -> SplitLabels:
     """_load_or_scan on a node's local rank 0; for a split in a bucket, once per job: the nodes of a
     job share no filesystem, so global rank 0 lists, scans (or finds its cache fresh) and hands its
     label cache file to the other nodes' local ranks 0 through the process group's store, which keep
@@ -146,10 +148,10 @@ def _load_or_scan_once_per_job(tag: str, path, options: SourceOptions, cache_dir
     entries = formats.entries(path)
     key = distributed.job_share_key(tag) if remote.is_remote(entries[0]) else None
     if key is None:
-        return _load_or_scan(path, options, cache_dir, workers, force, progress, save)
+        return _load_or_scan(path, options, cache_dir, workers, force, progress, save, default_cache)
     if distributed.get_rank() == 0:
         try:
-            s = _load_or_scan(path, options, cache_dir, workers, force, progress, save)
+            s = _load_or_scan(path, options, cache_dir, workers, force, progress, save, default_cache)
         except BaseException as e:
             distributed.job_publish_error(key, e)
             raise
@@ -163,7 +165,7 @@ def _load_or_scan_once_per_job(tag: str, path, options: SourceOptions, cache_dir
     meta, data = distributed.job_receive(key)
     if data is None:
         LOGGER.warning("rank 0 could not write its label cache; this node scans the files itself")
-        return _load_or_scan(path, options, cache_dir, workers, force, progress, save)
+        return _load_or_scan(path, options, cache_dir, workers, force, progress, save, default_cache)
     default = cache.user_cache_dir() / meta["default"]
     cfile = _candidates(default, cache_dir)[0]
     cfile.parent.mkdir(parents=True, exist_ok=True)
@@ -278,20 +280,22 @@ def _for_task(default: Path, options: SourceOptions) -> Path:
     return default.with_name(default.name[:-len(LABEL_CACHE_SUFFIX)] + f".{options.task}{LABEL_CACHE_SUFFIX}")
 
 
-def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progress, save) -> SplitLabels:
+def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progress, save,
+                  default_cache: Optional[Path] = None) -> SplitLabels:
     t0 = time.perf_counter()
     remote.forget()  # a bucket's folders are listed anew: objects may have changed since the last start
     fmt, listed = formats.split_format(path), formats.entries(path)  # asked once: a claim may list a folder
     if options.task not in fmt.tasks:
         raise ValueError(f"{path}: {fmt.name} annotations cannot be read for task '{options.task}' "
                          f"(they hold what task {' or '.join(repr(t) for t in fmt.tasks)} needs)")
-    quick = None if force else _warm_start(fmt, listed, options, cache_dir, t0)
+    # (a warm start finds the cache where the format puts it: not with a default of the caller's)
+    quick = None if force or default_cache else _warm_start(fmt, listed, options, cache_dir, t0)
     if quick is not None:
         return quick
     source = fmt.open(listed, options)
     source.settings = {**source.settings, **options.task_settings()}  # the fingerprint covers the task
     im_files = source.im_files
-    default = _for_task(source.default_cache, options)
+    default = _for_task(default_cache or source.default_cache, options)
     fp = cache.fingerprint(im_files, source.label_files, source.nc, settings=source.settings)
     candidates = _candidates(default, cache_dir)
 

@@ -200,6 +200,22 @@ class LabelStore:
         return LabelStore(path_bytes, path_offsets, self.shapes_hw[index], labels, label_offsets,
                           seg_points, seg_offsets, self.keypoints[rows])
 
+    def keep_rows(self, keep: np.ndarray, classes: Optional[np.ndarray] = None) -> "LabelStore":
+        """A new store with the same images, each keeping only its label rows where ``keep`` (L,) bool is
+        True, with their polygons and keypoints; an image left without rows stays (a background).
+        ``classes``: (L,) new class ids of every row (the kept ones are used), else the rows' own.
+        Vectorised."""
+        keep = np.asarray(keep, dtype=bool)
+        rows = np.flatnonzero(keep)
+        kept_before = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])  # kept rows before each row
+        counts = kept_before[self.label_offsets[1:]] - kept_before[self.label_offsets[:-1]]
+        labels = self.labels[rows].copy()
+        if classes is not None:
+            labels[:, 0] = np.asarray(classes, dtype=np.float32)[rows]
+        seg_points, seg_offsets = _gather(self.seg_points, self.seg_offsets, rows)
+        return LabelStore(self.path_bytes, self.path_offsets, self.shapes_hw, labels, _offsets(counts),
+                          seg_points, seg_offsets, self.keypoints[rows])
+
     def num_boxes(self) -> int:
         return len(self.labels)
 

@@ -32,7 +32,8 @@ from ultralytics.utils.ops import xyxyxyxy2xywhr
 from ultralytics.utils.torch_utils import unwrap_model
 
 from .. import remote
-from .ultralytics_args import loader_settings, remote_dataset, take_own_args
+from .ultralytics_args import (check_arguments, class_subset, loader_settings, names_differ, remote_dataset,
+                               take_own_args, validation_classes, warn_ignored)
 from .ultralytics_loader import UltralyticsDataset, create_loader
 
 __all__ = ["YoloDataTrainer", "YoloDataValidator", "YoloDataSegmentationTrainer", "YoloDataSegmentationValidator",
@@ -116,7 +117,13 @@ class YoloDataTrainer(DetectionTrainer):
     ``class_balance`` (``train(..., trainer=YoloDataTrainer, class_balance=0.1)``): the train loader
     repeats images of rare classes (Settings class_balance).  Ultralytics refuses keys it does not know,
     so the trainer takes it out of the overrides first; it reaches DDP ranks through the callbacks
-    (OwnArgs).  A resumed run (``resume=True``) needs it given again."""
+    (OwnArgs).  A resumed run (``resume=True``) needs it given again.
+
+    ``classes=[...]`` (Ultralytics' key) keeps those classes' label rows in both loaders;
+    ``remap_classes=True`` (ours, carried as class_balance is) makes their ids 0..k-1 and the dataset
+    dict the model is made from names the kept classes only (``get_dataset``), so the model has k
+    classes.  Ultralytics' keys yolo_data cannot honour are refused here, before any training, and
+    those it ignores are named in one warning each (ultralytics_args)."""
 
     def __new__(cls, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
         if cls is YoloDataTrainer:
@@ -128,6 +135,8 @@ class YoloDataTrainer(DetectionTrainer):
         # given: this process's request; else a DDP rank's trainer, rebuilt with the launcher's callbacks
         own = own or OwnArgs.found_in(_callbacks)
         self.class_balance = own.get("class_balance", False)
+        self.remap_classes = own.get("remap_classes", False)
+        check_arguments(get_cfg(cfg, overrides))  # before BaseTrainer reads the dataset or builds the model
         if own.get("endpoint_url"):  # before BaseTrainer reads the dataset yaml, which may be in the bucket
             remote.configure(endpoint_url=own["endpoint_url"])
         self.requested_workers = int(get_cfg(cfg, overrides).workers)  # before BaseTrainer zeroes it on CPU
@@ -141,30 +150,39 @@ class YoloDataTrainer(DetectionTrainer):
             self.add_callback(OwnArgs.event, OwnArgs(own))
         if _set_loader_epoch not in self.callbacks.get("on_train_epoch_start", []):
             self.add_callback("on_train_epoch_start", _set_loader_epoch)
+        warn_ignored(self.args)  # once a run: the loaders are built with warn=False
 
     def get_dataset(self):
         """Ultralytics' own for a local dataset; for a yaml in a bucket (``data="s3://..."``), which its
-        checks cannot read, the same dict made from yolo_data's reading of the yaml."""
+        checks cannot read, the same dict made from yolo_data's reading of the yaml.  With ``classes``
+        and ``remap_classes``: the kept classes' names as 0..k-1 and nc k, which the model is made
+        from (class_subset)."""
         if not remote.is_remote(str(self.args.data)):
-            return super().get_dataset()
-        return remote_dataset(str(self.args.data), bool(self.args.single_cls))
+            data = super().get_dataset()
+        else:
+            data = remote_dataset(str(self.args.data), bool(self.args.single_cls))
+        check_arguments(self.args, data)
+        return class_subset(data, self.args.classes, self.remap_classes, bool(self.args.single_cls))
+
+    def _settings(self, mode: str, batch: int):
+        return loader_settings(self.args, mode, batch, _grid(unwrap_model(self.model).stride),
+                               workers=self.requested_workers, data=self.data, class_balance=self.class_balance,
+                               remap_classes=self.remap_classes, warn=False)
 
     def build_dataset(self, img_path, mode: str = "train", batch=None):
         """An UltralyticsDataset (used on its own by Ultralytics' auto_batch; loaders build theirs)."""
-        settings = loader_settings(self.args, mode, batch or 16, _grid(unwrap_model(self.model).stride),
-                                   workers=self.requested_workers, data=self.data, class_balance=self.class_balance)
-        return UltralyticsDataset(img_path, settings, prefix=f"{mode}: ")
+        return UltralyticsDataset(img_path, self._settings(mode, batch or 16), prefix=f"{mode}: ")
 
     def get_dataloader(self, dataset_path, batch_size: int = 16, rank: int = 0, mode: str = "train"):
-        settings = loader_settings(self.args, mode, batch_size, _grid(unwrap_model(self.model).stride),
-                                   workers=self.requested_workers, data=self.data, class_balance=self.class_balance)
-        return create_loader(dataset_path, settings, rank=rank, prefix=f"{mode}: ",
+        return create_loader(dataset_path, self._settings(mode, batch_size), rank=rank, prefix=f"{mode}: ",
                              to_xywhr=_to_xywhr(self.args.task))
 
     def get_validator(self):
         validator = super().get_validator()  # the task's own: it sets the loss names
-        return _VALIDATORS.get(self.args.task, YoloDataValidator)(self.test_loader, save_dir=self.save_dir,
+        ours = _VALIDATORS.get(self.args.task, YoloDataValidator)(self.test_loader, save_dir=self.save_dir,
                                                                   args=copy(validator.args), _callbacks=self.callbacks)
+        ours.remap_classes = self.remap_classes
+        return ours
 
 
 class YoloDataValidator(DetectionValidator):
@@ -172,12 +190,22 @@ class YoloDataValidator(DetectionValidator):
     (pad 0.5) and linear resize as Ultralytics' own validator, so the same weights give the same
     metrics.  Standalone (``YoloDataValidator(args=dict(model=..., data=...))()``) it builds its loader
     with ``args.rect`` as Ultralytics does (``model.val()`` sets it True).  Made with a pose or obb
-    ``task`` in ``args``, it is that task's validator."""
+    ``task`` in ``args``, it is that task's validator.
+
+    ``classes`` keeps those classes' labels, and ``remap_classes=True`` (ours: ``model.val(...,
+    validator=YoloDataValidator, classes=[0, 2], remap_classes=True)`` for a model trained with it)
+    makes their ids 0..k-1.  A model with fewer classes than the labels have: the labels of the classes
+    it cannot predict are left out, as Ultralytics' validator does."""
 
     def __new__(cls, dataloader=None, save_dir=None, args=None, _callbacks=None):
         if cls is YoloDataValidator:
             cls = _VALIDATORS.get(_task_of(args), cls)
         return super().__new__(cls)
+
+    def __init__(self, dataloader=None, save_dir=None, args=None, _callbacks=None):
+        args, own = take_own_args(args) if isinstance(args, dict) else (args, {})
+        self.remap_classes = own.get("remap_classes", False)
+        super().__init__(dataloader, save_dir, args, _callbacks)
 
     def __call__(self, trainer=None, model=None):
         if trainer is None and remote.is_remote(str(getattr(self.args, "data", ""))):
@@ -185,17 +213,26 @@ class YoloDataValidator(DetectionValidator):
                 return super().__call__(trainer, model)
         return super().__call__(trainer, model)
 
+    def _settings(self, batch: int):
+        return loader_settings(self.args, "val", batch, _grid(self.stride), workers=self.args.workers,
+                               rect=self.args.rect, data=self.data, remap_classes=self.remap_classes)
+
     def build_dataset(self, img_path, mode: str = "val", batch=None):
-        settings = loader_settings(self.args, "val", batch or self.args.batch, _grid(self.stride),
-                                   workers=self.args.workers, rect=self.args.rect, data=self.data)
-        return UltralyticsDataset(img_path, settings, prefix="val: ")
+        return UltralyticsDataset(img_path, self._settings(batch or self.args.batch), prefix="val: ")
 
     def get_dataloader(self, dataset_path, batch_size: int):
-        if self.names and len(self.names) < self.data["nc"]:
-            LOGGER.warning("yolo_data: a model with fewer classes than the dataset; labels of the other classes "
-                           "are kept (Ultralytics' own validator drops them)")
-        settings = loader_settings(self.args, "val", batch_size, _grid(self.stride), workers=self.args.workers,
-                                   rect=self.args.rect, data=self.data)
+        settings = self._settings(batch_size)
+        classes, remap = validation_classes(self.args.classes, self.remap_classes, int(self.data["nc"]),
+                                            len(self.names) if self.names else None, bool(self.args.single_cls))
+        if (classes, remap) != (settings.index.classes, settings.index.remap_classes):
+            LOGGER.warning(f"yolo_data: the model has {len(self.names)} classes; labels of the classes it cannot "
+                           "predict are left out, as Ultralytics' validator does")
+            settings = settings.replace(classes=classes, remap_classes=remap)
+        differ = [] if self.args.single_cls else names_differ(self.names, self.data["names"], classes, remap)
+        if differ:
+            LOGGER.warning(f"yolo_data: the model's class names are not its labels' ({', '.join(differ)}, as id: "
+                           "model / labels); a model trained with remap_classes is validated with the same classes "
+                           "and remap_classes=True")
         return create_loader(dataset_path, settings, rank=-1, prefix="val: ", to_xywhr=_to_xywhr(self.args.task))
 
 

@@ -4,18 +4,23 @@ Pure: never imports ultralytics.  ``cfg`` is anything with Ultralytics' argument
 (its ``IterableSimpleNamespace``, a ``types.SimpleNamespace``) or a dict of them; a missing key takes
 Ultralytics' default (listed in ``DEFAULTS``), so tests need no Ultralytics.
 
-Every key of Ultralytics' data and augmentation arguments is listed in ``MAPPING`` with what yolo_data
-does with it; the README's 'Training with Ultralytics' prints the same table.
+Every key of Ultralytics' arguments (its ``cfg/default.yaml``, and the custom ``augmentations``) is in
+one group, so none is dropped without a word: ``MAPPING`` (what yolo_data does with it),
+``NO_EQUIVALENT`` (ignored, with one warning naming it when set), ``REFUSED`` (a one-line error before
+training) or ``NOT_DATA`` (not read by a data pipeline: Ultralytics uses it as it always does).
+docs/ultralytics.md prints the same tables; a test checks them against the installed default.yaml.
 """
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from ..balance import threshold_of
 from ..datayaml import load_dataset_yaml
 from ..hyp import AugmentConfig
-from ..settings import Settings, fraction_count  # noqa: F401 (fraction_count: where it was imported from)
+from ..settings import checked_classes, Settings
+from ..settings import fraction_count  # noqa: F401 (where it was imported from)
+from ..summary import printing_rank
 
 LOGGER = logging.getLogger("yolo_data")
 
@@ -26,7 +31,7 @@ DEFAULTS: Dict[str, Any] = {
     "hsv_h": 0.015, "hsv_s": 0.7, "hsv_v": 0.4, "flipud": 0.0, "fliplr": 0.5, "bgr": 0.0,
     "close_mosaic": 10, "cache": False, "rect": False, "fraction": 1.0, "single_cls": False,
     "workers": 8, "seed": 0, "multi_scale": 0.0, "imgsz": 640, "task": "detect", "mask_ratio": 4,
-    "overlap_mask": True,
+    "overlap_mask": True, "classes": None, "split": "val",
 }
 
 # key -> what yolo_data does with it ("" entries of NO_EQUIVALENT are warned about when not default)
@@ -56,12 +61,42 @@ MAPPING: Dict[str, str] = {
     "task": "Settings task: how label rows are read and what the batch carries (detect, segment, pose, obb)",
     "mask_ratio": "Settings mask_ratio: segment masks at 1/mask_ratio of the image's height and width",
     "overlap_mask": "Settings overlap_mask: one mask per image holding each pixel's instance (smaller on top)",
+    "classes": "Settings classes: label rows of other classes dropped, images left without rows kept as "
+               "backgrounds, train and val (as Ultralytics); with remap_classes the ids become 0..k-1 and the "
+               "model is made with the kept names; a string (YOLOE's text prompts) is refused",
+    "data": "the dataset yaml (local, or s3:// read by yolo_data); a data yaml's channels other than 3 is refused",
+    "imgsz": "Settings img_size (a list: its largest side, as Ultralytics letterboxes to a square)",
+    "batch": "the per-rank batch Ultralytics' trainer hands the loader (after its AutoBatch, which builds our "
+             "dataset to count objects)",
+    "split": "the split a standalone validator reads (Ultralytics picks its path), and the entry of a "
+             "fraction list that applies to it",
+    "multi_scale": "Ultralytics' own preprocess_batch resizes our batches, unchanged",
 }
 NO_EQUIVALENT: Dict[str, str] = {
-    "bgr": "images are always RGB; a BGR probability is ignored (warned when > 0)",
+    "bgr": "images are always RGB; a BGR probability is ignored",
     "mosaic9": "(yolo_data's own hyp key, not Ultralytics'): 0",
 }
-# Not data settings, passed on by Ultralytics itself: multi_scale (preprocess_batch, unchanged), imgsz, batch.
+# refused whenever given, with a one-line error before any training
+REFUSED: Dict[str, str] = {
+    "augmentations": "a list of Albumentations transforms (Ultralytics' custom key): yolo_data's loader does not "
+                     "apply them",
+    "channels": "(the data yaml's) images of other than 3 channels: yolo_data's batches are 3-channel RGB",
+}
+# Ultralytics' keys that no data pipeline reads, by what reads them (they keep their Ultralytics meaning)
+_NOT_DATA_GROUPS = {
+    "the run": "mode model epochs time patience save save_period device project name exist_ok pretrained cls_remap "
+               "optimizer verbose deterministic cos_lr resume amp profile freeze compile channels_last val cfg",
+    "the loss and the optimiser (cls_pw counts the loader's labels, after classes)":
+        "lr0 lrf momentum weight_decay warmup_epochs warmup_momentum warmup_bias_lr distill_model dis box cls cls_pw "
+        "dfl pose kobj rle angle dlog dgrad dlam nbs dropout",
+    "validation's NMS, metrics and plots": "save_json conf iou max_det quantize dnn plots nms visualize augment "
+                                           "agnostic_nms",
+    "prediction, tracking, display and export": "source vid_stride stream_buffer retina_masks embed show save_frames "
+                                                "save_txt save_conf save_crop show_labels show_conf show_boxes "
+                                                "line_width format optimize dynamic simplify opset workspace tracker",
+    "classification only (Ultralytics' detection pipelines ignore it too)": "auto_augment erasing",
+}
+NOT_DATA: Dict[str, str] = {key: what for what, keys in _NOT_DATA_GROUPS.items() for key in keys.split()}
 # yolo_data's own training arguments, which Ultralytics does not know (its get_cfg refuses unknown keys):
 # the trainer takes them out of the overrides before Ultralytics sees them.
 OWN_ARGS: Dict[str, str] = {
@@ -69,6 +104,8 @@ OWN_ARGS: Dict[str, str] = {
                      "repeat factors (a threshold in (0, 1], True for 0.1); the val loader never",
     "endpoint_url": "the S3-compatible server of an s3:// dataset (http://host:port; default: "
                     "$AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS)",
+    "remap_classes": "with classes: class ids become 0..k-1 in the order of classes, and the model is made with "
+                     "k classes named as the kept ones (train and val loaders alike)",
 }
 
 
@@ -99,7 +136,106 @@ def take_own_args(overrides: Optional[Dict[str, Any]]) -> Tuple[Optional[Dict[st
     own = {k: overrides[k] for k in OWN_ARGS if k in overrides}
     if "class_balance" in own:
         threshold_of(own["class_balance"])
+    if not isinstance(own.get("remap_classes", False), bool):
+        raise ValueError(f"remap_classes must be True or False, got {own['remap_classes']!r}")
     return rest, own
+
+
+def _cfg_value(cfg, key: str, default=None):
+    return cfg.get(key, default) if isinstance(cfg, dict) else getattr(cfg, key, default)
+
+
+def check_arguments(cfg, data: Optional[Dict[str, Any]] = None) -> None:
+    """Refuse, with a one-line ValueError naming the key, what yolo_data cannot do for Ultralytics'
+    arguments ``cfg`` (REFUSED; ``classes`` that are not class ids; a ``scale`` (min, max) pair that is
+    not 1 -/+ a gain) and, with ``data`` (the trainer's dataset dict), a dataset of other than 3 channels."""
+    if _cfg_value(cfg, "augmentations"):
+        raise ValueError(f"augmentations=...: {REFUSED['augmentations']}; remove the argument (or train with "
+                         "Ultralytics' own loader)")
+    if data is not None and int(data.get("channels", 3)) != 3:
+        raise ValueError(f"{data.get('yaml_file', 'the data yaml')}: channels: {data['channels']}: yolo_data's "
+                         "batches are 3-channel RGB images (train it with Ultralytics' own loader)")
+    checked_classes(_cfg_value(cfg, "classes"))
+    _scale_gain(_get(cfg, "scale"))
+
+
+def ignored_arguments(cfg) -> List[str]:
+    """One warning per key of ``cfg`` that is set and ignored (NO_EQUIVALENT), each naming it."""
+    out = []
+    if float(_get(cfg, "bgr")) != 0.0:
+        out.append(f"Ultralytics bgr={_get(cfg, 'bgr')}: {NO_EQUIVALENT['bgr']}")
+    return out
+
+
+def warn_ignored(cfg) -> None:
+    """Log ``ignored_arguments(cfg)`` on the printing rank (the plug-in's trainer does it once a run)."""
+    if printing_rank():
+        for message in ignored_arguments(cfg):
+            LOGGER.warning(message)
+
+
+def _scale_gain(scale) -> float:
+    """Ultralytics' ``scale``: a gain s (factors 1 - s .. 1 + s), or a (min, max) pair of factors, which
+    yolo_data's random perspective takes only as 1 -/+ a gain."""
+    if isinstance(scale, (list, tuple)):
+        if len(scale) == 2 and abs((1 - float(scale[0])) - (float(scale[1]) - 1)) < 1e-9:
+            return float(scale[1]) - 1
+        raise ValueError(f"scale={tuple(scale)!r}: yolo_data's random perspective draws factors 1 - s .. 1 + s; "
+                         "give a gain s, or a pair (1 - s, 1 + s)")
+    return float(scale)
+
+
+def class_subset(data: Dict[str, Any], classes, remap: bool = False, single_cls: bool = False) -> Dict[str, Any]:
+    """Ultralytics' dataset dict ``data`` as the model is to see it with ``classes`` and ``remap``
+    (``remap_classes``): a new dict whose names are the kept ones in the order of ``classes`` (ids
+    0..k-1) and nc k with ``remap``; else ``data`` itself.  A class id outside the dataset's names is a
+    ValueError naming the yaml.  ``single_cls`` wins (Ultralytics has named the one class already)."""
+    classes = checked_classes(classes)
+    if remap and classes is None:
+        raise ValueError("remap_classes=True needs classes=[...] (the class ids to keep, in their new order)")
+    if classes is None:
+        return data
+    names = data["names"]
+    names = names if isinstance(names, dict) else dict(enumerate(names))
+    outside = [c for c in classes if c not in names]
+    if outside and not single_cls:
+        raise ValueError(f"classes={list(classes)}: {data.get('yaml_file', 'the dataset')} has {len(names)} classes "
+                         f"(ids 0..{len(names) - 1}); {', '.join(map(str, outside))} is not one of them")
+    if not remap or single_cls:
+        return data
+    kept = {k: names[c] for k, c in enumerate(classes)}
+    return {**data, "names": kept, "nc": len(kept)}
+
+
+def validation_classes(classes, remap: bool, data_nc: int, model_nc: Optional[int], single_cls: bool = False):
+    """(classes, remap) a validator's loader uses: ``classes``, and where the model has fewer classes than
+    the labels would (``data_nc`` after the remap; 1 with ``single_cls``), only the ids it can predict,
+    as Ultralytics' own validator drops the others' labels."""
+    classes = checked_classes(classes)
+    label_nc = 1 if single_cls else len(classes) if remap and classes is not None else data_nc
+    if not model_nc or model_nc >= label_nc:
+        return classes, remap
+    if remap:
+        return classes[:model_nc], True
+    kept = tuple(c for c in (classes if classes is not None else range(data_nc)) if c < model_nc)
+    if not kept:
+        raise ValueError(f"classes={list(classes)}: the model has {model_nc} classes (ids 0..{model_nc - 1}), so "
+                         "no label is left to validate against (a model trained with remap_classes=True is "
+                         "validated with the same classes and remap_classes=True)")
+    return kept, False
+
+
+def names_differ(model_names, data_names, classes, remap: bool) -> List[str]:
+    """The ids whose name in the model differs from the name its labels have (``data_names`` after
+    ``classes`` with ``remap``), as "id: 'model' / 'labels'" (at most 3): a model trained with
+    ``remap_classes`` and validated without it, or with the classes in another order."""
+    def as_dict(names):
+        return dict(names) if isinstance(names, dict) else dict(enumerate(names or ()))
+    model, data = as_dict(model_names), as_dict(data_names)
+    classes = checked_classes(classes)
+    labels = {k: data.get(c) for k, c in enumerate(classes)} if remap and classes is not None else data
+    out = [f"{k}: {model[k]!r} / {labels[k]!r}" for k in sorted(model) if k in labels and model[k] != labels[k]]
+    return out[:3]
 
 
 def _get(cfg: Union[Dict[str, Any], Any], key: str):
@@ -111,15 +247,14 @@ def _get(cfg: Union[Dict[str, Any], Any], key: str):
 
 
 def augment_config(cfg) -> AugmentConfig:
-    """The AugmentConfig of Ultralytics arguments ``cfg``; warns once per call about keys it ignores.
+    """The AugmentConfig of Ultralytics arguments ``cfg`` (keys it ignores: ``ignored_arguments``).
     Copy-paste follows Ultralytics' rule (``copy_paste_rule='ultralytics'``: copy_paste is the share of
     candidates pasted)."""
-    if float(_get(cfg, "bgr")) != 0.0:
-        LOGGER.warning(f"Ultralytics bgr={_get(cfg, 'bgr')}: {NO_EQUIVALENT['bgr']}")
-    keys = ("mosaic", "mixup", "cutmix", "copy_paste", "degrees", "translate", "scale", "shear", "perspective",
+    keys = ("mosaic", "mixup", "cutmix", "copy_paste", "degrees", "translate", "shear", "perspective",
             "hsv_h", "hsv_s", "hsv_v", "flipud", "fliplr")
-    return AugmentConfig(**{k: float(_get(cfg, k)) for k in keys}, copy_paste_mode=str(_get(cfg, "copy_paste_mode")),
-                         copy_paste_rule="ultralytics", mosaic9=0.0, albumentations=False)
+    return AugmentConfig(**{k: float(_get(cfg, k)) for k in keys}, scale=_scale_gain(_get(cfg, "scale")),
+                         copy_paste_mode=str(_get(cfg, "copy_paste_mode")), copy_paste_rule="ultralytics",
+                         mosaic9=0.0, albumentations=False)
 
 
 def cache_mode(value) -> Union[bool, str]:
@@ -153,7 +288,8 @@ def split_fraction(fraction, split: str) -> Union[float, int]:
 
 
 def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, rect=None, data=None,
-                    class_balance: Union[bool, float, None] = False) -> Settings:
+                    class_balance: Union[bool, float, None] = False, remap_classes: bool = False,
+                    warn: bool = True) -> Settings:
     """yolo_data Settings for ``mode`` 'train' (the training preset) or 'val' (the evaluation preset)
     from Ultralytics arguments ``cfg``.
 
@@ -164,10 +300,16 @@ def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, 
     each evaluating rank takes whole batches, each image once.  ``data``: Ultralytics' dataset dict
     (the trainer's ``data``), whose ``kpt_shape`` and ``flip_idx`` a pose split needs (Ultralytics
     hands the loader a split's folder, not the yaml).  ``class_balance``: the train loader's (see
-    OWN_ARGS); ignored for 'val', where every image counts once."""
+    OWN_ARGS); ignored for 'val', where every image counts once.  ``classes`` (cfg) and ``remap_classes``
+    (OWN_ARGS): both loaders alike.  The fraction of 'val' is the entry of cfg.split, as Ultralytics
+    takes it.  What cannot be done is refused (``check_arguments``); ``warn``: for 'train', log the
+    keys that are ignored (the trainer logs them once itself)."""
     if mode not in ("train", "val"):
         raise ValueError(f"mode must be 'train' or 'val', not {mode!r}")
     train = mode == "train"
+    check_arguments(cfg)
+    if train and warn:
+        warn_ignored(cfg)
     imgsz = _get(cfg, "imgsz")
     if isinstance(imgsz, (list, tuple)):
         imgsz = max(imgsz)  # Ultralytics letterboxes to a square of the longest side too
@@ -177,7 +319,9 @@ def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, 
         rect=bool(_get(cfg, "rect")) if train else (True if rect is None else bool(rect)),
         pad=0.0 if train else 0.5, cache=cache_mode(_get(cfg, "cache")), single_cls=bool(_get(cfg, "single_cls")),
         workers=int(_get(cfg, "workers") if workers is None else workers),
-        fraction=split_fraction(_get(cfg, "fraction"), mode), hyp=augment_config(cfg) if train else AugmentConfig(),
+        fraction=split_fraction(_get(cfg, "fraction"), mode if train else str(_get(cfg, "split"))),
+        hyp=augment_config(cfg) if train else AugmentConfig(),
+        classes=checked_classes(_get(cfg, "classes")), remap_classes=bool(remap_classes),
         linear_resize=True, capped_resize=True, each_image_once=True, task=str(_get(cfg, "task")),
         mask_ratio=int(_get(cfg, "mask_ratio")), overlap_mask=bool(_get(cfg, "overlap_mask")), mask_rule="ultralytics",
         kpt_shape=(data or {}).get("kpt_shape"), flip_idx=(data or {}).get("flip_idx"),
