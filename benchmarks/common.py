@@ -1,10 +1,12 @@
 """What the benchmark scripts share: where the data is, progress lines, timing, medians and their
-formatting, the page cache, the process tree read from /proc, the machine a report came from, and the
-peers (YOLOv5, Ultralytics: never dependencies of yolo_data) kept offline and imported only when asked.
+formatting, the page cache, the memory and CPU time of a process tree read from /proc, the machine a
+report came from, and the peers (YOLOv5, Ultralytics: never dependencies of yolo_data) kept offline and
+imported only when asked.  Finding and ending every process a command started (``run_tree``,
+``descendants``) is tools/proctree.py's, which the tests use too: re-exported here.
 
 A script (in ``speed/``, ``compat/``) puts this folder on ``sys.path`` and imports this module, which puts
 the checkout first on ``sys.path`` (so every script runs from a clone without installing yolo_data) and
-``generators/`` after it (``import make_synthetic``)::
+``generators/`` and ``tools/`` after it (``import make_synthetic``, ``import proctree``)::
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common
     import common  # noqa: E402
@@ -39,7 +41,6 @@ import sys
 import tempfile
 import time
 import types
-import uuid
 from importlib import metadata, util
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -47,11 +48,17 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 GENERATORS = HERE / "generators"
+TOOLS = REPO / "tools"
 HYP_FILE = REPO / "data" / "hyps" / "hyp.scratch-low.yaml"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # yolo_data from this checkout, installed or not
 if str(GENERATORS) not in sys.path:
     sys.path.append(str(GENERATORS))  # make_synthetic, coco_from_voc
+if str(TOOLS) not in sys.path:
+    sys.path.append(str(TOOLS))  # proctree
+
+from proctree import (SWEEP_S, alive, as_text, child_pids, descendants, end_marked,  # noqa: E402,F401
+                      marked_env, marked_pids, popen_tree, run_tree)
 
 DATA_ENV = "YOLO_DATA_BENCH_DATA"
 SYNTHETIC_ENV = "YOLO_DATA_BENCH_SYNTHETIC"
@@ -258,31 +265,8 @@ def warm_page_cache(*folders: Path) -> None:
                         pass
 
 
-# -- processes, from /proc (Linux) ------------------------------------------------------------------
-def child_pids(pid: int) -> List[int]:
-    """The direct children of ``pid`` (of any of its threads), e.g. a DataLoader's workers."""
-    kids = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return kids
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as f:
-                kids += [int(x) for x in f.read().split()]
-        except OSError:
-            continue
-    return kids
-
-
-def descendants(pid: int) -> List[int]:
-    """All processes below ``pid``, children of children included."""
-    found, todo = [], [pid]
-    while todo:
-        kids = child_pids(todo.pop())
-        found += kids
-        todo += kids
-    return found
+# -- processes, from /proc (Linux): the tree and its sweep are tools/proctree.py's (the tests use it too) --
+_alive = alive  # the name bench_s3.py reads
 
 
 def smaps_rollup(pid: int) -> Dict[str, int]:
@@ -320,13 +304,6 @@ def tree_cpu_seconds(pid: Optional[int] = None) -> Dict[int, float]:
     return out
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return proc_stat(pid)[3] not in ("Z", "X")
-    except (OSError, ValueError, IndexError):
-        return False
-
-
 def wait_for_children(timeout: float = 15.0) -> int:
     """Wait until this process has no live descendant; terminate (by pid) those left after ``timeout``
     and wait 5 s more for them.  Returns how many had to be terminated."""
@@ -344,96 +321,6 @@ def wait_for_children(timeout: float = 15.0) -> int:
     while time.monotonic() < deadline and any(_alive(p) for p in kids):
         time.sleep(0.05)
     return len(kids)
-
-
-# -- ending every process a command started --------------------------------------------------------
-# A command's processes are found by a variable in their environment, not by parent or process group:
-# torchrun starts each rank in a session of its own (start_new_session=True), so killing the command's
-# process group misses the ranks; a rank's DataLoader workers are its children, and once the rank dies
-# they are reparented to init, out of reach of a walk down the tree from the command.  Every one of them
-# inherited the environment of the command (fork keeps it, exec passes it on), and any user may read
-# /proc/<pid>/environ of their own processes.  The variable's name is unique to the run (not only its
-# value), so a marked command that starts marked commands of its own (a test running a benchmark that
-# runs torchrun) leaves both marks on the inner processes, and either sweep finds them.
-RUN_MARK = "YOLO_DATA_RUN_"
-SWEEP_S = 10.0  # how long the killed processes get to be gone before it is an error
-
-
-def marked_env(env: Optional[Dict[str, str]] = None) -> Tuple[str, Dict[str, str]]:
-    """(mark, a copy of ``env`` (default os.environ) with the variable that marks the processes of one
-    command, for ``marked_pids`` and ``end_marked``)."""
-    mark = f"{RUN_MARK}{uuid.uuid4().hex}"
-    return mark, dict(os.environ if env is None else env, **{mark: "1"})
-
-
-def marked_pids(mark: str) -> List[int]:
-    """The live processes whose environment holds ``mark`` (of this user: others' cannot be read; a
-    zombie's environment reads as empty, and it is gone but for its exit status).  [] without /proc."""
-    needle = mark.encode() + b"="
-    found = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return found
-    for name in names:
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                env = f.read()
-        except OSError:  # gone meanwhile, or not ours
-            continue
-        if any(var.startswith(needle) for var in env.split(b"\0")):
-            found.append(int(name))
-    return found
-
-
-def end_marked(mark: str, within: float = SWEEP_S) -> None:
-    """SIGKILL every process marked with ``mark`` until none is left (a parent killed a moment after it
-    forked leaves a child the next look finds); RuntimeError naming those still there after ``within``
-    seconds.  Does nothing where there is no /proc."""
-    deadline = time.monotonic() + within
-    while True:
-        pids = marked_pids(mark)
-        if not pids:
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"processes {pids} still alive {within:.0f} s after SIGKILL")
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.02)
-
-
-def run_tree(cmd, timeout: Optional[float], **kw) -> subprocess.CompletedProcess:
-    """``subprocess.run(cmd, timeout=timeout, **kw)``, and then every process the command started is
-    ended however the call ends (return, timeout, an exception, Ctrl-C): subprocess.run itself kills
-    only the command.  On timeout, raises subprocess.TimeoutExpired (its ``stdout``/``stderr``: the
-    output so far, bytes) after the sweep."""
-    mark, kw["env"] = marked_env(kw.get("env"))
-    try:
-        return subprocess.run(cmd, timeout=timeout, **kw)
-    finally:
-        end_marked(mark)
-
-
-@contextlib.contextmanager
-def popen_tree(cmd, **kw):
-    """``subprocess.Popen(cmd, **kw)`` as a context manager that, on leaving, ends the command and every
-    process it started (see ``run_tree``) and reaps the command."""
-    mark, kw["env"] = marked_env(kw.get("env"))
-    with subprocess.Popen(cmd, **kw) as proc:
-        try:
-            yield proc
-        finally:
-            end_marked(mark)
-
-
-def as_text(output) -> str:
-    """TimeoutExpired's output (bytes even for text=True, or None) as text."""
-    if isinstance(output, bytes):
-        return output.decode(errors="replace")
-    return output or ""
 
 
 def shutdown(loader) -> None:

@@ -4,9 +4,7 @@ without the pool."""
 import gc
 import os
 import pickle
-import subprocess
 import sys
-import time
 from pathlib import Path
 from multiprocessing.reduction import ForkingPickler
 
@@ -21,6 +19,7 @@ from yolo_data import create_dataloader
 from yolo_data.collate import collate_fn
 
 from conftest import make_dataset
+from procs import count_calls, ended, received, run_all
 
 
 def _sent(images):
@@ -120,9 +119,11 @@ def test_a_buffer_held_when_the_training_process_forks_is_never_written_again():
     received = _sent(pool.transport(images))
     pid = os.fork()
     if pid == 0:  # the child drops its copy of the batch: that frees nothing
-        del received
-        gc.collect()
-        os._exit(0)
+        try:
+            del received
+            gc.collect()
+        finally:
+            os._exit(0)  # never back into pytest, whatever happened
     os.waitpid(pid, 0)
     assert _state(pool) == [bm.RETIRED]  # the child could have kept it
     del received
@@ -194,15 +195,18 @@ def test_idle_workers_give_their_buffers_back(tmp_path, monkeypatch):
 
     monkeypatch.setattr(bm._Buffer, "new", classmethod(counted))
     monkeypatch.setattr(bm, "IDLE_SECONDS", 1.0)
+    given_back = count_calls(monkeypatch, bm.BatchPool, "trim", amount=lambda n: n)  # in the workers
     data = make_dataset(tmp_path / "same", [(f"{k}.jpg", (64, 48), "0 0.5 0.5 0.2 0.2\n") for k in range(12)])
     loader = _loader(data, tmp_path, 2, evaluation=True)  # 6 batches a pass, 3 for each worker
-    for _ in loader:
-        pass
-    time.sleep(3.0)  # the idle threads look every second
+    for batch in loader:
+        del batch  # the loop holds no batch: every buffer is free between the passes
+    given_back.wait(int(made), timeout=120, what="buffers given back by the idle workers")
     before = int(made)
-    for _ in loader:
-        pass
-    assert int(made) - before >= 4  # all given back: each worker makes at least its 2 prefetched ones
+    for batch in loader:
+        del batch
+    # all given back: each worker's first batch of the pass needs a new buffer (how many more it makes
+    # depends on how fast the loop lets go of the batches)
+    assert int(made) - before >= 2
 
 
 def test_a_collate_that_sends_slot_views_gets_memory_of_its_own(small_dataset, tmp_path):
@@ -232,18 +236,20 @@ def _checksum(images) -> int:
     return int(images.to(torch.int64).sum()) * 1_000_003 + int(images[..., ::7, ::5].to(torch.int64).sum())
 
 
-def _compare_later(conn, images, want):
-    """In another process: look at the batch after the training loop has gone on, and say whether it
-    is still what it was."""
-    time.sleep(0.6)
-    conn.send(_checksum(images) == want)
+ANSWER_S = 120  # how long a test waits for another process's answer before it fails
 
 
-def _compare_from_queue(queue, conn, n):
-    for _ in range(n):
-        images, want = queue.get()
-        time.sleep(0.3)
-        conn.send(_checksum(images) == want)
+def _compare_later(conn, images, want, done):
+    """In another process: look at the batch once the training loop has gone on (``done``), and say
+    whether it is still what it was."""
+    conn.send(done.wait(ANSWER_S) and _checksum(images) == want)
+
+
+def _compare_from_queue(queue, conn, n, done):
+    got = [queue.get(timeout=ANSWER_S) for _ in range(n)]
+    done.wait(ANSWER_S)
+    for images, want in got:
+        conn.send(done.is_set() and _checksum(images) == want)
 
 
 def test_a_batch_is_shared_and_views_taken_before_share_memory_stay_valid(small_dataset, tmp_path, sharing):
@@ -278,25 +284,27 @@ def test_a_batch_another_process_can_see_never_changes(small_dataset, tmp_path, 
     loader = _loader(small_dataset, tmp_path, 2)
     ctx = tmp.get_context("spawn" if how == "spawn" else "fork")
     receive, send = ctx.Pipe(duplex=False)
-    consumer = queue = None
-    if how == "queue":
-        queue = ctx.Queue()
-        consumer = ctx.Process(target=_compare_from_queue, args=(queue, send, 2), daemon=True)
-        consumer.start()
+    done = ctx.Event()  # set once the loop has gone on: the other processes compare only then
     children = []
-    for epoch in range(3):
-        for k, (images, *_) in enumerate(loader):
-            if epoch == 0 and k < 2:
-                if how in ("fork", "spawn"):
-                    children.append(ctx.Process(target=_compare_later, args=(send, images, _checksum(images)),
-                                                daemon=True))
-                    children[-1].start()
-                else:
-                    queue.put((images, _checksum(images)))
-            del images
-    answers = [receive.recv() for _ in range(2)]
-    for p in children + ([consumer] if consumer else []):
-        p.join(30)
+    with ended(children):
+        if how == "queue":
+            queue = ctx.Queue()
+            children.append(ctx.Process(target=_compare_from_queue, args=(queue, send, 2, done), daemon=True))
+            children[-1].start()
+        for epoch in range(3):
+            for k, (images, *_) in enumerate(loader):
+                if epoch == 0 and k < 2:
+                    if how in ("fork", "spawn"):
+                        children.append(ctx.Process(target=_compare_later, daemon=True,
+                                                    args=(send, images, _checksum(images), done)))
+                        children[-1].start()
+                    else:
+                        queue.put((images, _checksum(images)))
+                del images
+        done.set()
+        answers = [received(receive, ANSWER_S, "comparison from another process") for _ in range(2)]
+        for p in children:
+            p.join(ANSWER_S)
     assert answers == [True, True]
 
 
@@ -350,10 +358,15 @@ for _ in range(2):  # loaders built and deleted
     del loader, ds
 del images, targets
 gc.collect()
-time.sleep(1.0)
 workers = set(open(pids).read().split())
-left = [f for f in glob.glob("/dev/shm/torch_*") if f.split("_")[1] in workers]
-print(len(workers), len(left))
+def left():
+    return [f for f in glob.glob("/dev/shm/torch_*") if f.split("_")[1] in workers]
+# the last holder's close unlinks a buffer, and torch_shm_manager those of a client that ended: wait
+# until that happened, at most argv[3] seconds, then say what is left
+deadline = time.monotonic() + float(sys.argv[3])
+while left() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(len(workers), len(left()))
 """
 
 
@@ -363,8 +376,8 @@ def test_under_file_system_sharing_nothing_of_a_worker_outlives_it(tmp_path):
     if not os.path.isdir("/dev/shm"):
         pytest.skip("no /dev/shm")
     repo = Path(__file__).resolve().parents[1]
-    r = subprocess.run([sys.executable, "-c", FILE_SYSTEM_SHARING, str(repo / "data" / "sample.yaml"),
-                        str(tmp_path / "pids")], capture_output=True, text=True, timeout=300, cwd=repo)
+    r = run_all([sys.executable, "-c", FILE_SYSTEM_SHARING, str(repo / "data" / "sample.yaml"),
+                 str(tmp_path / "pids"), "120"], timeout=300, capture_output=True, text=True, cwd=repo)
     assert r.returncode == 0, r.stderr[-3000:]
     workers, left = map(int, r.stdout.split()[-2:])
     assert workers == 10 and left == 0

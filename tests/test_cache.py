@@ -1,6 +1,5 @@
 """The label cache: reuse, invalidation, damage, planted files, read-only folders, atomic writes."""
 import logging
-import multiprocessing as mp
 import os
 import pickle
 import shutil
@@ -15,6 +14,7 @@ import torch
 from yolo_data import cache, container
 from yolo_data.split import load_split
 from conftest import tree_digest
+from procs import in_child
 import crafting
 
 
@@ -302,19 +302,13 @@ def test_explicit_cache_dir_holds_the_cache(small_dataset, tmp_path):
     assert not load_split(images(small_dataset), nc=3, cache_dir=d).built
 
 
-def _scan_as_nobody(img_dir, queue):
-    """In a forked child: drop to user nobody, scan twice, report what happened."""
-    try:
-        if os.geteuid() == 0:
-            os.setgid(65534)
-            os.setuid(65534)
-        out = []
-        for _ in range(2):
-            s = load_split(img_dir, nc=3)
-            out.append((s.built, str(s.cache_file), len(s.store), s.counts["boxes"]))
-        queue.put(out)
-    except BaseException as e:  # report, do not hang the parent
-        queue.put(repr(e))
+def _scan_twice(img_dir):
+    """(built, cache file, images, boxes) of two scans in a row."""
+    out = []
+    for _ in range(2):
+        s = load_split(img_dir, nc=3)
+        out.append((s.built, str(s.cache_file), len(s.store), s.counts["boxes"]))
+    return out
 
 
 def test_read_only_dataset_uses_the_user_cache_folder_and_reuses_it(small_dataset, caplog):
@@ -331,13 +325,9 @@ def test_read_only_dataset_uses_the_user_cache_folder_and_reuses_it(small_datase
             os.chmod(p, 0o555 if p.is_dir() else 0o444)
         before = tree_digest(data)
         os.environ["YOLO_DATA_CACHE_DIR"] = str(user_cache)  # restored by the autouse fixture
-        ctx = mp.get_context("fork")
-        q = ctx.SimpleQueue()
         with caplog.at_level(logging.WARNING, logger="yolo_data"):
-            p = ctx.Process(target=_scan_as_nobody, args=(str(data / "images" / "train"), q))
-            p.start()
-            result = q.get()
-            p.join(30)
+            result = in_child(_scan_twice, str(data / "images" / "train"), timeout=120,
+                              user=65534 if os.geteuid() == 0 else None)  # root reads whatever the modes
         assert isinstance(result, list), result
         (built1, file1, n1, boxes1), (built2, file2, n2, boxes2) = result
         assert built1 and not built2 and file1 == file2 and Path(file1).parent == user_cache

@@ -2,14 +2,15 @@
 too); what the first ``iter`` yields is exactly what it would have been without the early start."""
 import multiprocessing
 import random
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from conftest import make_dataset
+from procs import count_calls
 from yolo_data import create_dataloader
+from yolo_data.dataset import YoloDataset
 from yolo_data.weights import labels_to_image_weights
 
 HIGH = Path(__file__).resolve().parents[1] / "data" / "hyps" / "hyp.scratch-high.yaml"
@@ -61,12 +62,19 @@ CHANGES = {
 UNMOSAIC = {k for k in CHANGES if "mosaic" in k or "hyp" in k}
 
 
+def made_in_workers(monkeypatch):
+    """The batches made so far, counted in the loader's workers (forked after this patch)."""
+    return count_calls(monkeypatch, YoloDataset, "__getitems__")
+
+
 @pytest.mark.parametrize("change", sorted(CHANGES))
-def test_first_passes_equal_those_of_a_loader_without_workers(data, change):
-    """Workers=0 never starts early: the reference for every change a script makes before its first pass."""
+def test_first_passes_equal_those_of_a_loader_without_workers(data, change, monkeypatch):
+    """Workers=0 never starts early: the reference for every change a script makes before its first pass,
+    made once the workers have made the whole early pass (3 batches, within 2 workers x 2 prefetched)."""
     hyp = yaml.safe_load(HIGH.read_text())  # a dict: the in-place change needs one
+    batches = made_in_workers(monkeypatch)
     early, ds_e = make(data, 2, hyp=dict(hyp))
-    time.sleep(0.5)  # the workers are at work on the first pass already
+    batches.wait(len(early), timeout=120, what="batches of the early pass made before the first iter")
     plain, ds_p = make(data, 0, hyp=dict(hyp))
     CHANGES[change](early, ds_e)
     CHANGES[change](plain, ds_p)
@@ -76,15 +84,17 @@ def test_first_passes_equal_those_of_a_loader_without_workers(data, change):
     assert (made == 0) if change in UNMOSAIC else (made > 0), made  # HIGH: every item a mosaic
 
 
-def test_workers_run_before_the_first_iter(data):
+def test_workers_make_the_first_pass_before_the_first_iter(data, monkeypatch):
+    """The whole first pass is made with no ``iter`` (while the training script builds its model), and
+    that pass is what the first ``iter`` hands out: no batch is made on demand, none twice."""
+    batches = made_in_workers(monkeypatch)
     before = {p.pid for p in multiprocessing.active_children()}
     loader, _ = make(data, 2)
     started = {p.pid for p in multiprocessing.active_children()} - before
     assert len(started) == 2 and loader._iterator is not None
-    t = time.perf_counter()
-    time.sleep(1.0)  # the training script builds its model meanwhile
-    next(iter(loader))
-    assert time.perf_counter() - t < 1.5  # the first batch was ready, not made on demand
+    batches.wait(len(loader), timeout=120, what="batches made before the first iter")
+    got = [paths for _, _, paths, _ in loader]
+    assert len(got) == len(loader) == 3 and batches.count == 3, f"{batches.count} batches made for a pass of 3"
 
 
 @pytest.mark.parametrize("batch_partners", [True, False])

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 import crafting
-from conftest import as_nobody, bench_common, make_dataset, run_all, tree_digest
+from conftest import as_nobody, make_dataset, run_all, tree_digest
+from procs import run_tree
 from yolo_data.dataset import LoadImagesAndLabels
 from yolo_data.split import load_split
 
@@ -52,8 +53,8 @@ def driver(*args, tmpfs=None, timeout=300):
 def private_mounts():
     """Skip (cleanly) where this machine does not allow a private mount namespace with a tmpfs."""
     try:
-        r = bench_common.run_tree(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"], 30,
-                                  capture_output=True)  # a timeout here means skip, not fail
+        r = run_tree(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"], 30,
+                     capture_output=True)  # a timeout here means skip, not fail
     except (OSError, subprocess.TimeoutExpired) as e:
         pytest.skip(f"unshare not available: {e}")
     if r.returncode != 0:

@@ -12,7 +12,8 @@ from pathlib import Path
 import cv2
 import pytest
 
-from conftest import as_nobody, make_dataset, write_image
+from conftest import make_dataset, write_image
+from procs import as_nobody, ended
 from yolo_data import decode, failures
 from yolo_data.dataset import LoadImagesAndLabels
 from yolo_data.images import ImageDecodeError, ImageReadError, imread_bgr
@@ -164,9 +165,10 @@ def test_a_broken_image_is_recorded_once_whatever_the_workers_and_epochs(ds_with
     ctx = mp.get_context("fork")
     for _ in range(2):  # workers of two epochs, each a fresh fork that remembers nothing of the others
         p = ctx.Process(target=_every_item, args=(ds,))
-        p.start()
-        p.join(60)
-        assert p.exitcode == 0
+        with ended([p]):  # killed and reaped if it is still running after the join's timeout
+            p.start()
+            p.join(120)
+        assert p.exitcode == 0, f"a forked epoch ended with {p.exitcode} (-9: killed, still running after 120 s)"
     for _ in range(2):  # and two epochs in this process
         _every_item(ds)
     lines = failures.record_file(ds.split_labels.cache_file).read_text().splitlines()

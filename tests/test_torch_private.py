@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from yolo_data import create_dataloader, torch_private
 
-from conftest import ended
+from procs import ended, received
 
 PRIVATE = sorted(torch_private.PRIVATE)
 
@@ -99,10 +99,12 @@ def test_shutdown_workers_ends_them_now_or_with_the_iterator(way):
         assert not any(w.is_alive() for w in workers)
 
 
-def _compare_later(conn, images, want):
-    import time
-    time.sleep(0.5)
-    conn.send(int(images.to(torch.int64).sum()) == want)
+ANSWER_S = 120  # how long the test waits for the other process's answer before it fails
+
+
+def _compare_later(conn, images, want, done):
+    """In a forked process: once the loop has gone on (``done``), is the batch still what it was?"""
+    conn.send(done.wait(ANSWER_S) and int(images.to(torch.int64).sum()) == want)
 
 
 def test_a_loader_on_the_fallbacks_alone_gives_the_same_batches_and_keeps_them(small_dataset, tmp_path, way):
@@ -115,14 +117,16 @@ def test_a_loader_on_the_fallbacks_alone_gives_the_same_batches_and_keeps_them(s
     loader = create_dataloader(str(small_dataset), 64, 2, 32, workers=2, **kw)[0]
     ctx = tmp.get_context("fork")
     receive, send = ctx.Pipe(duplex=False)
+    done = ctx.Event()  # set once the loop has gone on: the forked process compares only then
     held, children = [], []
-    for epoch in range(3):
-        for k, (images, *_) in enumerate(loader):
-            if epoch == 0 and k == 0:
-                children.append(ctx.Process(target=_compare_later, daemon=True,
-                                            args=(send, images, int(images.to(torch.int64).sum()))))
-                children[0].start()
-            held.append(images[0])  # a view keeps the batch
     with ended(children):
-        assert receive.recv() is True
+        for epoch in range(3):
+            for k, (images, *_) in enumerate(loader):
+                if epoch == 0 and k == 0:
+                    children.append(ctx.Process(target=_compare_later, daemon=True,
+                                                args=(send, images, int(images.to(torch.int64).sum()), done)))
+                    children[0].start()
+                held.append(images[0])  # a view keeps the batch
+        done.set()
+        assert received(receive, ANSWER_S, "comparison from the forked process") is True
     assert all(torch.equal(a, b[0]) for a, b in zip(held, reference)) and len(held) == len(reference)
