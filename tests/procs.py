@@ -20,6 +20,7 @@ import importlib.util
 import multiprocessing as mp
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -141,6 +142,21 @@ def as_nobody(fn, *args, timeout: float = 120):
     if os.geteuid() != 0:
         pytest.skip("needs root to switch to another user")
     return in_child(fn, *args, timeout=timeout, user=65534)
+
+
+@contextlib.contextmanager
+def shared_folder():
+    """(base, shared): a temp folder user nobody can enter, and in it a folder every user may write
+    with the sticky bit (as /tmp), where a cache_dir may point (tests of what another user can plant)."""
+    base = Path(tempfile.mkdtemp(prefix="yolo_data_shared_"))
+    os.chmod(base, 0o755)
+    shared = base / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    try:
+        yield base, shared
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 class Overran(Exception):

@@ -1,12 +1,9 @@
 """The object cache (objectcache.py) in a folder other users can write: its file names follow from the
 bucket's listing, so another user can put a file there first; only files and folders that are the
 user's own and writable by nobody else are served.  Against the S3 server of test_remote."""
-import contextlib
 import logging
 import os
-import shutil
 import stat
-import tempfile
 from pathlib import Path
 
 import cv2
@@ -14,28 +11,13 @@ import numpy as np
 import pytest
 
 import s3server
-from conftest import as_nobody
+from procs import as_nobody, shared_folder
 from test_remote import batches, s3, same, store  # noqa: F401 (fixtures)
 from yolo_data import create_dataloader, objectcache
 
 pytest.importorskip("minio")
 s3_server = s3server.s3_server  # the fixture, in this module's namespace
 KW = dict(augment=False, workers=0, split="train")
-
-
-@contextlib.contextmanager
-def shared_folder():
-    """(base, shared): a temp folder user nobody can enter, and in it a folder every user may write
-    with the sticky bit (as /tmp), where a cache_dir may point."""
-    base = Path(tempfile.mkdtemp(prefix="yolo_data_objects_"))
-    os.chmod(base, 0o755)
-    shared = base / "shared"
-    shared.mkdir()
-    os.chmod(shared, 0o1777)
-    try:
-        yield base, shared
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def cached_files(folder: Path) -> dict:

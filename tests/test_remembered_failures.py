@@ -1,19 +1,16 @@
 """An image that passes the scan but cannot be decoded when loaded is remembered beside the label
 cache, and the next run leaves it out with the reason, until the file changes."""
-import contextlib
 import json
 import logging
 import multiprocessing as mp
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import cv2
 import pytest
 
 from conftest import make_dataset, write_image
-from procs import as_nobody, ended
+from procs import as_nobody, ended, shared_folder
 from yolo_data import decode, failures
 from yolo_data.dataset import LoadImagesAndLabels
 from yolo_data.images import ImageDecodeError, ImageReadError, imread_bgr
@@ -87,21 +84,6 @@ def test_damaged_lines_of_the_record_are_skipped(ds_with_bad_png):
 
 
 # -- whose record is trusted --------------------------------------------------------------------------
-@contextlib.contextmanager
-def shared_folder():
-    """(base, shared): a temp folder user nobody can enter, and in it a folder every user may write
-    with the sticky bit (as /tmp), where a cache_dir may point."""
-    base = Path(tempfile.mkdtemp(prefix="yolo_data_failed_"))
-    os.chmod(base, 0o755)
-    shared = base / "shared"
-    shared.mkdir()
-    os.chmod(shared, 0o1777)
-    try:
-        yield base, shared
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-
-
 def _plant(path: str, text: str) -> str:
     with open(path, "x") as f:
         f.write(text)

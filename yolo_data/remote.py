@@ -7,7 +7,7 @@ A remote path is a URL ``s3://bucket/key``; everything else in the package keeps
     list_folder(url)       every object under a folder, remembered with its size and ETag
     stat(url)              (size, tag, type) for the label cache's fingerprint, from what was listed
     read(url)              an object's bytes (an image, a label file, a list, a yaml)
-    open_object(url)       a seekable file over ranged reads (an image's header in the scan)
+    (remotefile.py: an object as a seekable file over ranged reads, for an image's header in the scan)
     read_many(urls)        several objects at once (a batch's images), bounded
     write(url, data)       only where the user asked for it (``yolo-data-cache --publish``)
 
@@ -409,65 +409,3 @@ def forget() -> None:
 
 
 # -- a seekable object -------------------------------------------------------------------------------
-HEAD_BYTES = 65536  # the first read of a larger object fetches this much: a JPEG's header and EXIF
-WHOLE_BYTES = 262144  # an object up to this size is read whole by its first read: one request, not two
-READ_AHEAD = 1 << 20  # a read past what was fetched fetches this much more (a PNG's chunk walk: 1 request)
-
-
-class RemoteFile(io.RawIOBase):
-    """A read-only, seekable file over ranged reads of one object of known ``size``: the first read
-    fetches the whole object up to WHOLE_BYTES, else its first HEAD_BYTES; a later read that needs
-    more fetches from there READ_AHEAD bytes (or what it asks, if more), the object's end at most.
-    ``pread(n, pos)`` reads without moving."""
-
-    def __init__(self, url: str, size: int):
-        super().__init__()
-        self.url, self.size, self.pos = url, int(size), 0
-        self._blocks: List[Tuple[int, bytes]] = []  # (start, bytes), fetched so far
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
-        self.pos = max(0, base + offset)
-        return self.pos
-
-    def pread(self, n: int, pos: int) -> bytes:
-        if n <= 0 or pos >= self.size:
-            return b""
-        end = min(self.size, pos + n)
-        for start, data in self._blocks:
-            if start <= pos and end <= start + len(data):
-                return data[pos - start:end - start]
-        lo, hi = pos, min(self.size, max(end, pos + READ_AHEAD))
-        if not self._blocks:
-            lo, hi = 0, self.size if self.size <= WHOLE_BYTES else max(end, HEAD_BYTES)
-        data = read(self.url, lo, hi - lo)
-        self._blocks.append((lo, data))
-        return data[pos - lo:end - lo]
-
-    def readinto(self, b) -> int:
-        data = self.pread(len(b), self.pos)
-        b[:len(data)] = data
-        self.pos += len(data)
-        return len(data)
-
-    def readall(self) -> bytes:
-        return self.read(max(0, self.size - self.pos))
-
-
-def open_object(url: str) -> Tuple[RemoteFile, os.stat_result]:
-    """A RemoteFile over ``url`` and a stat_result of it (a regular file of its listed size).
-    Raises FileNotFoundError for an object that is not there."""
-    size, tag, kind = stat(url)
-    if kind != REGULAR:
-        raise FileNotFoundError(2, "no such object", url)
-    st = os.stat_result((0o100444, 0, 0, 1, 0, 0, size, 0, 0, 0))
-    return RemoteFile(url, size), st

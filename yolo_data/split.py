@@ -280,6 +280,30 @@ def _for_task(default: Path, options: SourceOptions) -> Path:
     return default.with_name(default.name[:-len(LABEL_CACHE_SUFFIX)] + f".{options.task}{LABEL_CACHE_SUFFIX}")
 
 
+def _first_fresh(candidates: List[Path], fp: str, im_files) -> Optional[Tuple[cache.CacheContents, Path]]:
+    """(contents, file) of the first of ``candidates`` that loads, has fingerprint ``fp`` and lists
+    ``im_files``; None when none does (each one passed over says why in the log)."""
+    for cfile in candidates:
+        try:
+            contents = cache.load(cfile)
+        except FileNotFoundError:
+            continue
+        except (cache.CacheError, OSError) as e:
+            LOGGER.warning(f"label cache {cfile}: {e}; rebuilding it")
+            continue
+        if contents.fingerprint != fp:
+            LOGGER.info(f"label cache {cfile} is stale (files or settings changed); rescanning")
+            continue
+        try:
+            cache.check_listing(contents, im_files)
+        except cache.CacheError as e:
+            LOGGER.warning(f"label cache {cfile}: {e}; rebuilding it")
+            continue
+        cache.remove_stale_temps(cfile)  # leftovers of killed writers go even when nobody rewrites
+        return contents, cfile
+    return None
+
+
 def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progress, save,
                   default_cache: Optional[Path] = None) -> SplitLabels:
     t0 = time.perf_counter()
@@ -304,27 +328,11 @@ def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progr
                            names, source.kind, source.label_file_of)
 
     if not force:
-        for cfile in candidates:
-            try:
-                contents = cache.load(cfile)
-            except FileNotFoundError:
-                continue
-            except (cache.CacheError, OSError) as e:
-                LOGGER.warning(f"label cache {cfile}: {e}; rebuilding it")
-                continue
-            if contents.fingerprint != fp:
-                LOGGER.info(f"label cache {cfile} is stale (files or settings changed); rescanning")
-                continue
-            try:
-                cache.check_listing(contents, im_files)
-            except cache.CacheError as e:
-                LOGGER.warning(f"label cache {cfile}: {e}; rebuilding it")
-                continue
-            cache.remove_stale_temps(cfile)  # leftovers of killed writers go even when nobody rewrites
-            return split(contents.store, cfile, False, contents.counts, contents.problems, contents.names)
-        published = _published(default, candidates[0], fp, im_files) if save else None
-        if published is not None:
-            contents, cfile = published
+        found = _first_fresh(candidates, fp, im_files)
+        if found is None and save:
+            found = _published(default, candidates[0], fp, im_files)
+        if found is not None:
+            contents, cfile = found
             return split(contents.store, cfile, False, contents.counts, contents.problems, contents.names)
 
     names = source.find_names()

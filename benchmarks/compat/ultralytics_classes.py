@@ -28,19 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
-
-
-def copy_dataset(src: Path, tmp: Path) -> Path:
-    """A copy of ``src`` in ``tmp`` (never write into the shared dataset) and its yaml with an absolute path
-    (Ultralytics resolves a relative ``path:`` against its own datasets folder)."""
-    import yaml
-    dst = tmp / src.name
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.cache"))
-    spec = yaml.safe_load(next(src.glob("*.yaml")).read_text())
-    spec["path"] = str(dst)
-    out = dst / "abs.yaml"
-    out.write_text(yaml.safe_dump(spec))
-    return out
+from ultralytics_plugin import copy_dataset  # noqa: E402
 
 
 def same_rows(data: Path, task: str, classes, remap: bool, imgsz: int, batch: int = 8) -> str:
