@@ -110,3 +110,13 @@ def test_ultralytics_classes_give_its_own_rows_and_the_remap_trains_a_model_of_t
     assert re.search(r"model.val with YoloDataValidator and the remap: 2 classes, .*: True", out), out[-3000:]
     assert re.search(r"validated without remap_classes, the validator says: .*yolo_data: the model's class names "
                      r"are not its labels' \(0: 'car' / 'person'", out), out[-3000:]
+
+
+def test_the_package_suites_ultralytics_tests_run_here():
+    """The tests of tests/ that need Ultralytics (its validation inputs, a trainer's epoch, the census of
+    its default.yaml) skip in the package's own environment; here they must run, none skipped."""
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                        "tests/test_ultralytics_args.py", "tests/test_ultralytics_integration.py"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=900)
+    tail = (p.stdout + p.stderr)[-4000:]
+    assert p.returncode == 0 and "skipped" not in tail, tail

@@ -16,7 +16,6 @@ Ultralytics' settings go to a temporary folder, offline.
 """
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import sys
@@ -48,9 +47,8 @@ def main() -> None:
     common.isolate_environment(tmp, "ultralytics_s3")
     local = tmp / "local"
     shutil.copytree(common.REPO / "data" / "sample", local / "sample", ignore=shutil.ignore_patterns("*.cache"))
-    yaml_text = (common.REPO / "data" / "sample.yaml").read_text()  # path: sample (beside the yaml)
-    # Ultralytics takes a relative path from its datasets folder: the local copy's yaml names it whole
-    (local / "sample.yaml").write_text(yaml_text.replace("path: sample", f"path: {local / 'sample'}"))
+    # the sample's yaml has no path: both read its splits from the yaml's own folder
+    shutil.copy(common.REPO / "data" / "sample.yaml", local / "sample.yaml")
     try:
         with start_s3_server(tmp / "weed") as srv:
             from minio import Minio
@@ -60,7 +58,7 @@ def main() -> None:
             for p in sorted((local / "sample").rglob("*")):
                 if p.is_file():
                     client.fput_object("data", f"sample/{p.relative_to(local / 'sample').as_posix()}", str(p))
-            client.put_object("data", "sample.yaml", io.BytesIO(yaml_text.encode()), len(yaml_text.encode()))
+            client.fput_object("data", "sample.yaml", str(local / "sample.yaml"))
             uploaded = sorted(o.object_name for o in client.list_objects("data", recursive=True))
             os.environ.update(AWS_ACCESS_KEY_ID=srv.access_key, AWS_SECRET_ACCESS_KEY=srv.secret_key)
             remote_trainer = train("s3://data/sample.yaml", tmp, "s3", endpoint_url=srv.endpoint_url)
