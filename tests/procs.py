@@ -262,21 +262,9 @@ class Leftovers:
     other: List[str]
 
 
-def _parent(pid) -> Optional[str]:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().rsplit(")", 1)[1].split()[1]
-    except (OSError, IndexError):
-        return None
-
-
 def _start_time(pid) -> Optional[str]:
     """The start time of ``pid`` (clock ticks since boot): with the pid, one process and not a reuse."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
+    return proctree.stat_field(pid, 19)
 
 
 class SessionWatch:
@@ -336,7 +324,7 @@ class SessionWatch:
         while self.processes() and time.monotonic() < deadline:
             time.sleep(0.1)
         left = self.processes()
-        named = [f"{p} (parent {_parent(p)}): {proctree.cmdline(p)[:200]}" for p in left]
+        named = [f"{p} (parent {proctree.stat_field(p, 1)}): {proctree.cmdline(p)[:200]}" for p in left]
         with contextlib.suppress(RuntimeError):
             proctree.kill_all(left)
         new = sorted(set(os.listdir(self.shm)) - self.shm_before) if self.shm.is_dir() else []

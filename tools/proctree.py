@@ -56,13 +56,19 @@ def descendants(pid: int) -> List[int]:
     return found
 
 
-def alive(pid: int) -> bool:
-    """Does ``pid`` run?  A zombie has ended: only its exit status waits for its parent."""
+def stat_field(pid, i: int) -> Optional[str]:
+    """Field ``i`` of /proc/<pid>/stat counted after the command name (0: state, 1: parent pid,
+    19: start time in clock ticks since boot), or None where the process is gone."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+            return f.read().rsplit(")", 1)[1].split()[i]
     except (OSError, ValueError, IndexError):
-        return False
+        return None
+
+
+def alive(pid: int) -> bool:
+    """Does ``pid`` run?  A zombie has ended: only its exit status waits for its parent."""
+    return stat_field(pid, 0) not in (None, "Z", "X")
 
 
 def cmdline(pid: int) -> str:

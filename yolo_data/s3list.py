@@ -120,7 +120,7 @@ def list_objects(url: str, bucket: str, prefix: str, recursive: bool) -> List[re
                 raise not_a_listing(url, response)
             idle[0] += 1
             if idle[0] >= IDLE_PAGES:
-                raise endless(url, f"{IDLE_PAGES} pages in a row brought no new key, each saying more follow")
+                raise idle_listing(url)
 
         with s3client.watch_requests(answered):
             for o in remote._client().list_objects(bucket, prefix=prefix, recursive=recursive):
@@ -138,6 +138,12 @@ def list_objects(url: str, bucket: str, prefix: str, recursive: bool) -> List[re
 def endless(url: str, why: str) -> remote.ListingError:
     return remote.ListingError(f"{url}: the listing does not end: {why}; is endpoint_url an S3 endpoint "
                                "(no caching proxy in between)?")
+
+
+def idle_listing(url: str, last: Optional[str] = None) -> remote.ListingError:
+    """The error for IDLE_PAGES pages in a row without a new key (``last``: the last key listed)."""
+    after = f" (after {last!r})" if last else ""
+    return endless(url, f"{IDLE_PAGES} pages in a row brought no new key{after}, each saying more follow")
 
 
 class _Listing:
@@ -203,9 +209,7 @@ class _Listing:
                 folder = page.last_folder if new_folder else folder
                 idle = 0 if keys or new_folder else idle + 1
                 if idle >= IDLE_PAGES:
-                    after = f" (after {cursor[0]!r})" if cursor[0] else ""
-                    raise endless(self.url, f"{IDLE_PAGES} pages in a row brought no new key{after}, each saying "
-                                            "more follow")
+                    raise idle_listing(self.url, cursor[0])
                 if page.token in tokens:
                     raise endless(self.url, f"the server sent the continuation token {page.token[:40]!r} twice")
                 if page.token:  # else the next page is asked for after the last key
