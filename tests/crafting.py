@@ -1,6 +1,8 @@
 """Rewrite a yolo_data container file the way a damaged disk or a crafted file would, optionally with
 a valid checksum (an attacker can always recompute it)."""
 import json
+import sys
+import types
 import struct
 import zlib
 from pathlib import Path
@@ -39,3 +41,35 @@ def rewrite(path: Path, header=None, arrays=None, fix_crc: bool = True) -> None:
         end = h["payload"][0] if isinstance(h.get("payload"), list) else original["payload"][0]
         data[-4:] = zlib.crc32(bytes(data[:end])).to_bytes(4, "little")
     path.write_bytes(bytes(data))
+
+
+def exif_block(orientation=None, order: str = "<") -> bytes:
+    """An EXIF TIFF structure (after 'Exif\\0\\0') whose IFD0 holds an orientation SHORT, or no entry."""
+    entries = [] if orientation is None else [struct.pack(order + "HHIHH", 0x0112, 3, 1, orientation, 0)]
+    head = (b"II" if order == "<" else b"MM") + struct.pack(order + "HI", 42, 8)
+    return head + struct.pack(order + "H", len(entries)) + b"".join(entries) + struct.pack(order + "I", 0)
+
+
+def with_app1(jpeg: bytes, *payloads: bytes) -> bytes:
+    """``jpeg`` with APP1 segments carrying ``payloads`` right after its SOI marker."""
+    segments = b"".join(b"\xff\xe1" + struct.pack(">H", len(p) + 2) + p for p in payloads)
+    return jpeg[:2] + segments + jpeg[2:]
+
+
+def fake_albumentations(monkeypatch, seedable=True):
+    """A stand-in module: the 'transform' adds a value drawn from its own seeded generator."""
+    mod = types.ModuleType("albumentations")
+
+    class Compose:
+        def __init__(self, transforms):
+            self.transforms, self.rng = transforms, np.random.default_rng(12345)
+
+        def __call__(self, image):
+            return {"image": (image.astype(np.int32) + int(self.rng.integers(1, 50))).clip(0, 255).astype(np.uint8)}
+
+    if seedable:
+        Compose.set_random_seed = lambda self, seed: setattr(self, "rng", np.random.default_rng(seed))
+    mod.Compose = Compose
+    for name in ("Blur", "MedianBlur", "ToGray", "CLAHE"):
+        setattr(mod, name, lambda p, name=name: (name, p))
+    monkeypatch.setitem(sys.modules, "albumentations", mod)

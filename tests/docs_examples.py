@@ -1,6 +1,6 @@
 """The fenced code blocks of README.md and docs/*.md, and where each one runs.
 
-A block runs in the test suite (tests/test_docs.py) unless the line right before it is a mark:
+A block runs in the test suite (tests/project/test_docs.py) unless the line right before it is a mark:
 
     <!-- example: needs ultralytics -->            run by the compatibility suite, in the peers' environment
     <!-- example: needs yolov5 train.py -->        the import line, put into YOLOv5's script (compatibility suite)

@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -88,7 +89,7 @@ def ended(processes):
     was started with): on leaving, those still alive are killed together with their descendants (a
     rank's DataLoader workers), found while they are still children, and joined.  Workers of a process
     that had already died are no longer below it: yolo_data's workers end themselves when their parent
-    is gone (yolo_data.workers)."""
+    is gone (yolo_data.runtime.workers)."""
     try:
         yield processes
     finally:
@@ -343,3 +344,32 @@ class SessionWatch:
             os.close(fd)
             with contextlib.suppress(OSError):
                 os.unlink(self.fork_log)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(fn, world, *args, timeout=300):
+    """world real processes (forked: fast, and nothing distributed exists in the parent yet).  A rank that
+    raises or dies fails the test (start_processes then ends the others); ranks still running after
+    ``timeout`` seconds fail it too, and are killed with their DataLoader workers either way."""
+    import torch.multiprocessing as tmp
+
+    ctx = tmp.start_processes(fn, args=(world, free_port(), *args), nprocs=world, join=False, start_method="fork")
+    deadline = time.monotonic() + timeout
+    with ended(ctx.processes):
+        while not ctx.join(timeout=1):
+            if time.monotonic() > deadline:
+                pytest.fail(f"{world} ranks of {fn.__name__} still running after {timeout} s", pytrace=False)
+
+
+def init(rank, world, port, timeout_s=60):
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=timeout_s))

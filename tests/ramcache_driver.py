@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Runs RAM-cache scenarios with real processes and signals; prints one JSON line of results.
 
-Used by tests/test_ram_cache_lifecycle.py, sometimes inside a private mount namespace (``unshare -m``)
+Used by tests/items/test_ram_cache_lifecycle.py, sometimes inside a private mount namespace (``unshare -m``)
 where a small tmpfs stands in for /dev/shm, so the machine's own /dev/shm is never filled or touched.
 
     ramcache_driver.py kill  DATA RAM_DIR SIGNAL WHEN   # WHEN: build | after
@@ -37,7 +37,8 @@ def child_build(data, ram_dir, slow, barrier):
     """One builder: cache='ram' in ram_dir.  ``slow``: seconds per image decode (so a signal lands
     mid-build).  ``barrier``: a folder; both builders wait for each other there, then plan and reserve
     their room at the same moment (two jobs starting together)."""
-    from yolo_data import imagecache, room
+    from yolo_data.items import imagecache
+    from yolo_data.runtime import room
     from yolo_data.dataset import LoadImagesAndLabels
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     slow = float(slow)

@@ -33,6 +33,7 @@ SECRET_KEY = "yolo_data_test_secret"
 START_TIMEOUT_S = 60.0
 # Set (by .ci/run) where the S3 tests must run: the fixture then fails where it would skip.
 REQUIRED_ENV = "YOLO_DATA_TESTS_NEED_S3"
+SAMPLE = Path(__file__).resolve().parents[1] / "data"  # the bundled sample and its yaml
 
 
 class S3ServerUnavailable(RuntimeError):
@@ -218,6 +219,7 @@ try:
 except ImportError:  # the benchmark imports this module without pytest
     pytest = None
 
+
 def unavailable(error: S3ServerUnavailable) -> None:
     """Skip the test that needed the server, saying why; fail it where ``$YOLO_DATA_TESTS_NEED_S3`` is
     set (CI), where a missing server must never pass as a skip."""
@@ -239,3 +241,61 @@ if pytest is not None:
             yield srv
         finally:
             ctx.__exit__(None, None, None)
+
+    @pytest.fixture(scope="module")
+    def store(s3_server, tmp_path_factory):
+        """The server, a client of it, and the bundled sample uploaded as s3://data/sample + sample.yaml."""
+        minio = pytest.importorskip("minio")
+        host = s3_server.endpoint_url.split("//", 1)[1]
+        client = minio.Minio(host, s3_server.access_key, s3_server.secret_key, secure=False, region="us-east-1")
+        if not client.bucket_exists("data"):
+            client.make_bucket("data")
+        local = tmp_path_factory.mktemp("local")
+        shutil.copytree(SAMPLE / "sample", local / "sample", ignore=shutil.ignore_patterns("*.cache"))
+        shutil.copy(SAMPLE / "sample.yaml", local / "sample.yaml")
+        upload(client, local / "sample", "data", "sample")
+        client.fput_object("data", "sample.yaml", str(local / "sample.yaml"))
+        return s3_server, client, local
+
+    @pytest.fixture
+    def s3(store, monkeypatch):
+        """Credentials in the environment (the usual way), the endpoint configured, a fresh listing."""
+        srv, client, local = store
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", srv.access_key)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", srv.secret_key)
+        monkeypatch.delenv("AWS_PROFILE", raising=False)
+        from yolo_data.storage import remote
+
+        before = remote.options()
+        remote.configure(endpoint_url=srv.endpoint_url)
+        remote.forget()
+        yield client, local
+        remote.configure(**before.__dict__)
+        remote.forget()
+
+
+def upload(client, root: Path, bucket: str, prefix: str) -> None:
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            client.fput_object(bucket, f"{prefix}/{p.relative_to(root).as_posix()}", str(p))
+
+
+def bucket_digest(client, bucket: str) -> dict:
+    """{key: (size, etag)} of every object in the bucket."""
+    return {o.object_name: (o.size, o.etag) for o in client.list_objects(bucket, recursive=True)}
+
+
+def batches(loader, epochs=1):
+    out = []
+    for _ in range(epochs):
+        out.extend((imgs.clone(), targets.clone(), list(paths)) for imgs, targets, paths, _ in loader)
+    return out
+
+
+def same(remote_batches, local_batches, local_root: str):
+    import torch
+
+    assert len(remote_batches) == len(local_batches)
+    for (a, ta, pa), (b, tb, pb) in zip(remote_batches, local_batches):
+        assert torch.equal(a, b) and torch.equal(ta, tb)
+        assert [p.replace("s3://data/", local_root + "/") for p in pa] == pb

@@ -10,8 +10,8 @@ import torch
 
 from yolo_data import LoadImagesAndLabels, Settings, YoloDataset, create_dataloader
 from yolo_data.build import build_loader
-from yolo_data.collate import collate_fn
-from yolo_data.sampling import ItemKey
+from yolo_data.loading.collate import collate_fn
+from yolo_data.sampling.sampler import ItemKey
 from yolo_data.integrations.ultralytics_args import loader_settings
 from yolo_data.settings import IndexSettings
 

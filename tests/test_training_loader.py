@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from yolo_data import create_dataloader
-from test_distributed import init, run
+from procs import init, run
 import torch.distributed as dist
 
 HIGH = Path(__file__).resolve().parents[1] / "data" / "hyps" / "hyp.scratch-high.yaml"
@@ -155,7 +155,7 @@ def test_rect_with_shuffle_under_ddp(colour_dataset, tmp_path):
 
 @pytest.mark.parametrize("batch_partners,most", [(True, 8), (False, 8 * 4 * 2)])
 def test_batch_partners_decode_each_image_once_per_batch(colour_dataset, monkeypatch, batch_partners, most):
-    import yolo_data.images as images
+    import yolo_data.images.load as images
     calls = []
     real = images.cv2.imread
     monkeypatch.setattr(images.cv2, "imread", lambda *a: calls.append(a[0]) or real(*a))

@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from yolo_data import create_dataloader  # noqa: E402
 from yolo_data.cli import SAMPLE_YAML  # noqa: E402
-from yolo_data.plots import draw_batch  # noqa: E402
-from yolo_data.datayaml import is_dataset_yaml, load_dataset_yaml  # noqa: E402
+from yolo_data.report.plots import draw_batch  # noqa: E402
+from yolo_data.formats.datayaml import is_dataset_yaml, load_dataset_yaml  # noqa: E402
 
 HYP = Path(__file__).resolve().parents[1] / "data" / "hyps" / "hyp.scratch-low.yaml"
 

@@ -25,16 +25,16 @@ import numpy as np
 import torch
 
 from . import distributed
-from .balance import class_factors, class_image_counts, epoch_length, image_factors
-from .collate import QuadCollate, collate_fn
+from .sampling.balance import class_factors, class_image_counts, epoch_length, image_factors
+from .loading.collate import QuadCollate, collate_fn
 from .dataset import YoloDataset
-from .loader import YoloDataLoader
-from .room import fit_workers_to_shm, shm_bytes_for_batches
-from .run import RunState
-from .sampling import ShardSampler, YoloSampler, partner_group_size
+from .loading.loader import YoloDataLoader
+from .runtime.room import fit_workers_to_shm, shm_bytes_for_batches
+from .sampling.runstate import RunState
+from .sampling.sampler import ShardSampler, YoloSampler, partner_group_size
 from .settings import Settings
-from .summary import console, printing_rank
-from .workers import WorkerInit
+from .labels.summary import console, printing_rank
+from .runtime.workers import WorkerInit
 
 LOGGER = logging.getLogger("yolo_data")
 

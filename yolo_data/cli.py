@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from . import container
-from .datayaml import is_dataset_yaml, load_dataset_yaml
-from .split import SplitLabels, load_split
-from .summary import progress_bar
+from .storage import container
+from .formats.datayaml import is_dataset_yaml, load_dataset_yaml
+from .labels.split import SplitLabels, load_split
+from .labels.summary import progress_bar
 
 # The bundled sample dataset and YOLOv5's hyperparameter files are package data (setup.cfg), so the
 # console scripts find them in an installed wheel as in a checkout (where this folder links to data/).
@@ -23,7 +23,7 @@ def cache_dir_for(data: str, cache_dir=None):
     """``cache_dir``, or the per-user cache folder for the bundled sample: the package's own files stay
     as installed (a site-packages may be read-only or shared, and an uninstall leaves nothing behind)."""
     if cache_dir is None and Path(data).resolve() == SAMPLE_YAML.resolve():
-        from .cache import user_cache_dir
+        from .labels.cache import user_cache_dir
         return user_cache_dir()
     return cache_dir
 
@@ -76,9 +76,9 @@ def report(rows: List[Tuple[str, SplitLabels]]) -> int:
 def leftover_folders(data: Optional[str], cache_dir=None) -> List[Path]:
     """Where yolo_data may have left files: the shared-memory folder, the per-user cache folder,
     ``cache_dir``, and the label-cache folders of ``data``'s splits (beside their labels)."""
-    from .cache import user_cache_dir
-    from .imagecache import shm_dir
-    from .sources import default_cache_file, img2label_path, list_image_files
+    from .labels.cache import user_cache_dir
+    from .items.imagecache import shm_dir
+    from .formats.sources import default_cache_file, img2label_path, list_image_files
     folders = [shm_dir(), user_cache_dir()] + ([Path(cache_dir)] if cache_dir else [])
     if data:
         for _, paths in _splits(data)[0]:
@@ -155,7 +155,7 @@ def build_cache_main(argv=None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
     if args.endpoint_url:
-        from . import remote
+        from .storage import remote
         remote.configure(endpoint_url=args.endpoint_url)
     try:
         rows = build_caches(args.data, args.workers, cache_dir_for(args.data, args.cache_dir), args.force,
@@ -168,7 +168,7 @@ def build_cache_main(argv=None) -> int:
         sys.stdout.reconfigure(errors="surrogateescape")
     status = report(rows)
     if args.publish:
-        from .split import publish
+        from .labels.split import publish
         for name, s in rows:
             try:
                 print(f"{name}: published {publish(s)}")
@@ -193,7 +193,7 @@ def demo_main(argv=None) -> int:
         status = report(build_caches(args.data, cache_dir=cache_dir))
         if status:
             return status
-        from .yolov5 import create_dataloader
+        from .integrations.yolov5 import create_dataloader
         loader, dataset = create_dataloader(args.data, args.imgsz, args.batch_size, 32, rect=args.rect, workers=0,
                                             split="train" if is_dataset_yaml(args.data) else None,
                                             cache_dir=cache_dir)
@@ -215,8 +215,8 @@ def demo_main(argv=None) -> int:
 def report_main(argv=None) -> int:
     """``yolo-data report DATA``: write DATA's dataset report (HTML and JSON); exit 1 when a category
     of ``--fail-on`` has findings or a split cannot be read, 2 when the data cannot be read at all."""
-    from .report import FINDINGS, ReportOptions, write_report
-    from .summary import plural
+    from .report.compose import FINDINGS, ReportOptions, write_report
+    from .labels.summary import plural
     ap = argparse.ArgumentParser(
         prog="yolo-data report",
         description="Write a dataset report: counts, every problem, classes per split, object and image sizes, "

@@ -7,7 +7,7 @@
 ``LoadImagesAndLabels`` keeps YOLOv5's signature over it.  Both keep YOLOv5's attribute names
 (``im_files``, ``label_files``, ``labels``, ``shapes``, ``segments``, ``batch``, ``batch_shapes``,
 ``indices``, ``n``) so training scripts that read them keep working.  Per-image sequences are views
-over one :class:`~yolo_data.store.LabelStore`.
+over one :class:`~yolo_data.labels.store.LabelStore`.
 """
 from __future__ import annotations
 
@@ -20,25 +20,28 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from . import distributed, failures, objectcache, remote, summary
-from .augstate import AugmentControl, TrainSettings
-from .cache import user_cache_dir
-from .collate import collate_fn
-from .datayaml import is_dataset_yaml, load_dataset_yaml
+from . import distributed
+from .images import failures
+from .storage import objectcache, remote
+from .labels import summary
+from .augment.augstate import AugmentControl, TrainSettings
+from .labels.cache import user_cache_dir
+from .loading.collate import collate_fn
+from .formats.datayaml import is_dataset_yaml, load_dataset_yaml
 from .formats import split_format
-from .imagecache import ImageCacheSpec, disk_candidates, normalise_mode, open_or_build
-from .images import ImageDecodeError, ImageSource
-from .index import SplitIndex, build_index
-from .mapping import DrawKey, make_mapper
-from .run import RunState
-from .sampling import ItemKey
+from .items.imagecache import ImageCacheSpec, disk_candidates, normalise_mode, open_or_build
+from .images.load import ImageDecodeError, ImageSource
+from .items.index import SplitIndex, build_index
+from .items.mapping import DrawKey, make_mapper
+from .sampling.runstate import RunState
+from .sampling.sampler import ItemKey
 from .settings import Settings, as_settings, fraction_count
-from .sources import fraction_cache_file, img2label_path, list_image_files
-from .split import SplitLabels, load_split
-from .store import ImageFiles, Keypoints, LabelFiles, Labels, Segments
-from .task import LabelTask, resolve_task
-from .tensors import BatchImages, Scratch
-from .workers import guard_opencv_pool
+from .formats.sources import fraction_cache_file, img2label_path, list_image_files
+from .labels.split import SplitLabels, load_split
+from .labels.store import ImageFiles, Keypoints, LabelFiles, Labels, Segments
+from .items.task import LabelTask, resolve_task
+from .loading.tensors import BatchImages, Scratch
+from .runtime.workers import guard_opencv_pool
 
 LOGGER = logging.getLogger("yolo_data")
 

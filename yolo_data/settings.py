@@ -46,8 +46,8 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Sequence, Union
 
-from .balance import threshold_of
-from .sampling import check_seed
+from .sampling.balance import threshold_of
+from .sampling.sampler import check_seed
 
 PARTNER_GROUP = 8  # default partner-group size (see AugmentSettings)
 

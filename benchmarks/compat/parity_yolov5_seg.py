@@ -1,4 +1,4 @@
-"""Parity check for segmentation: ``yolo_data.segment.create_dataloader`` against YOLOv5 7.0's
+"""Parity check for segmentation: ``yolo_data.integrations.yolov5_segment.create_dataloader`` against YOLOv5 7.0's
 ``utils/segment/dataloaders.create_dataloader``, with augment=False.
 
 For every split of the dataset (default coco128-seg), both overlap modes and mask ratios 1 and 4, and
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
             from yolov5.utils.segment.dataloaders import create_dataloader as v5_create
             logging.getLogger("yolov5").setLevel(logging.ERROR)
             sys.dont_write_bytecode = True  # leave no __pycache__ in the checkout
-            from yolo_data.segment import create_dataloader as yd_create
+            from yolo_data.integrations.yolov5_segment import create_dataloader as yd_create
         roots = tuple(copy_dataset(source, tmp / lib / args.dataset) for lib in ("yolov5", "yolo_data"))
         splits = splits_of(roots[0])
         results = []

@@ -116,7 +116,7 @@ def test_the_package_suites_ultralytics_tests_run_here():
     """The tests of tests/ that need Ultralytics (its validation inputs, a trainer's epoch, the census of
     its default.yaml) skip in the package's own environment; here they must run, none skipped."""
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-                        "tests/test_ultralytics_args.py", "tests/test_ultralytics_integration.py"],
+                        "tests/integrations/test_ultralytics_args.py", "tests/integrations/test_ultralytics_integration.py"],
                        cwd=ROOT, capture_output=True, text=True, timeout=900)
     tail = (p.stdout + p.stderr)[-4000:]
     assert p.returncode == 0 and "skipped" not in tail, tail

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """YOLOv5's own ``segment/train.py`` and ``segment/val.py`` (pip package ``yolov5`` 7.0.x) running on
-``yolo_data.segment``.
+``yolo_data.integrations.yolov5_segment``.
 
 Run it in the benchmark environment that has ``yolov5`` (as ``yolov5_train_val.py``)::
 
@@ -8,7 +8,7 @@ Run it in the benchmark environment that has ``yolov5`` (as ``yolov5_train_val.p
 
 ``--data`` defaults to coco128-seg in $YOLO_DATA_BENCH_DATA or ../shared/datasets.  On copies of it, on
 the CPU, offline: ``segment/train.py`` and ``segment/val.py`` are copied with
-``from yolo_data.segment import create_dataloader`` added after YOLOv5's own imports; yolov5n-seg is
+``from yolo_data.integrations.yolov5_segment import create_dataloader`` added after YOLOv5's own imports; yolov5n-seg is
 trained from scratch with the patched train.py (and once with YOLOv5's own loader, for comparison), then
 its weights are validated with the stock and the patched val.py, whose box and mask metrics must be
 identical (augment=False batches are equal: parity_yolov5_seg.py).
@@ -25,8 +25,8 @@ sys.path.insert(0, str(HERE.parent))  # benchmarks/, for common
 import common  # noqa: E402
 import yolov5_train_val as base  # noqa: E402  (run_script, patched, yolov5_dir, last_metrics)
 
-base.PATCH = {"train.py": "from yolo_data.segment import create_dataloader  # after YOLOv5's imports",
-              "val.py": "from yolo_data.segment import create_dataloader  # after YOLOv5's imports"}
+base.PATCH = {"train.py": "from yolo_data.integrations.yolov5_segment import create_dataloader  # after YOLOv5's imports",
+              "val.py": "from yolo_data.integrations.yolov5_segment import create_dataloader  # after YOLOv5's imports"}
 
 
 def main(argv=None) -> int:

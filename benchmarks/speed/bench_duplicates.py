@@ -26,7 +26,7 @@ import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data wit
 
 import numpy as np  # noqa: E402
 
-from yolo_data.dedupe import ImagePrints, find_duplicates, fingerprint_images  # noqa: E402
+from yolo_data.report.dedupe import ImagePrints, find_duplicates, fingerprint_images  # noqa: E402
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 

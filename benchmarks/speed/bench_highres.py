@@ -101,9 +101,9 @@ def make(out: Path, unique: int, n: int) -> Path:
 def decode(out: Path, count: int, imgsz: int, repeats: int) -> dict:
     """Per image: yolo_data's ``load_image`` (decode + resize to ``imgsz``), full and reduced decode, by
     OpenCV alone and with simplejpeg where installed (decode.py), all alternating; one line per decoder."""
-    from yolo_data import decode as decoding
-    from yolo_data.images import load_image
-    from yolo_data.labels import image_size
+    from yolo_data.images import decode as decoding
+    from yolo_data.images.load import load_image
+    from yolo_data.labels.verify import image_size
     cv2.setNumThreads(1)
     files = sorted((out / "images" / "train").glob("*.jpg"))[:count]
     decoders = ["OpenCV"] + (["simplejpeg"] if decoding.simplejpeg_module() is not None else [])
@@ -131,7 +131,7 @@ def decode(out: Path, count: int, imgsz: int, repeats: int) -> dict:
         full_ms, fast_ms = ms[dec, False], ms[dec, True]
         print(f"- {dec}: full {full_ms:.1f} ms, reduced {fast_ms:.1f} ms ({full_ms / fast_ms:.2f}x)")
     print(f"pixel difference full vs reduced: mean {d.mean():.2f}, 99th percentile {np.percentile(d, 99):.0f} "
-          "levels of 255 (the decoders give the same pixels: tests/test_decode.py)")
+          "levels of 255 (the decoders give the same pixels: tests/images/test_decode.py)")
     return {"photos": len(files), "sizes": sorted(sizes),
             "decoders": {dec: {"full_s": times[dec, False], "reduced_s": times[dec, True],
                                "full_median_ms": ms[dec, False], "reduced_median_ms": ms[dec, True]}
@@ -148,7 +148,7 @@ def cache_build(out: Path, imgsz: int, repeats: int, workers: int, opencv: bool 
     import tempfile
     from yolo_data import LoadImagesAndLabels
     logging.getLogger("yolo_data").setLevel(logging.ERROR)
-    from yolo_data import decode as decoding
+    from yolo_data.images import decode as decoding
     decoding.use_simplejpeg(not opencv)
     yaml = out / "highres.yaml"
     LoadImagesAndLabels(str(yaml), imgsz, augment=True, split="train")  # the label cache, outside the timing

@@ -237,8 +237,8 @@ def child_main(spec: dict) -> None:
 
 def yolo_data_stages(images: str) -> dict:
     """yolo_data's warm start, step by step (the calls split.load_split makes)."""
-    from yolo_data import cache
-    from yolo_data.sources import default_cache_file, img2label_path, list_image_files
+    from yolo_data.labels import cache
+    from yolo_data.formats.sources import default_cache_file, img2label_path, list_image_files
     t = [time.perf_counter()]
     im_files = list_image_files(images)
     t.append(time.perf_counter())

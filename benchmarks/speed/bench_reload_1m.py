@@ -7,12 +7,12 @@ No image files are involved.  A synthetic split is built directly as a yolo_data
 (vectorised, no per-image Python objects): paths ``/data/coco/images/train/000000123456.jpg`` (unique,
 increasing ids), COCO-like (h, w) shapes, 1-15 boxes per image with random classes and coordinates,
 and ``--poly-frac`` of the images (default 1 %) with polygons (3-12 points a row, the row's box being
-the polygon's envelope).  It is written with ``yolo_data.cache.save`` (the same atomic write a scan
+the polygon's envelope).  It is written with ``yolo_data.labels.cache.save`` (the same atomic write a scan
 does) into a temporary folder, deleted at the end.
 
 What is measured, median (min-max) over ``--repeats``:
 
-* warm: ``yolo_data.cache.load(path)`` with the file in the page cache (open + map, header and
+* warm: ``yolo_data.labels.cache.load(path)`` with the file in the page cache (open + map, header and
   offset checks, CRC-32 of the header and arrays, ``LabelStore.from_arrays`` with its ``validate``);
 * cold-ish: the same after ``posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)`` on the file (no root
   needed; dropping all caches would need root).  The share of the file's pages still resident before
@@ -56,9 +56,10 @@ from common import cpu_model, log, timed  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from yolo_data import cache, container  # noqa: E402
-from yolo_data.labels import PairRecord  # noqa: E402
-from yolo_data.store import ImageFiles, Labels, LabelStore  # noqa: E402
+from yolo_data.labels import cache  # noqa: E402
+from yolo_data.storage import container
+from yolo_data.labels.verify import PairRecord  # noqa: E402
+from yolo_data.labels.store import ImageFiles, Labels, LabelStore  # noqa: E402
 
 PREFIX = "/data/coco/images/train/"
 DIGITS = 12

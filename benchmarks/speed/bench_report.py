@@ -8,7 +8,7 @@ one flat ``train2017`` folder, reused when complete).  The label cache is built 
 timing (that is the scan, measured by ``run.py million``).  Then, ``--repeats`` times, each in this
 process after the first has warmed the page cache:
 
-* ``yolo_data.report.make_report(yaml, duplicates=False, pictures=False)``, split into reading the
+* ``yolo_data.report.compose.make_report(yaml, duplicates=False, pictures=False)``, split into reading the
   split (listing, fingerprint of the files' sizes and times, cache load: no label file or image is
   opened) and the figures (datastats over the flat arrays);
 * writing the HTML page and the JSON file (their sizes are shown);
@@ -34,8 +34,8 @@ import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data wit
 from common import log  # noqa: E402
 import bench_million  # noqa: E402
 
-from yolo_data import report as rp  # noqa: E402
-from yolo_data.split import load_split  # noqa: E402
+from yolo_data.report import compose as rp  # noqa: E402
+from yolo_data.labels.split import load_split  # noqa: E402
 
 
 def measure(yaml: Path, out: Path, pictures: bool) -> dict:

@@ -257,14 +257,14 @@ def batch_size_of(batch) -> int:
 
 
 def remote_delta(before: Dict[str, int]) -> Dict[str, int]:
-    from yolo_data import remote
+    from yolo_data.storage import remote
     return {k: v - before.get(k, 0) for k, v in remote.counts().items() if v - before.get(k, 0)}
 
 
 # -- the measurements ---------------------------------------------------------------------------------
 def measure_scan(world: World, where: str, images: str, n: int, cold: bool) -> Dict[str, float]:
-    from yolo_data import remote
-    from yolo_data.split import load_split
+    from yolo_data.storage import remote
+    from yolo_data.labels.split import load_split
     if where == "s3" and cold:  # a fresh user cache folder, where the warm start that follows looks too
         world.scan_cache = Path(tempfile.mkdtemp(prefix="scan-", dir=world.cache_root))
     user = os.environ.get("YOLO_DATA_CACHE_DIR")
@@ -311,7 +311,7 @@ def upload_keys(client, prefix: str, n: int) -> None:
 def measure_listing(world: World, url: str, n: int, streams: int) -> Dict[str, float]:
     """``remote.list_folder(url)`` with at most ``streams`` ranges at once: seconds, this process's CPU
     seconds, list requests (the proxy's)."""
-    from yolo_data import remote, s3list
+    from yolo_data.storage import remote, s3list
     saved = s3list.STREAMS
     s3list.STREAMS = streams
     try:
@@ -328,7 +328,8 @@ def measure_listing(world: World, url: str, n: int, streams: int) -> Dict[str, f
 
 
 def measure_loader(world: World, where: str, yaml: str, n: int, cache, workers: int, warmup: int) -> Dict:
-    from yolo_data import create_dataloader, remote
+    from yolo_data import create_dataloader
+    from yolo_data.storage import remote
     gc.collect()
     before = remote.counts()
     out: Dict[str, object] = {}
@@ -457,7 +458,7 @@ def report(args, runs, n_scan: int, n_train: int, upload_s: Dict[str, float], er
                   f"{cell(re_, key, 'get_per_img', digits=3)} | {cell(hl, 'x', digits=4)} | "
                   f"{cell(re_, key, 's3_cpu_ms_per_img', digits=2)} |")
     if runs.get("listing"):
-        from yolo_data import s3list
+        from yolo_data.storage import s3list
         print(f"\n**Listing** one folder of {args.listing_keys:,} keys (`remote.list_folder`, a warm start's "
               "request): S3 gives a folder's keys a page of 1,000 after another; yolo_data lists ranges of "
               f"them at once, up to {s3list.STREAMS}:\n")
@@ -520,7 +521,7 @@ def main(argv=None) -> int:
     import minio
     import s3server
     import urllib3
-    from yolo_data import remote, s3list
+    from yolo_data.storage import remote, s3list
 
     t_start = time.perf_counter()
     scan_yaml = common.synthetic_set(args.scan_images, size=args.scan_size)

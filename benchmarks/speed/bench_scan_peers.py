@@ -93,7 +93,7 @@ def import_libraries(peer_threads: Optional[int], want) -> Libs:
     """yolo_data, and of the peers only those in ``want`` (the others' fields stay None)."""
     sys.dont_write_bytecode = True  # leave no __pycache__ in the checkout
     import yolo_data
-    from yolo_data.split import load_split
+    from yolo_data.labels.split import load_split
     versions = {"yolo_data": getattr(yolo_data, "__version__", "?") + " (this checkout)"}
     threads: Dict[str, int] = {}
     v5_dataset = ul_dataset = ul_hyp = None
@@ -227,8 +227,8 @@ def _noop(x):
 def pool_overhead(images: Path, workers: int) -> List[Tuple[str, str]]:
     """Where the N-process scan loses against N x the single-process one."""
     from bench_scan import cpu_scaling
-    from yolo_data.scan import scan_pairs
-    from yolo_data.sources import img2label_path, list_image_files
+    from yolo_data.labels.scan import scan_pairs
+    from yolo_data.formats.sources import img2label_path, list_image_files
     im_files = list_image_files(str(images))
     lb_files = [img2label_path(f) for f in im_files]
     n = len(im_files)
@@ -260,7 +260,7 @@ def pool_overhead(images: Path, workers: int) -> List[Tuple[str, str]]:
 def profile_report(images: Path, workers: int, profile_n: int) -> str:
     """Scan steps, pool overhead and a cProfile of a single-process scan, as markdown."""
     from bench_scan import profile_serial, run_stages
-    from yolo_data.sources import list_image_files
+    from yolo_data.formats.sources import list_image_files
     log("profiling yolo_data's scan ...")
     stages = run_stages(str(images), NC, 1, workers, cache_file_of("yolo_data", images))
     lines = ["", f"#### yolo_data scan steps ({len(os.listdir(images)):,} images, one pass, same calls as "

@@ -16,7 +16,7 @@ the run with one line before anything is measured.
 
 * detect: ``yolo_data.create_dataloader``, YOLOv5's ``utils.dataloaders.create_dataloader``, Ultralytics'
   ``build_yolo_dataset`` with task='detect';
-* segment: ``yolo_data.segment.create_dataloader`` and YOLOv5's ``utils.segment.dataloaders.create_dataloader``
+* segment: ``yolo_data.integrations.yolov5_segment.create_dataloader`` and YOLOv5's ``utils.segment.dataloaders.create_dataloader``
   (batches ``(imgs, targets, paths, shapes, masks)``) with overlap_mask=True and mask_downsample_ratio=4,
   Ultralytics' ``build_yolo_dataset`` with task='segment', overlap_mask=True, mask_ratio=4 (as its
   SegmentationTrainer / SegmentationValidator build theirs; batches carry 'masks').  Default dataset
@@ -105,7 +105,7 @@ TASKS = ("detect", "segment")
 TASK_WORDS = {"detect": "detection", "segment": "segmentation"}
 LOADER_WORDS = {"detect": "yolo_data.create_dataloader, YOLOv5 utils.dataloaders.create_dataloader, Ultralytics "
                           "build_yolo_dataset task='detect'",
-                "segment": "yolo_data.segment.create_dataloader, YOLOv5 utils.segment.dataloaders.create_dataloader, "
+                "segment": "yolo_data.integrations.yolov5_segment.create_dataloader, YOLOv5 utils.segment.dataloaders.create_dataloader, "
                            "Ultralytics build_yolo_dataset task='segment'"}
 MASK_RATIO = 4  # segment: masks at 1/4 of the image side, overlap_mask=True (YOLOv5-seg's and Ultralytics' defaults)
 AUG_KEYS = ("hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective", "flipud",
@@ -156,7 +156,7 @@ def import_libraries(only=None, task: str = "detect") -> Libs:
     if want & {"yolo_data", "yolo_data_4dec", "yolo_data_cv2"}:
         import yolo_data
         if task == "segment":
-            from yolo_data.segment import create_dataloader as yd_create
+            from yolo_data.integrations.yolov5_segment import create_dataloader as yd_create
         else:
             from yolo_data import create_dataloader as yd_create
         # yolo_data's warnings stay visible (on the real stderr), the others' notices go to LIBRARY_LOG
@@ -332,7 +332,7 @@ def build_loader(libs: Libs, lib: str, ds: DatasetCopy, mode: str, workers: int,
         ours = lib.startswith("yolo_data")
         kw = dict(single_cls=False, cache=IMAGE_CACHE["mode"], rank=-1, workers=workers, image_weights=False, quad=False,
                   seed=0)
-        if segment:  # YOLOv5-seg's signature, in yolo_data.segment too
+        if segment:  # YOLOv5-seg's signature, in yolo_data.integrations.yolov5_segment too
             kw.update(mask_downsample_ratio=MASK_RATIO, overlap_mask=True)
         if ours:
             kw.update(batch_partners=lib != "yolo_data_4dec")  # 4dec: partners from the whole dataset, as YOLOv5
@@ -389,7 +389,7 @@ def measure(libs: Libs, lib: str, ds: DatasetCopy, mode: str, workers: int, hyp:
             warmup: int, counter, verbose: bool) -> Measurement:
     gc.collect()
     if lib.startswith("yolo_data"):  # workers fork after this, and inherit it
-        from yolo_data import decode
+        from yolo_data.images import decode
         decode.use_simplejpeg(lib != "yolo_data_cv2")
     t0 = time.perf_counter()
     with library_output(verbose):

@@ -48,7 +48,7 @@ def loader_args(mode: str):
 
 
 def in_process(data, mode, cache, batches, cache_dir):
-    from yolo_data.collate import collate_fn
+    from yolo_data.loading.collate import collate_fn
     from yolo_data.dataset import LoadImagesAndLabels
     a = loader_args(mode)
     ds = LoadImagesAndLabels(str(data), 640, a["batch_size"], augment=a["augment"], hyp=a.get("hyp"), rect=a.get("rect", False),

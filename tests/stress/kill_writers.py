@@ -7,7 +7,7 @@ either absent or whole and correct, that the next load_split gives exactly the r
 that temporary files of killed writers do not pile up.
 
     python tests/stress/kill_writers.py --rounds 200           # the long run reported in the notes
-    python tests/stress/kill_writers.py --rounds 5 --quiet     # CI's short mode (tests/test_stress.py)
+    python tests/stress/kill_writers.py --rounds 5 --quiet     # CI's short mode (tests/project/test_stress.py)
 """
 import argparse
 import multiprocessing as mp
@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from conftest import make_dataset  # noqa: E402
-from yolo_data import cache  # noqa: E402
-from yolo_data.split import load_split  # noqa: E402
+from yolo_data.labels import cache  # noqa: E402
+from yolo_data.labels.split import load_split  # noqa: E402
 
 
 def _writer(img_dir):

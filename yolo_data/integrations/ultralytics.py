@@ -31,7 +31,7 @@ from ultralytics.utils import DEFAULT_CFG, LOGGER
 from ultralytics.utils.ops import xyxyxyxy2xywhr
 from ultralytics.utils.torch_utils import unwrap_model
 
-from .. import remote
+from ..storage import remote
 from .ultralytics_args import (check_arguments, class_subset, loader_settings, names_differ, remote_dataset,
                                take_own_args, validation_classes, warn_ignored)
 from .ultralytics_loader import UltralyticsDataset, create_loader

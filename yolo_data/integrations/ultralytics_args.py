@@ -15,12 +15,12 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from ..balance import threshold_of
-from ..datayaml import load_dataset_yaml
-from ..hyp import AugmentConfig
+from ..sampling.balance import threshold_of
+from ..formats.datayaml import load_dataset_yaml
+from ..augment.hyp import AugmentConfig
 from ..settings import checked_classes, Settings
 from ..settings import fraction_count  # noqa: F401 (where it was imported from)
-from ..summary import printing_rank
+from ..labels.summary import printing_rank
 
 LOGGER = logging.getLogger("yolo_data")
 

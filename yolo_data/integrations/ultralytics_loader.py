@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from .. import torch_private
+from ..runtime import torch_private
 from ..build import build_loader
 from ..dataset import YoloDataset
-from ..loader import YoloDataLoader
-from ..sampling import ShardSampler  # noqa: F401 (imported from here before it moved to sampling.py)
+from ..loading.loader import YoloDataLoader
+from ..sampling.sampler import ShardSampler  # noqa: F401 (imported from here before it moved to sampling.py)
 from ..settings import Settings
 from .ultralytics_batch import DictCollate, LabelDicts
 

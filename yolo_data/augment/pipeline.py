@@ -1,0 +1,161 @@
+"""The training pipeline for one item (augment=True), as YOLOv5 runs it, with explicit randomness.
+
+    mosaic (4 or 9 images) -> copy-paste ('flip') -> random perspective [-> copy-paste from a second
+        mosaic ('mixup' mode)] [-> mixup with another such mosaic] [-> cutmix with another]
+    or: one image -> letterbox [-> copy-paste ('flip', Ultralytics' rule)] -> random perspective
+    then: Albumentations (optional) -> HSV -> flips
+
+The steps in brackets draw nothing unless their probability is above 0, so YOLOv5's hyps draw exactly
+YOLOv5's sequence.  Copy-paste follows ``cfg.copy_paste_rule`` (mosaic.copy_paste for YOLOv5's,
+mosaic.paste_objects for Ultralytics').
+
+Every random choice is drawn from one generator made from (seed, epoch, index): the item is the same
+whichever worker makes it, and whatever the number of workers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import cv2
+import numpy as np
+
+from .hyp import AugmentConfig
+from .mosaic import (copy_paste, cutmix, mixup, mosaic4, mosaic4_resized, mosaic9, mosaic_border, mosaic_centre,
+                     paste_objects)
+from .perspective import (draw_perspective, flip_lr, flip_ud, perspective_matrix, random_perspective,
+                          warp_sample)
+from .photometric import apply_hsv, draw_hsv_gains
+from .sample import Sample
+from ..sampling.sampler import seed_entropy
+
+LoadFn = Callable[[int], Sample]  # image i resized to img_size long side, pixel boxes on it
+
+
+def item_rng(seed: int, epoch: int, index: int, attempt: int = 0, draw: int = 0) -> np.random.Generator:
+    """The generator for every random decision about dataset item ``index`` in ``epoch`` (``attempt``
+    > 0: a substitute for an item whose image could not be read; ``draw`` > 0: the item's place in the
+    epoch's order, so an image drawn twice in an epoch is augmented independently each time)."""
+    return np.random.default_rng([seed_entropy(seed), epoch, index] + ([attempt] if attempt else [])
+                                 + ([0xD5A7, draw] if draw else []))
+
+
+def mosaic_sample(load: LoadFn, pool: Sequence[int], index: int, img_size: int, cfg: AugmentConfig,
+                  rng: np.random.Generator) -> Sample:
+    """Item ``index`` with 3 (or 8) others drawn uniformly from ``pool`` (image indices: the whole
+    dataset, or the batch) on a 2x canvas, copy-paste, then the random perspective that crops the
+    canvas back to img_size x img_size."""
+    if cfg.mosaic9 and rng.random() < cfg.mosaic9:
+        ids = np.array([index] + [pool[k] for k in rng.integers(0, len(pool), 8)])
+        rng.shuffle(ids)
+        sample = mosaic9([load(int(i)) for i in ids], img_size, rng)
+    else:
+        ids = np.array([index] + [pool[k] for k in rng.integers(0, len(pool), 3)])
+        rng.shuffle(ids)
+        parts = [load(int(i)) for i in ids]
+        centre = mosaic_centre(rng, img_size)
+        if not (cfg.degrees or cfg.shear or cfg.perspective or (_flip_paste(cfg) and any(p.segments for p in parts))):
+            # Scale and translation only (YOLOv5's scratch hyps): the same draws as below, but each
+            # tile is resized straight into the output (no 2s x 2s canvas; see mosaic4_resized).
+            s2, out_hw = 2 * img_size, (img_size, img_size)
+            params = draw_perspective(rng, cfg.degrees, cfg.translate, cfg.scale, cfg.shear, cfg.perspective)
+            M = perspective_matrix(params, (s2, s2), out_hw)
+            on_canvas, blocks = mosaic4_resized(parts, img_size, centre, M)
+            return warp_sample(on_canvas, M, out_hw, scale=params.scale, warped_img=on_canvas.img,
+                               row_blocks=blocks)
+        sample = mosaic4(parts, img_size, centre)
+    if _flip_paste(cfg):
+        sample = copy_paste(sample, cfg.copy_paste, rng) if cfg.copy_paste_rule == "yolov5" else \
+            paste_objects(sample, cfg.copy_paste)
+    sample = random_perspective(sample, rng, cfg.degrees, cfg.translate, cfg.scale, cfg.shear, cfg.perspective,
+                                border=mosaic_border(img_size))
+    # The canvas is BGRA only for the warp's speed (see mosaic._canvas): every mosaic leaves here BGR,
+    # whichever path made it, so the steps after it (mixup, Albumentations) see one format.
+    return Sample(cv2.cvtColor(sample.img, cv2.COLOR_BGRA2BGR), sample.cls, sample.boxes, sample.segments,
+                  sample.extras)
+
+
+def _flip_paste(cfg: AugmentConfig) -> bool:
+    """Whether objects are pasted mirrored from the image itself (before its perspective)."""
+    return bool(cfg.copy_paste) and cfg.copy_paste_mode == "flip"
+
+
+def _partner(load: LoadFn, pool: Sequence[int], img_size: int, cfg: AugmentConfig, rng: np.random.Generator,
+             paste: bool) -> Sample:
+    """Another mosaic for a multi-image step, its image drawn uniformly from ``pool`` (the item's partner
+    group: the same partners whichever worker makes the item).  ``paste``: with its own 'mixup'-mode
+    copy-paste, as Ultralytics' MixUp and CutMix partners go through its whole first stage."""
+    other = pool[int(rng.integers(0, len(pool)))]
+    return (mosaic_and_paste if paste else mosaic_sample)(load, pool, other, img_size, cfg, rng)
+
+
+def mosaic_and_paste(load: LoadFn, pool: Sequence[int], index: int, img_size: int, cfg: AugmentConfig,
+                     rng: np.random.Generator) -> Sample:
+    """``mosaic_sample``, then in 'mixup' copy-paste mode, with probability ``cfg.copy_paste`` and when
+    it has polygons, objects of another mosaic pasted into it (mosaic.paste_objects)."""
+    sample = mosaic_sample(load, pool, index, img_size, cfg, rng)
+    if cfg.copy_paste and cfg.copy_paste_mode == "mixup" and sample.segments and rng.random() < cfg.copy_paste:
+        sample = paste_objects(sample, cfg.copy_paste, _partner(load, pool, img_size, cfg, rng, paste=False))
+    return sample
+
+
+def mosaic_with_mixup(load: LoadFn, pool: Sequence[int], index: int, img_size: int, cfg: AugmentConfig,
+                      rng: np.random.Generator) -> Sample:
+    """Item ``index`` as a mosaic (``mosaic_and_paste``), then mixup with another with probability
+    ``cfg.mixup``, then cutmix with another with probability ``cfg.cutmix`` (Ultralytics' order); every
+    partner drawn from ``pool``.  Returns an (img_size, img_size) BGR Sample."""
+    sample = mosaic_and_paste(load, pool, index, img_size, cfg, rng)
+    if cfg.mixup and rng.random() < cfg.mixup:
+        sample = mixup(sample, _partner(load, pool, img_size, cfg, rng, paste=True), rng)
+    if cfg.cutmix and rng.random() < cfg.cutmix:
+        sample = cutmix(sample, _partner(load, pool, img_size, cfg, rng, paste=True), rng)
+    return sample
+
+
+def single_image_geometry(sample: Sample, cfg: AugmentConfig, rng: np.random.Generator) -> Sample:
+    """The non-mosaic branch (rect training, or when the mosaic probability says no).  By Ultralytics'
+    copy-paste rule the letterboxed image gets its 'flip' copy-paste too (Ultralytics pastes into
+    every training image; YOLOv5 only into mosaics)."""
+    if _flip_paste(cfg) and cfg.copy_paste_rule == "ultralytics":
+        sample = paste_objects(sample, cfg.copy_paste)
+    return random_perspective(sample, rng, cfg.degrees, cfg.translate, cfg.scale, cfg.shear, cfg.perspective)
+
+
+@dataclass
+class FinishDraws:
+    """The last random decisions of an item, drawn in YOLOv5's order: HSV gains ((3,) float64, or None
+    when all HSV gains are 0), then flip up-down, then flip left-right."""
+    hsv_gains: Optional[np.ndarray]
+    flip_ud: bool
+    flip_lr: bool
+
+
+def draw_finish(cfg: AugmentConfig, rng: np.random.Generator) -> FinishDraws:
+    gains = draw_hsv_gains(rng, cfg.hsv_h, cfg.hsv_s, cfg.hsv_v)
+    ud = bool(cfg.flipud and rng.random() < cfg.flipud)
+    lr = bool(cfg.fliplr and rng.random() < cfg.fliplr)
+    return FinishDraws(gains, ud, lr)
+
+
+def flip_boxes(sample: Sample, draws: FinishDraws) -> Sample:
+    """``sample`` with boxes and polygons flipped as ``draws`` says (the image becomes a flipped view)."""
+    if draws.flip_ud:
+        sample = flip_ud(sample)
+    if draws.flip_lr:
+        sample = flip_lr(sample)
+    return sample
+
+
+def finish(sample: Sample, cfg: AugmentConfig, rng: np.random.Generator, extra=None) -> Sample:
+    """Photometric steps and flips, after the geometry, as a Sample with a (H, W, 3) BGR image.
+    ``extra``: an optional callable (sample, rng) -> sample (the Albumentations step).
+
+    The dataset does the same with the same draws, but applies HSV and flips on the way into the
+    batch tensor (tensors.write_rgb); this is the plain reference of that step."""
+    if extra is not None:
+        sample = extra(sample, rng)
+    draws = draw_finish(cfg, rng)
+    img = sample.img if draws.hsv_gains is None else apply_hsv(sample.img, draws.hsv_gains)
+    if img.shape[2] == 4:  # a mosaic canvas is BGRA (see mosaic._canvas) and HSV was off
+        img = cv2.cvtColor(img, cv2.COLOR_BGRA2BGR)
+    return flip_boxes(Sample(img, sample.cls, sample.boxes, sample.segments, sample.extras), draws)

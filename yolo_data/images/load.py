@@ -1,0 +1,184 @@
+"""Decode an image and resize it so its long side is ``img_size`` (YOLOv5's ``load_image``).
+
+A JPEG that will be shrunk at least 2x can be decoded at 1/2, 1/4 or 1/8 scale by libjpeg itself
+(``reduced``): the decoder skips most of its work, and the result is resized to exactly the size the
+full decode would give, so shapes, ``hw0`` and normalised boxes are unchanged; only the pixels differ a
+little (libjpeg's scaled IDCT is a box filter of the same 8x8 blocks).  Training uses it by default;
+evaluation keeps YOLOv5's pixels unless asked.
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Sequence, Tuple
+
+import cv2
+import numpy as np
+
+from .decode import JPEG_SUFFIXES, REDUCED_FLAGS, ImageDecodeError, ImageReadError, imread_bgr  # noqa: F401
+from ..storage import remote
+from .decode import simplejpeg_module
+
+
+@dataclass
+class LoadedImage:
+    """``img``: (h, w, 3) uint8 BGR, resized.  ``hw0``: (h0, w0) as decoded.  ``hw``: (h, w) after resize."""
+    img: np.ndarray
+    hw0: Tuple[int, int]
+    hw: Tuple[int, int]
+
+
+def reduction(hw0: Tuple[int, int], img_size: int) -> int:
+    """The largest f of 8, 4, 2 for which a 1/f decode of an (h0, w0) image is still at least as large
+    as the resize target (long side >= img_size * f), else 1: the resize after it then only shrinks."""
+    long0 = max(hw0)
+    return next((f for f in (8, 4, 2) if long0 >= img_size * f), 1)
+
+
+def target_size(hw0: Tuple[int, int], img_size: int, capped: bool = False) -> Tuple[int, int]:
+    """(h, w) int after ``resize_long_side`` of an (h0, w0) image: each side times r = img_size / max(h0,
+    w0), rounded up.  ``capped``: no side above ``img_size`` (Ultralytics' rule).  Without the cap
+    (YOLOv5's rule) a long side whose product is not whole in floating point comes out img_size + 1:
+    640 / 1050 * 1050 is 640.0000000000001, whose ceil is 641."""
+    h0, w0 = hw0
+    r = img_size / max(h0, w0)
+    if r == 1:
+        return h0, w0
+    h, w = math.ceil(h0 * r), math.ceil(w0 * r)
+    return (min(h, img_size), min(w, img_size)) if capped else (h, w)
+
+
+def resize_long_side(im: np.ndarray, img_size: int, linear: bool, capped: bool = False) -> np.ndarray:
+    """``im`` (h0, w0, C) scaled to ``target_size`` (long side ``img_size``; ``capped``: see there).
+    Interpolation as YOLOv5: linear when enlarging, and when shrinking too with ``linear`` (YOLOv5 does
+    for training, Ultralytics always), else area."""
+    h0, w0 = im.shape[:2]
+    r = img_size / max(h0, w0)
+    if r == 1:
+        return im
+    interp = cv2.INTER_LINEAR if (linear or r > 1) else cv2.INTER_AREA
+    h, w = target_size((h0, w0), img_size, capped)
+    return cv2.resize(im, dsize=(w, h), interpolation=interp)  # OpenCV's dsize: (width, height)
+
+
+def load_image(path: str, img_size: int, linear: bool, hw0: Optional[Tuple[int, int]] = None,
+               reduced: bool = False, capped: bool = False, data: Optional[bytes] = None) -> LoadedImage:
+    """Decode and resize ``path`` (see resize_long_side; ``linear`` picks the interpolation, ``capped``
+    the rounding of the size).
+    ``reduced`` with ``hw0`` (the (h0, w0) a full decode gives, as the scan recorded it): a JPEG is
+    decoded at 1/f scale (see ``reduction``) and resized from there to the same target size; anything
+    else, or a scaled decode of another size than libjpeg's ceil(side / f) (not JPEG data after all),
+    is decoded in full.  ``data``: the file's bytes, when they were fetched already (remote.py)."""
+    if reduced and hw0 is not None and path.rpartition(".")[2].lower() in JPEG_SUFFIXES:
+        f = reduction(hw0, img_size)
+        if f > 1:
+            im = imread_bgr(path, REDUCED_FLAGS[f], data)
+            if im.shape[:2] == (-(-hw0[0] // f), -(-hw0[1] // f)):
+                h, w = target_size(hw0, img_size, capped)
+                interp = cv2.INTER_LINEAR if linear else cv2.INTER_AREA  # as resize_long_side when shrinking
+                resized = cv2.resize(im, dsize=(w, h), interpolation=interp)  # OpenCV's dsize: (width, height)
+                return LoadedImage(resized, tuple(hw0), (h, w))
+    im = imread_bgr(path, data=data)
+    hw0 = im.shape[:2]
+    im = resize_long_side(im, img_size, linear, capped)
+    return LoadedImage(im, hw0, im.shape[:2])
+
+
+class ImageSource:
+    """Image ``i`` of a label store, resized to long side ``img_size``: from the image cache when it
+    holds it, else decoded from its file.  ``linear``: linear interpolation when shrinking too (YOLOv5
+    does for training; area for evaluation).  ``reduced``: JPEGs shrunk 2x or more are decoded at a
+    reduced scale (see load_image).  ``on_failure(error)``: told of an image that passed the scan and
+    was now read whole but could not be decoded (an ImageDecodeError: the split remembers it, and the
+    next run leaves it out).  A file that could not be read is not told: that may pass (a permission
+    being changed, a busy file server), and the image is still good.  ``capped``: no resized side above
+    ``img_size`` (see target_size)."""
+
+    def __init__(self, store, img_size: int, linear: bool, cache=None,
+                 on_failure: Optional[Callable[[ImageDecodeError], None]] = None, reduced: bool = False,
+                 capped: bool = False):
+        self.store, self.img_size, self.linear, self.reduced = store, int(img_size), linear, reduced
+        self.capped = capped
+        self.cache = cache
+        self.on_failure = on_failure
+        self.fetched: Dict[int, object] = {}  # image -> its bytes (or OSError), fetched with its batch
+        self._ahead: Optional[_Ahead] = None  # the next batch's bytes, on their way
+        # a split is in a bucket or on disk (sources.py lists one or the other)
+        self.in_bucket = len(store) > 0 and remote.is_remote(store.im_file(0))
+        # Import the optional decoder here, in the process that builds the dataset: forked DataLoader
+        # workers then inherit it (or its absence, and any warning about it, said once) every epoch.
+        simplejpeg_module()
+
+    def fetch(self, ids: Sequence[int], ahead: Sequence[int] = ()) -> None:
+        """Fetch the bytes of the images ``ids`` (a batch's) that are in a bucket and not in the image
+        cache, all at once (remote.read_many), for the calls that follow; ``forget`` drops them.
+
+        ``ahead``: the images of the batch this process is given next (YoloDataLoader tells each worker
+        its next batch).  Their bytes are fetched by a background thread while this batch is decoded,
+        so that a worker does not wait one round trip per batch; the next ``fetch`` takes what it needs
+        of them.  At most two batches' encoded bytes are held per process, never decoded images."""
+        if not self.in_bucket:  # a local split: nothing to fetch, and no path decoded per item
+            return
+        early, self._ahead = self._ahead, None
+        if early is not None and early.pid == os.getpid():  # one forked from another process never ends
+            got = early.result()
+            self.fetched.update((i, got[i]) for i in ids if i in got)
+        todo = self._to_fetch(ids)
+        if todo:
+            self.fetched.update(zip(todo, remote.read_many(list(todo.values()))))
+        later = self._to_fetch(ahead)
+        if later:
+            self._ahead = _Ahead(later, {i: self.fetched[i] for i in ahead if i in self.fetched})
+
+    def _to_fetch(self, ids: Sequence[int]) -> Dict[int, str]:
+        """{image: URL} of those of ``ids`` neither fetched nor in the image cache."""
+        return {i: self.store.im_file(i) for i in ids
+                if i not in self.fetched and not (self.cache is not None and self.cache.ok[i])}
+
+    def forget(self) -> None:
+        self.fetched.clear()
+
+    def __getstate__(self):  # a copy for a spawned worker: the thread stays with its process
+        state = self.__dict__.copy()
+        state["_ahead"], state["fetched"] = None, {}
+        return state
+
+    def __call__(self, i: int) -> LoadedImage:
+        if self.cache is not None:
+            cached = self.cache.get(i)
+            if cached is not None:
+                return LoadedImage(*cached)
+        path = self.store.im_file(i)
+        h0, w0 = self.store.shapes_hw[i]
+        data = self.fetched.get(i)
+        if isinstance(data, OSError):  # its fetch failed, retries and all: as a file that cannot be read
+            raise ImageReadError(f"{path}: image cannot be read ({data.strerror or data})")
+        try:
+            return load_image(path, self.img_size, self.linear, (int(h0), int(w0)), self.reduced, self.capped, data)
+        except ImageDecodeError as e:
+            if self.on_failure is not None:
+                self.on_failure(e)
+            raise
+
+
+class _Ahead:
+    """The bytes (or OSError) of ``urls`` ({image: URL}), fetched by a daemon thread: a process that ends
+    (an interrupted epoch) does not wait for it.  ``known``: bytes already at hand, handed on."""
+
+    def __init__(self, urls: Dict[int, str], known: Dict[int, object]):
+        self.pid, self.got, self._done = os.getpid(), dict(known), threading.Event()
+        threading.Thread(target=self._run, args=(urls,), name="yolo_data-ahead", daemon=True).start()
+
+    def _run(self, urls: Dict[int, str]) -> None:
+        try:
+            self.got.update(zip(urls, remote.read_many(list(urls.values()))))
+        except Exception:  # noqa: BLE001 - what is missing here is fetched again, and raised, by the next fetch
+            pass
+        finally:
+            self._done.set()
+
+    def result(self) -> Dict[int, object]:
+        self._done.wait()
+        return self.got

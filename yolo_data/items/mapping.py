@@ -1,0 +1,240 @@
+"""Per-item mapping: an item of the index -> ``(img, targets, path, shapes)``, for evaluation and for
+training, each with explicit settings.
+
+    evaluation:  image -> letterbox to its shape -> tensor (no randomness; an unreadable image is an error)
+    training:    image(s) -> mosaic or letterbox -> perspective -> [Albumentations] -> HSV, flips -> tensor
+                 (every random choice from one generator keyed by (seed, epoch, image, draw); an
+                 unreadable image is replaced by the next one, with a warning)
+
+Items are written straight into slot ``k`` of a batch's image tensor (tensors.BatchImages).  ``img``:
+uint8 (3, H, W) RGB; ``targets``: float32 (n, 6) [0, class, x, y, w, h] normalised to the image (column
+0 is set by the collate function); ``shapes``: YOLOv5's ``((h0, w0), ((h / h0, w / w0), (padw, padh)))``,
+None for mosaics.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from ..geometry.boxes import xywhn_to_xyxy
+from ..geometry.shapes import LetterboxPlan, letterbox_image, letterbox_plan
+from ..augment.albument import AlbumentationsStep
+from ..augment.augstate import SharedSettings, TrainSettings
+from ..images.load import ImageReadError, ImageSource
+from ..geometry.masks import MaskSpec, with_masks
+from .index import SplitIndex
+from ..augment.pipeline import draw_finish, flip_boxes, item_rng, mosaic_with_mixup, single_image_geometry
+from ..augment.sample import Sample
+from .task import LabelTask, batch_extras, object_extras, polygons_of, warn_unflipped
+from ..loading.tensors import BatchImages, Scratch, targets_of, write_letterboxed, write_rgb
+
+LOGGER = logging.getLogger("yolo_data")
+MAX_SUBSTITUTES = 8  # unreadable images in a row before a training item gives up
+
+
+def _letterbox(index: SplitIndex, images: ImageSource, i: int, scaleup: bool):
+    """(img (h, w, 3) BGR resized, its LetterboxPlan, (h0, w0), (h, w)) for item ``i``."""
+    li = images(i)
+    return li.img, letterbox_plan(li.hw, index.shape_of(i), auto=False, scaleup=scaleup), li.hw0, li.hw
+
+
+def _boxes_on(index: SplitIndex, i: int, plan: LetterboxPlan, hw: Tuple[int, int]) -> np.ndarray:
+    """(n, 4) float32 pixel xyxy boxes of item ``i`` on its letterbox."""
+    h, w = hw
+    return xywhn_to_xyxy(index.store.labels_of(i)[:, 1:], plan.ratio[0] * w, plan.ratio[1] * h,
+                         padw=plan.pad[0], padh=plan.pad[1])
+
+
+def _letterboxed_objects(index: SplitIndex, task: LabelTask, i: int, plan: LetterboxPlan, hw: Tuple[int, int]):
+    """(polygons, extras) of item ``i`` on its letterbox: pixel polygons where the task needs them
+    (else []), and the task's per-object extras (task.object_extras)."""
+    h, w = hw
+    scaled = (plan.ratio[1] * h, plan.ratio[0] * w)
+    segments = _segments_on(index, task, i, plan, hw) if task.polygons else []
+    return segments, object_extras(task, index.store.keypoints_of(i), scaled, plan.pad)
+
+
+def _segments_on(index: SplitIndex, task: LabelTask, i: int, plan: LetterboxPlan, hw: Tuple[int, int]) -> List[np.ndarray]:
+    """Item ``i``'s (k, 2) float32 pixel polygons on its letterbox ([] when it has none and the task
+    needs none: task.polygons_of)."""
+    h, w = hw
+    scale = np.array([plan.ratio[0] * w, plan.ratio[1] * h], np.float32)
+    return [seg * scale + np.array(plan.pad, np.float32) for seg in polygons_of(task, index.store, i)]
+
+
+def _with_extras(item: tuple, task: LabelTask, sample: Sample, hw: Tuple[int, int]) -> tuple:
+    """The item, with the task's per-object extras as a fifth part (collate.collate_fn joins them):
+    name -> tensor, row i beside target row i; detection items stay 4 parts."""
+    extras = batch_extras(task, sample, hw)
+    return item + ({k: torch.from_numpy(v) for k, v in extras.items()},) if extras else item
+
+
+class EvalMapper:
+    """Letterbox each image to its shape (img_size, or its rect batch's); ``scale_up``: may enlarge
+    (Settings.scale_up; YOLOv5's evaluation never does).  ``task``: what the items carry besides
+    boxes (task.py); ``masks``: add instance masks of the letterboxed polygons (masks.py), or None."""
+
+    def __init__(self, index: SplitIndex, images: ImageSource, scale_up: bool = False, task: LabelTask = LabelTask(),
+                 masks: Optional[MaskSpec] = None):
+        self.index, self.images, self.scale_up, self.task, self.masks = index, images, scale_up, task, masks
+
+    def __call__(self, i: int, key: DrawKey, out: BatchImages, k: int):
+        """Item ``i`` into slot ``k`` of ``out`` (``key``: unused, evaluation has no randomness)."""
+        # Evaluation must see exactly its images: an unreadable one is an error (ImageReadError names
+        # the file; in a worker it reaches the main process, nothing hangs).
+        img, plan, (h0, w0), (h, w) = _letterbox(self.index, self.images, i, scaleup=self.scale_up)
+        t = out.write(k, plan.shape, lambda planes: write_letterboxed(img, plan, planes))
+        cls, boxes = self.index.store.labels_of(i)[:, 0], _boxes_on(self.index, i, plan, (h, w))
+        item = t, targets_of(cls, boxes, plan.shape), self.index.store.im_file(i), ((h0, w0), ((h / h0, w / w0), plan.pad))
+        if self.task.name == "detect":
+            return item
+        segments, extras = _letterboxed_objects(self.index, self.task, i, plan, (h, w))
+        item = _with_extras(item, self.task, Sample(img, cls, boxes, segments, extras), plan.shape)
+        if self.masks is None:
+            return item
+        if self.masks.rule == "ultralytics":  # its letterbox moves labels by whole pixels of border
+            segments = [s + np.array([plan.left - plan.pad[0], plan.top - plan.pad[1]], np.float32) for s in segments]
+        return with_masks(item, segments, plan.shape, self.masks)
+
+
+@dataclass(frozen=True)
+class DrawKey:
+    """What an item's randomness depends on besides the seed and its image: the epoch, and its place
+    in the epoch's global order (``draw``, from the sampler's DrawKey; 0 for a plain ``dataset[i]``)."""
+    epoch: int
+    draw: int = 0
+
+
+class TrainMapper:
+    """The training pipeline of one item (pipeline.py), drawing from ``item_rng(seed, epoch, image,
+    attempt, draw)``.  ``settings``: fixed TrainSettings, or SharedSettings that the main process may
+    change while workers run (dataset.hyp, dataset.mosaic, close_mosaic).  ``extra``: the optional
+    Albumentations step, (sample, rng) -> sample, applied while ``cfg.albumentations`` is on (made
+    here, in the process that needs it, when not given).  ``masks``: add instance masks of the final
+    polygons (masks.py), or None."""
+
+    def __init__(self, index: SplitIndex, images: ImageSource, settings, extra: Optional[Callable] = None,
+                 scratch: Optional[Scratch] = None, prefix: str = "", scale_up: bool = True,
+                 task: LabelTask = LabelTask(), masks: Optional[MaskSpec] = None):
+        self.index, self.images, self.extra, self.scale_up = index, images, extra, scale_up
+        self.task, self.masks = task, masks
+        self.shared = settings if isinstance(settings, SharedSettings) else SharedSettings(settings)
+        self.scratch = scratch or Scratch()
+        self.prefix = prefix
+        self._reported = set()  # unreadable-image warnings already given (per process)
+
+    @property
+    def settings(self) -> TrainSettings:
+        """What the next item follows."""
+        return self.shared.get()
+
+    def resized(self, i: int) -> Sample:
+        """Item ``i`` with its long side at img_size and pixel boxes (a mosaic tile)."""
+        li = self.images(i)
+        h, w = li.hw
+        labels = self.index.store.labels_of(i)
+        segments = [seg * np.array([w, h], np.float32) for seg in polygons_of(self.task, self.index.store, i)]
+        return Sample(li.img, labels[:, 0].copy(), xywhn_to_xyxy(labels[:, 1:], w, h), segments,
+                      object_extras(self.task, self.index.store.keypoints_of(i), (h, w)))
+
+    def letterboxed(self, i: int):
+        """Item ``i`` letterboxed to its shape: (Sample with pixel boxes, YOLOv5 shapes)."""
+        img, plan, (h0, w0), (h, w) = _letterbox(self.index, self.images, i, scaleup=self.scale_up)
+        segments = _segments_on(self.index, self.task, i, plan, (h, w))
+        shapes = (h0, w0), ((h / h0, w / w0), plan.pad)
+        extras = object_extras(self.task, self.index.store.keypoints_of(i), (plan.ratio[1] * h, plan.ratio[0] * w),
+                               plan.pad)
+        return Sample(letterbox_image(img, plan), self.index.store.labels_of(i)[:, 0].copy(),
+                      _boxes_on(self.index, i, plan, (h, w)), segments, extras), shapes
+
+    def attempt(self, i: int, rng: np.random.Generator, out: BatchImages, k: int,
+                load: Optional[Callable[[int], Sample]] = None, pool: Optional[Sequence[int]] = None):
+        """Item ``i`` drawn from ``rng``, mosaic partners from ``pool`` (default: every image) loaded
+        by ``load`` (default: ``resized``).  Raises ImageReadError when an image cannot be read."""
+        settings = self.shared.get()
+        cfg = settings.cfg
+        if settings.mosaic and rng.random() < cfg.mosaic:
+            sample = mosaic_with_mixup(load or self.resized, range(len(self.index)) if pool is None else pool, i,
+                                       settings.img_size, cfg, rng)
+            shapes = None
+        else:
+            sample, shapes = self.letterboxed(i)
+            sample = single_image_geometry(sample, cfg, rng)
+        if cfg.albumentations:
+            if self.extra is None:
+                self.extra = AlbumentationsStep()
+            sample = self.extra(sample, rng)
+        draws = draw_finish(cfg, rng)
+        if draws.flip_lr and not self.task.flips_lr:  # keypoints without flip_idx: drawn, not applied
+            draws = dataclasses.replace(draws, flip_lr=False)
+        unflipped = sample.segments  # masks are drawn from these and flipped with the pixels, as YOLOv5 does
+        img, sample = sample.img, flip_boxes(sample, draws)  # pixels are flipped on their way out
+        t = out.write(k, img.shape[:2], lambda planes: write_rgb(img, planes, draws.hsv_gains, draws.flip_ud,
+                                                                 draws.flip_lr, self.scratch))
+        item = (t, targets_of(sample.cls, sample.boxes, img.shape[:2]), self.index.store.im_file(i), shapes)
+        item = _with_extras(item, self.task, sample, img.shape[:2])
+        if self.masks is not None:
+            item = with_masks(item, unflipped, img.shape[:2], self.masks, draws.flip_ud, draws.flip_lr)
+        return item
+
+    def __call__(self, i: int, key: DrawKey, out: BatchImages, k: int):
+        """Item ``i`` on its own (partners from the whole split).  Training goes on when an image vanished
+        or broke after the scan: the item is rebuilt around the next image, with a warning naming the
+        file, so one bad file never ends a long run."""
+        n = len(self.index)
+        for attempt in range(MAX_SUBSTITUTES + 1):
+            try:
+                return self.attempt((i + attempt) % n, item_rng(self.shared.seed, key.epoch, i, attempt, key.draw),
+                                    out, k)
+            except ImageReadError as e:
+                if str(e) not in self._reported:
+                    self._reported.add(str(e))
+                    LOGGER.warning(f"{self.prefix}{e}; using another image instead")
+                error = e
+        raise ImageReadError(f"{MAX_SUBSTITUTES + 1} images in a row could not be read (last: {error}); "
+                             "has the dataset moved? Rebuild the cache with tools/build_cache.py")
+
+    def batch(self, ids: List[int], keys: List[DrawKey], groups: List[int], out: BatchImages):
+        """Items ``ids`` of one batch, mosaic and mixup partners drawn from the images of the item's
+        group (``groups[k]``: equal for items of one partner group), each image decoded once for the
+        batch: about one decode per item instead of four.  A group of fewer than 4 images borrows from
+        the whole split."""
+        pools: Dict[int, List[int]] = {}
+        for g, i in zip(groups, ids):
+            pools.setdefault(g, []).append(i)
+        loaded: Dict[int, Sample] = {}
+
+        def load(i: int) -> Sample:
+            if i not in loaded:
+                loaded[i] = self.resized(i)
+            return loaded[i]
+
+        items = []
+        for k, (i, key) in enumerate(zip(ids, keys)):
+            pool = pools[groups[k]]
+            pool = pool if len(pool) >= 4 else range(len(self.index))
+            try:
+                items.append(self.attempt(i, item_rng(self.shared.seed, key.epoch, i, draw=key.draw), out, k,
+                                          load, pool))
+            except ImageReadError:  # an image went missing: this item takes the single-item path
+                items.append(self(i, key, out, k))
+        return items
+
+
+def make_mapper(index: SplitIndex, images: ImageSource, settings, task: LabelTask, control, scratch: Scratch,
+                prefix: str = "", where: str = ""):
+    """The mapper ``settings`` (a Settings) ask for: a TrainMapper following ``control``
+    (augstate.AugmentControl: the hyp, changeable during the run) when augmenting, else an EvalMapper;
+    either carrying the ``task``'s extras and, for 'segment', masks.  ``where`` names the dataset in
+    the warning that pose data without flip_idx is not flipped left-right."""
+    masks = MaskSpec.of(settings.targets)  # None unless the task is 'segment'
+    if not settings.augment:
+        return EvalMapper(index, images, scale_up=settings.scale_up, task=task, masks=masks)
+    warn_unflipped(task, control.shared.given().cfg.fliplr, f"{prefix}{where}")
+    return TrainMapper(index, images, control.shared, control.albumentations, scratch, prefix,
+                       scale_up=settings.scale_up, task=task, masks=masks)

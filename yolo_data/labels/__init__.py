@@ -1,0 +1,22 @@
+"""A split's labels: verified, scanned in parallel, held in flat arrays, cached, loaded once per job.
+
+Modules, in the order data flows through them:
+
+    verify   one image and its labels to a record or a named problem
+    scan     every pair of a split, in parallel
+    store    the split's labels in flat NumPy arrays
+    cache    the label cache: fingerprint, contents, load and save
+    split    load the cache or scan and write it, rank 0 first
+    summary  the line each split prints, and its first problems
+"""
+from .verify import PairRecord, image_size, verify_pair
+from .scan import default_workers, scan_pairs
+from .store import ImageFiles, Keypoints, LabelFiles, LabelStore, Labels, LazySequence, Segments
+from .cache import folder_cache_file
+from .split import SplitLabels, load_split, publish
+from .summary import console, plural, printing_rank, progress_bar, split_summary
+
+__all__ = ["PairRecord", "image_size", "verify_pair", "default_workers", "scan_pairs", "ImageFiles", "Keypoints",
+           "LabelFiles", "LabelStore", "Labels", "LazySequence", "Segments", "folder_cache_file",
+           "SplitLabels", "load_split", "publish", "console", "plural", "printing_rank", "progress_bar",
+           "split_summary"]

@@ -1,0 +1,164 @@
+"""The edge of the pipeline: a finished item's pixels into its slot of the batch tensor, and its boxes
+into YOLOv5's target rows.
+
+Items of one batch are written straight into one (B, 3, H, W) uint8 tensor (``BatchImages``), planar
+RGB, with the last photometric steps (HSV gains, flips) applied on the way; the collate function
+then hands that tensor on as it is.  Compared with making each item its own tensor and stacking
+them, that saves a transpose copy and a stack copy per image.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable, Optional, Tuple
+
+import cv2
+import numpy as np
+import torch
+from torch.utils.data import get_worker_info
+
+from .batchmemory import worker_pool
+from ..geometry.boxes import xyxy_to_xywhn
+from ..geometry.shapes import PAD_VALUE, LetterboxPlan, resize_to
+from ..runtime import torch_private
+from ..augment.photometric import apply_hsv
+
+
+def new_images(n: int, h: int, w: int) -> torch.Tensor:
+    """An uninitialised (n, 3, h, w) uint8 tensor; inside a DataLoader worker it lives in shared
+    memory, so the batch crosses to the main process without another copy (torch's default_collate
+    does the same for the stack it makes)."""
+    if get_worker_info() is None:
+        return torch.empty((n, 3, h, w), dtype=torch.uint8)
+    storage = torch_private.new_shared_storage(n * 3 * h * w)
+    return torch.empty(0, dtype=torch.uint8).set_(storage).view(n, 3, h, w)
+
+
+def shared_fd(images: torch.Tensor) -> Optional[int]:
+    """The file descriptor of ``images``' shared memory when torch shares it by descriptor (Linux's
+    default), else None.  The storage keeps the descriptor open as long as it lives."""
+    if not images.is_shared() or torch.multiprocessing.get_sharing_strategy() != "file_descriptor":
+        return None
+    return torch_private.shared_fd(images.untyped_storage())  # None: written through the mapping
+
+
+class BatchImages:
+    """The images of one batch of ``n`` items: slot k is item k's (3, H, W) RGB view of one tensor.
+
+    The tensor is allocated at the shape of the first slot written; a slot of another shape (which
+    only a custom pipeline could make) gets a tensor of its own, and the collate function then stacks.
+
+    In a worker the tensor is shared memory: a buffer of the worker's pool (batchmemory.py), reused
+    once the training process has dropped the batch it last held, or fresh memory when none is free.
+    Writing fresh shared memory through its mapping costs a page fault per 4 KiB page (a 640² image:
+    300 faults, ~1 ms here).  Slots are therefore rendered into a reused scratch array and written
+    with ``os.pwrite`` into the shared memory's descriptor: the kernel then fills the pages without
+    faulting (about 0.5 ms less per image).  A reused buffer is written the same way: through its
+    mapping the worker spent more user time (the destination is cold in the cache) than the copy
+    costs the kernel.
+    """
+
+    def __init__(self, n: int, scratch: Optional["Scratch"] = None):
+        self.n = n
+        self.images: Optional[torch.Tensor] = None
+        self._fd: Optional[int] = None
+        self._scratch = scratch or Scratch()
+
+    def write(self, k: int, hw: Tuple[int, int], fill: Callable[[np.ndarray], None]) -> torch.Tensor:
+        """Item ``k``'s image tensor, after ``fill(out)`` wrote its planes into ``out`` ((3, h, w) uint8)."""
+        h, w = int(hw[0]), int(hw[1])
+        if self.images is None:
+            self.images, self._fd = self._allocate(h, w)
+        if tuple(self.images.shape[2:]) != (h, w):
+            own = torch.empty((3, h, w), dtype=torch.uint8)
+            fill(own.numpy())
+            return own
+        if self._fd is None:
+            fill(self.images[k].numpy())
+            return self.images[k]
+        buf = self._scratch.get("slot", (3, h, w))
+        fill(buf)
+        view, offset = memoryview(buf).cast("B"), k * buf.nbytes
+        while len(view):  # pwrite may write less than asked
+            done = os.pwrite(self._fd, view, offset)
+            view, offset = view[done:], offset + done
+        return self.images[k]
+
+    def _allocate(self, h: int, w: int) -> Tuple[torch.Tensor, Optional[int]]:
+        """The batch tensor, and the descriptor to ``pwrite`` it through (None: write it directly).  In
+        a worker, a buffer of its pool (batchmemory.py) when one is free, else fresh shared memory."""
+        pool = worker_pool()
+        images = pool.take(self.n, h, w) if pool is not None else None
+        if images is None:
+            images = new_images(self.n, h, w)
+        return images, shared_fd(images)
+
+
+class Scratch:
+    """Arrays reused from item to item, by name and shape, one set per thread: a fresh 1 MB array costs
+    page faults (~0.3 ms per MB here) every time it is first touched."""
+
+    def __init__(self):
+        self._local = threading.local()
+
+    def get(self, name: str, shape: tuple) -> np.ndarray:
+        arrays = self._local.__dict__.setdefault("arrays", {})
+        key = (name,) + tuple(shape)
+        if key not in arrays:
+            arrays[key] = np.empty(shape, np.uint8)
+        return arrays[key]
+
+    def __getstate__(self):  # a copy for a worker starts empty
+        return {}
+
+    def __setstate__(self, state):
+        self._local = threading.local()
+
+
+def write_rgb(img: np.ndarray, out: np.ndarray, hsv_gains: Optional[np.ndarray] = None, flip_ud: bool = False,
+              flip_lr: bool = False, scratch: Optional[Scratch] = None) -> None:
+    """Write ``img`` ((H, W, 3) BGR or (H, W, 4) BGRA uint8; not modified) into ``out`` ((3, H, W) uint8,
+    planar RGB), after HSV ``hsv_gains`` (see photometric.apply_hsv) and the flips, as YOLOv5 applies them.
+
+    HSV and flips commute (one works per pixel, the other only moves pixels), so the image is flipped
+    last, on its way into the planes.
+    """
+    h, w = img.shape[:2]
+    scratch = scratch or Scratch()
+    planes = [out[0], out[1], out[2]]
+    if hsv_gains is not None:
+        rgb = apply_hsv(img, hsv_gains, cv2.COLOR_HSV2RGB, hsv=scratch.get("hsv", (h, w, 3)),
+                        planes=[scratch.get(f"plane{c}", (h, w)) for c in range(3)])
+    elif flip_ud or flip_lr or img.shape[2] == 4:
+        rgb = cv2.cvtColor(img, cv2.COLOR_BGRA2RGB if img.shape[2] == 4 else cv2.COLOR_BGR2RGB,
+                           dst=scratch.get("hsv", (h, w, 3)))
+    else:  # BGR straight into reversed planes
+        rgb, planes = img, planes[::-1]
+    if flip_ud or flip_lr:
+        rgb = cv2.flip(rgb, -1 if flip_ud and flip_lr else (0 if flip_ud else 1), dst=scratch.get("flip", (h, w, 3)))
+    cv2.split(rgb, planes)
+
+
+def write_letterboxed(img: np.ndarray, plan: LetterboxPlan, out: np.ndarray) -> None:
+    """Letterbox ``img`` ((h, w, 3) BGR uint8) by ``plan`` straight into ``out`` ((3, H, W) uint8
+    planar RGB, H, W = ``plan.shape``): resize when the plan says so, PAD_VALUE around it."""
+    img = resize_to(img, plan)
+    top, left = plan.top, plan.left
+    bottom, right = top + img.shape[0], left + img.shape[1]
+    # only the border strips are filled; the image covers the rest
+    out[:, :top] = PAD_VALUE
+    out[:, bottom:] = PAD_VALUE
+    out[:, top:bottom, :left] = PAD_VALUE
+    out[:, top:bottom, right:] = PAD_VALUE
+    region = out[:, top:bottom, left:right]
+    cv2.split(img, [region[2], region[1], region[0]])
+
+
+def targets_of(classes: np.ndarray, boxes_xyxy: np.ndarray, hw: Tuple[int, int]) -> torch.Tensor:
+    """(n, 6) float32 targets [0, class, x, y, w, h] normalised to an (h, w) image, from (n,) class ids
+    and (n, 4) pixel xyxy boxes, clipped just inside the image (column 0 is the collate function's)."""
+    targets = np.zeros((len(classes), 6), np.float32)
+    if len(classes):
+        targets[:, 1] = classes
+        targets[:, 2:] = xyxy_to_xywhn(boxes_xyxy, w=hw[1], h=hw[0], clip=True, eps=1e-3)
+    return torch.from_numpy(targets)

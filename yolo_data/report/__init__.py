@@ -1,0 +1,17 @@
+"""The dataset report: figures, duplicates, pictures, the page.
+
+Modules, in the order data flows through them:
+
+    compose    `yolo-data report`: what a dataset holds and what is wrong with it
+    datastats  figures of a split from its label store
+    dedupe     duplicate images within and across splits
+    plots      a batch as a grid, objects of one class as a strip
+    html       the report as one self-contained page
+"""
+from .compose import ReportOptions, make_report, read_splits, write, write_report
+from .dedupe import (DuplicateGroup, ImagePrints, find_duplicates, fingerprint_images, hamming, labels_agree, near_pairs)
+from .plots import class_colour, draw_batch
+
+__all__ = ["ReportOptions", "make_report", "read_splits", "write", "write_report", "DuplicateGroup", "ImagePrints",
+           "find_duplicates", "fingerprint_images", "hamming", "labels_agree", "near_pairs",
+           "class_colour", "draw_batch"]
