@@ -546,7 +546,7 @@ def versions() -> Dict[str, Optional[str]]:
     out = {"python": platform.python_version()}
     for name, dists in VERSIONS.items():
         if dists is None:
-            text = (REPO / "yolo_data" / "__init__.py").read_text(encoding="utf-8")
+            text = (REPO / "yolo_data" / "version.py").read_text(encoding="utf-8")
             m = re.search(r'^__version__ = "([^"]+)"', text, re.M)
             out[name] = m.group(1) if m else None
         else:
