@@ -27,7 +27,7 @@ from .. import formats
 from ..storage import remote
 from ..formats.base import LabelFormat, SourceOptions
 from ..formats.problems import Problem
-from .scan import Progress, scan_pairs
+from .scan import scan_pairs
 from ..formats.sources import LABEL_CACHE_SUFFIX, img2label_path, remote_cache_url
 from .store import LabelStore
 
