@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Sequence, Union
 
 from .sampling.balance import threshold_of
-from .sampling.sampler import check_seed
+from .sampling.seeds import check_seed
 
 PARTNER_GROUP = 8  # default partner-group size (see AugmentSettings)
 

@@ -50,7 +50,8 @@ from yolo_data.labels.verify import verify_pair  # noqa: E402
 from yolo_data.labels.scan import default_workers, scan_pairs  # noqa: E402
 from yolo_data.formats.datayaml import load_dataset_yaml  # noqa: E402
 from yolo_data.formats.sources import default_cache_file, img2label_path, list_image_files  # noqa: E402
-from yolo_data.labels.split import _counts, load_split  # noqa: E402
+from yolo_data.labels.loadorscan import _counts  # noqa: E402
+from yolo_data.labels.split import load_split  # noqa: E402
 from yolo_data.labels.store import LabelStore  # noqa: E402
 
 import make_synthetic  # noqa: E402

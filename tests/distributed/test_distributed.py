@@ -188,14 +188,14 @@ def _late_file_worker(rank, world, port, yaml, out_dir):
         from yolo_data import create_dataloader
         from yolo_data.labels import split
         if rank == 0:
-            real = split._load_or_scan
+            real = split.load_or_scan
 
             def then_add_a_file(*a, **k):
                 s = real(*a, **k)
                 src = Path(yaml).parent / "images" / "train" / "a.jpg"
                 (src.parent / "zz_late.jpg").write_bytes(src.read_bytes())
                 return s
-            split._load_or_scan = then_add_a_file
+            split.load_or_scan = then_add_a_file
         loader, ds = create_dataloader(yaml, 64, 2, 32, rank=rank, workers=0, split="train")
         Path(out_dir, f"{rank}.json").write_text(json.dumps({
             "n": len(ds), "steps": len(loader), "built": ds.split_labels.built,

@@ -11,7 +11,8 @@ import yaml
 from conftest import make_dataset
 from yolo_data import create_dataloader
 from yolo_data.dataset import LoadImagesAndLabels
-from yolo_data.sampling.sampler import YoloSampler, check_seed, seed_entropy
+from yolo_data.sampling.sampler import YoloSampler
+from yolo_data.sampling.seeds import check_seed, seed_entropy
 
 HIGH = yaml.safe_load((Path(__file__).resolve().parents[2] / "data" / "hyps" / "hyp.scratch-high.yaml").read_text())
 NO_MOSAIC = {"mosaic": 0.0, "mixup": 0.0, "copy_paste": 0.0}

@@ -9,8 +9,8 @@ The steps in brackets draw nothing unless their probability is above 0, so YOLOv
 YOLOv5's sequence.  Copy-paste follows ``cfg.copy_paste_rule`` (mosaic.copy_paste for YOLOv5's,
 mosaic.paste_objects for Ultralytics').
 
-Every random choice is drawn from one generator made from (seed, epoch, index): the item is the same
-whichever worker makes it, and whatever the number of workers.
+Every random choice is drawn from one generator made from (seed, epoch, index) (sampling.seeds.item_rng):
+the item is the same whichever worker makes it, and whatever the number of workers.
 """
 from __future__ import annotations
 
@@ -27,17 +27,9 @@ from .perspective import (draw_perspective, flip_lr, flip_ud, perspective_matrix
                           warp_sample)
 from .photometric import apply_hsv, draw_hsv_gains
 from .sample import Sample
-from ..sampling.sampler import seed_entropy
+from ..sampling.seeds import item_rng  # noqa: F401  (a seeding rule; still importable from here)
 
 LoadFn = Callable[[int], Sample]  # image i resized to img_size long side, pixel boxes on it
-
-
-def item_rng(seed: int, epoch: int, index: int, attempt: int = 0, draw: int = 0) -> np.random.Generator:
-    """The generator for every random decision about dataset item ``index`` in ``epoch`` (``attempt``
-    > 0: a substitute for an item whose image could not be read; ``draw`` > 0: the item's place in the
-    epoch's order, so an image drawn twice in an epoch is augmented independently each time)."""
-    return np.random.default_rng([seed_entropy(seed), epoch, index] + ([attempt] if attempt else [])
-                                 + ([0xD5A7, draw] if draw else []))
 
 
 def mosaic_sample(load: LoadFn, pool: Sequence[int], index: int, img_size: int, cfg: AugmentConfig,

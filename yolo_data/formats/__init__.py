@@ -7,8 +7,8 @@ an entry reads it.
     yolo     yolotxt.py  anything else: image folders, .txt image lists, images -> labels/*.txt
 
 Each format is one module with one :class:`~yolo_data.formats.base.LabelFormat` object (the protocol is
-in labelformat.py); a new one is written there and added to ``FORMATS`` below, or at run time with
-:func:`register`.  A split names one format (several entries of it are joined: VOC2007 + VOC2012
+in base.py); a built-in one is added to ``FORMATS`` below, any other at run time with :func:`register`
+(tests/formats/test_registered_format.py registers a CSV of pixel corners from outside the package).  A split names one format (several entries of it are joined: VOC2007 + VOC2012
 lists, or two JSONs).  Nothing is converted and nothing is written here.
 """
 from __future__ import annotations
@@ -24,12 +24,34 @@ FORMATS: List[LabelFormat] = [coco.FORMAT, voc.FORMAT, labelme.FORMAT, yolotxt.F
 
 
 def register(fmt: LabelFormat) -> None:
-    """Add a label format, asked before the built-in ones (a format of the same name is replaced)."""
+    """Add a label format, asked before the built-in ones (a format of the same name is replaced).
+
+    Register it in every process that reads labels (each DDP rank runs the training script, so
+    registering at its top does it); DataLoader workers read none.  The label cache stores the
+    format's name, and the other ranks and later runs find the format by it (:func:`get`).
+
+    Args:
+        fmt: an object following :class:`~yolo_data.formats.base.LabelFormat` (a subclass of it gets
+            its defaults: ``tasks`` ('detect',) and no warm start).
+
+    Returns:
+        None; ``fmt`` now claims the split entries its ``claims`` accepts.
+    """
     FORMATS[:] = [fmt] + [f for f in FORMATS if f.name != fmt.name]
 
 
 def get(name: str) -> LabelFormat:
-    """The format called ``name`` (as a label cache or another rank names it)."""
+    """The format called ``name`` (as a label cache or another rank names it).
+
+    Args:
+        name: a format's ``name``.
+
+    Returns:
+        The registered format of that name.
+
+    Raises:
+        ValueError: no format of that name is registered.
+    """
     for f in FORMATS:
         if f.name == name:
             return f
@@ -37,24 +59,54 @@ def get(name: str) -> LabelFormat:
 
 
 def format_of(entry) -> LabelFormat:
-    """The format that reads one split entry."""
+    """The format that reads one split entry.
+
+    Args:
+        entry: a split entry (a path or URL: folder, .txt list, annotation file).
+
+    Returns:
+        The first registered format whose ``claims`` accepts it (YOLO's, asked last, claims anything).
+    """
     p = Path(entry)
     return next(f for f in FORMATS if f.claims(p))
 
 
 def kind_of(entry) -> str:
-    """The name of the format that reads one split entry."""
+    """The name of the format that reads one split entry.
+
+    Args:
+        entry: a split entry.
+
+    Returns:
+        ``format_of(entry).name``.
+    """
     return format_of(entry).name
 
 
 def entries(path) -> List[Any]:
-    """The split entries ``path`` names: itself, or the items of a list or tuple."""
+    """The split entries ``path`` names.
+
+    Args:
+        path: one split entry, or a list or tuple of them.
+
+    Returns:
+        ``[path]``, or the list's items.
+    """
     return list(path) if isinstance(path, (list, tuple)) else [path]
 
 
 def split_format(path) -> LabelFormat:
-    """The one format of every entry of ``path`` (an entry or a list of them).  Raises ValueError for
-    a split that mixes formats."""
+    """The one format of every entry of ``path``.
+
+    Args:
+        path: one split entry, or a list of them.
+
+    Returns:
+        The format that reads them all.
+
+    Raises:
+        ValueError: the entries are read by different formats.
+    """
     listed = entries(path)
     found = [format_of(e) for e in listed]
     if len({f.name for f in found}) > 1:
@@ -65,6 +117,16 @@ def split_format(path) -> LabelFormat:
 
 
 def open_source(path, options: SourceOptions = SourceOptions()) -> SplitSource:
-    """The :class:`SplitSource` of what ``path`` names (an entry or a list of entries of one format).
-    Raises FileNotFoundError / ValueError naming the entry."""
+    """What the scan reads for the split ``path`` names, as its format lists it.
+
+    Args:
+        path: one split entry, or a list of entries of one format.
+        options: the split's settings that are not files (class names, task, ...).
+
+    Returns:
+        The split's :class:`~yolo_data.formats.base.SplitSource`.
+
+    Raises:
+        FileNotFoundError, ValueError: naming the entry that cannot be read.
+    """
     return split_format(path).open(entries(path), options)

@@ -28,10 +28,11 @@ from ..augment.augstate import SharedSettings, TrainSettings
 from ..images.load import ImageReadError, ImageSource
 from ..geometry.masks import MaskSpec, with_masks
 from .index import SplitIndex
-from ..augment.pipeline import draw_finish, flip_boxes, item_rng, mosaic_with_mixup, single_image_geometry
+from ..augment.pipeline import draw_finish, flip_boxes, mosaic_with_mixup, single_image_geometry
 from ..augment.sample import Sample
 from .task import LabelTask, batch_extras, object_extras, polygons_of, warn_unflipped
 from ..loading.tensors import BatchImages, Scratch, targets_of, write_letterboxed, write_rgb
+from ..sampling.seeds import item_rng
 
 LOGGER = logging.getLogger("yolo_data")
 MAX_SUBSTITUTES = 8  # unreadable images in a row before a training item gives up

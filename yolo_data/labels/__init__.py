@@ -2,12 +2,13 @@
 
 Modules, in the order data flows through them:
 
-    verify   one image and its labels to a record or a named problem
-    scan     every pair of a split, in parallel
-    store    the split's labels in flat NumPy arrays
-    cache    the label cache: fingerprint, contents, load and save
-    split    load the cache or scan and write it, rank 0 first
-    summary  the line each split prints, and its first problems
+    verify      one image and its labels to a record or a named problem
+    scan        every pair of a split, in parallel
+    store       the split's labels in flat NumPy arrays
+    cache       the label cache: fingerprint, contents, load and save
+    loadorscan  in one process: a fresh cache where one is kept, else a scan of the files
+    split       once per node and once per job: rank 0 loads or scans, the others get its cache file
+    summary     the line each split prints, and its first problems
 """
 from .verify import PairRecord, image_size, verify_pair
 from .scan import default_workers, scan_pairs

@@ -1,108 +1,75 @@
-"""One split's labels: find the files, then load the cache or scan and write it.
+"""One split's labels for every process of a job: found or scanned once, then handed to the others.
 
-This is the step that runs under ``torch_distributed_zero_first``: local rank 0 scans and writes, the
-other ranks then find a fresh cache and only read it.
+``load_split`` is the step that runs under ``torch_distributed_zero_first``: local rank 0 loads a fresh
+label cache or scans the files and writes one (:mod:`~yolo_data.labels.loadorscan`), the other local
+ranks then map exactly the file it names.  For a split in a bucket, where the nodes of a job share no
+filesystem, global rank 0 does that once for the job and hands the file's bytes to the other nodes'
+local ranks 0 (``_load_or_scan_once_per_job``); ``publish`` puts the file in the bucket beside the
+labels, where every later job finds it.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
-import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple, Union
-
-import numpy as np
+from typing import List, Optional, Tuple
 
 from . import cache
 from .. import distributed, formats
 from ..images import failures
 from ..storage import remote
-from ..formats.base import LabelFormat, SourceOptions
-from ..formats.problems import Problem
-from .scan import Progress, scan_pairs
-from ..formats.sources import LABEL_CACHE_SUFFIX, img2label_path, remote_cache_url
-from .store import LabelStore
+from ..formats.base import SourceOptions
+from .loadorscan import SplitLabels, cache_candidates, cache_of_bytes, load_or_scan
+from .scan import Progress
+from ..formats.sources import remote_cache_url
 
 LOGGER = logging.getLogger("yolo_data")
 
-
-@dataclass
-class SplitLabels:
-    """The verified labels of one split and how they were obtained.
-
-    ``counts`` keys: found (images listed), ok, missing (no label file), empty (label file without
-    rows), corrupt (left out), boxes, backgrounds (kept images without boxes), warnings.
-    ``built``: True when this call scanned the files (False: read from ``cache_file``).
-    """
-    store: LabelStore
-    cache_file: Optional[Path]
-    built: bool
-    seconds: float
-    counts: Dict[str, int]
-    problems: List[Problem] = field(default_factory=list)
-    fingerprint: str = ""  # of the inputs (see cache.fingerprint)
-    default_file: Optional[Path] = None  # where the cache goes by default (beside the labels)
-    names: List[str] = field(default_factory=list)  # class names (the yaml's, or the annotations' own)
-    kind: str = "yolo"  # the label format's name (formats.py)
-    label_file_of: Callable[[str], str] = img2label_path  # an image's annotation file
-
-
-def _counts(records, store: LabelStore) -> Dict[str, int]:
-    status = [r.status for r in records]
-    return {
-        "found": len(records),
-        "ok": status.count("ok"),
-        "missing": status.count("missing"),
-        "empty": status.count("empty"),
-        "corrupt": status.count("corrupt"),
-        "boxes": store.num_boxes(),
-        "backgrounds": store.num_backgrounds(),
-        "warnings": sum(not p.dropped for r in records for p in r.problems),
-    }
-
-
-def _candidates(default: Path, cache_dir: Optional[Union[str, Path]]) -> List[Path]:
-    """Cache files to try, in order.  An explicit cache_dir is the only place; otherwise beside the
-    labels first and the per-user cache folder second (used when the dataset folder is read-only)."""
-    if cache_dir is not None:
-        return [cache.folder_cache_file(default, Path(cache_dir))]
-    if _in_cache_folder(default):  # a split in a bucket: its default is in the cache folder already
-        return [default]
-    return [default, cache.folder_cache_file(default, cache.user_cache_dir())]
-
-
-def _in_cache_folder(file: Path) -> bool:
-    """Whether ``file`` is in the per-user cache folder (where we may make folders)."""
-    try:
-        Path(file).relative_to(cache.user_cache_dir())
-        return True
-    except ValueError:
-        return False
+__all__ = ["SplitLabels", "load_split", "publish"]
 
 
 def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional[int] = None,
                force: bool = False, progress: Optional[Progress] = None, save: bool = True,
                names: Optional[List[str]] = None, keep_difficult: bool = False, task: str = "detect",
                kpt_shape: Optional[Tuple[int, int]] = None, default_cache: Optional[Path] = None) -> SplitLabels:
-    """Labels of the images named by ``path``: a split entry of any label format (formats.py: a folder,
-    .txt list or image with YOLO labels, a COCO .json, a Pascal VOC folder or ImageSets list, a folder
-    of images with LabelMe JSONs), or a list of entries of one format.
-
-    ``names``: the class names when known (YOLO class ids beyond them are then errors; the other
-    formats' class names map onto them by name); ``nc``: their number, when only that is known.
-    ``keep_difficult``: keep VOC objects marked difficult.  ``task``, ``kpt_shape``: what a label row
-    holds (labelformat.SourceOptions; a task other than 'detect' has its own cache file).  ``force``: rescan even if a fresh cache
-    exists.  ``save=False`` scans without writing a cache.  ``default_cache``: where the cache goes by
-    default instead of where the format puts it (a list of the first images of a split: see
-    sources.fraction_cache_file); ``cache_dir`` still decides over it.
+    """Labels of the images named by ``path``, read once per node (once per job for a split in a bucket).
 
     Inside ``torch_distributed_zero_first`` the other local ranks do not look at the files again: they
     map exactly the cache file local rank 0 loaded or wrote (named in the process group's store, and
     checked to hold the fingerprint rank 0 saw), so a file added or changed in between cannot give
     them another label set, and so other numbers of steps per epoch, than rank 0.
+
+    Args:
+        path: a split entry of any registered label format (:mod:`~yolo_data.formats`: a folder, .txt
+            list or image with YOLO labels, a COCO .json, a Pascal VOC folder or ImageSets list, a
+            folder of images with LabelMe JSONs), or a list of entries of one format.
+        nc: the number of classes, when only that is known (YOLO class ids must be below it).
+        cache_dir: the one folder the label cache is kept in (default: beside the labels, else the
+            per-user cache folder).
+        workers: scan processes (default: every core this process may use).
+        force: rescan even if a fresh cache exists.
+        progress: called with (done, total) pairs while scanning.
+        save: False scans without writing a cache.
+        names: the class names when known (YOLO class ids beyond them are then errors; the other
+            formats' class names map onto them by name).
+        keep_difficult: keep VOC objects marked difficult.
+        task: what a label row holds: 'detect', 'segment', 'pose' or 'obb' (a task other than
+            'detect' has its own cache file).
+        kpt_shape: (K, 2 or 3) keypoints per row, for pose rows.
+        default_cache: where the cache goes by default instead of where the format puts it (a list of
+            the first images of a split: see sources.fraction_cache_file); ``cache_dir`` still decides
+            over it.
+
+    Returns:
+        The split's :class:`SplitLabels`: its label store ((L, 5) float32 rows [class, x, y, w, h],
+        normalised), the cache file it came from or was written to (None when none was written), the
+        counts and named problems, less the images whose decoding failed before (images.failures).
+
+    Raises:
+        FileNotFoundError, ValueError: a split entry that names no images, mixes label formats, or
+            cannot be read for ``task``.
     """
     made = {}
     options = SourceOptions(tuple(names) if names else None, bool(keep_difficult), nc, task,
@@ -138,23 +105,23 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
         reason = "local rank 0 could not write its label cache"
     LOGGER.warning(f"{reason}; this rank scans the files itself, and the ranks are checked to agree "
                    "before the first batch")
-    s = _load_or_scan(path, options, cache_dir, workers, force, progress, save, default_cache)
+    s = load_or_scan(path, options, cache_dir, workers, force, progress, save, default_cache)
     return failures.leave_out(s, failures.read(s.cache_file)[0])
 
 
 def _load_or_scan_once_per_job(tag: str, path, options: SourceOptions, cache_dir, workers, force, progress,
                                save, default_cache=None) -> SplitLabels:
-    """_load_or_scan on a node's local rank 0; for a split in a bucket, once per job: the nodes of a
+    """load_or_scan on a node's local rank 0; for a split in a bucket, once per job: the nodes of a
     job share no filesystem, so global rank 0 lists, scans (or finds its cache fresh) and hands its
     label cache file to the other nodes' local ranks 0 through the process group's store, which keep
     it in their own cache folder and check it as any cache file is checked (cache.load)."""
     entries = formats.entries(path)
     key = distributed.job_share_key(tag) if remote.is_remote(entries[0]) else None
     if key is None:
-        return _load_or_scan(path, options, cache_dir, workers, force, progress, save, default_cache)
+        return load_or_scan(path, options, cache_dir, workers, force, progress, save, default_cache)
     if distributed.get_rank() == 0:
         try:
-            s = _load_or_scan(path, options, cache_dir, workers, force, progress, save, default_cache)
+            s = load_or_scan(path, options, cache_dir, workers, force, progress, save, default_cache)
         except BaseException as e:
             distributed.job_publish_error(key, e)
             raise
@@ -168,9 +135,9 @@ def _load_or_scan_once_per_job(tag: str, path, options: SourceOptions, cache_dir
     meta, data = distributed.job_receive(key)
     if data is None:
         LOGGER.warning("rank 0 could not write its label cache; this node scans the files itself")
-        return _load_or_scan(path, options, cache_dir, workers, force, progress, save, default_cache)
+        return load_or_scan(path, options, cache_dir, workers, force, progress, save, default_cache)
     default = cache.user_cache_dir() / meta["default"]
-    cfile = _candidates(default, cache_dir)[0]
+    cfile = cache_candidates(default, cache_dir)[0]
     cfile.parent.mkdir(parents=True, exist_ok=True)
     try:
         contents = cache.load(cfile)  # this node's from an earlier run, when still the same
@@ -178,7 +145,7 @@ def _load_or_scan_once_per_job(tag: str, path, options: SourceOptions, cache_dir
     except (OSError, cache.CacheError):
         fresh = False
     if not fresh:
-        contents = _cache_of_bytes(data, cfile.parent)
+        contents = cache_of_bytes(data, cfile.parent)
         if contents.fingerprint != meta["fingerprint"]:
             raise cache.CacheError(f"rank 0's label cache holds fingerprint {contents.fingerprint[:12]}, "
                                    f"it said {meta['fingerprint'][:12]}")
@@ -189,49 +156,20 @@ def _load_or_scan_once_per_job(tag: str, path, options: SourceOptions, cache_dir
                        formats.get(meta["kind"]).annotation_file_of(meta["label_file"]))
 
 
-def _cache_of_bytes(data: bytes, folder: Path) -> cache.CacheContents:
-    """A label cache file that came as bytes (from rank 0, or from the bucket), checked as any cache
-    file is (cache.load), through an unnamed file in ``folder``: gone however this process ends.
-    Raises CacheError or OSError."""
-    with tempfile.TemporaryFile(dir=folder) as f:
-        f.write(data)
-        f.flush()
-        return cache.load(f.fileno())
-
-
-def _published(default: Path, local: Path, fp: str, im_files: List[str]):
-    """(contents, local file) of the label cache published in the bucket beside a remote split's
-    labels (``yolo-data-cache --publish``), when it holds this split's fingerprint and listing: it is
-    checked as any cache file, then kept as ``local``.  None for a local split, or when there is none
-    or it is stale (then the split is scanned as usual)."""
-    url = remote_cache_url(default)
-    if url is None:
-        return None
-    try:
-        data = remote.read(url)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        LOGGER.warning(f"cannot read the published label cache {url} ({e}); scanning instead")
-        return None
-    local.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        contents = _cache_of_bytes(data, local.parent)
-        if contents.fingerprint != fp:
-            LOGGER.info(f"label cache {url} is stale (files or settings changed since it was published); rescanning")
-            return None
-        cache.check_listing(contents, im_files)
-        cache.save(local, contents)
-        return cache.load(local), local
-    except (OSError, cache.CacheError) as e:
-        LOGGER.warning(f"label cache {url}: {e}; scanning instead")
-        return None
-
-
 def publish(split: SplitLabels) -> str:
-    """Put the label cache of a split in a bucket beside its labels, where every job finds it
-    (``yolo-data-cache --publish``).  Returns its URL.  ValueError for a local split or one without a
-    cache file; OSError when the bucket refuses the write."""
+    """Put the label cache of a split in a bucket beside its labels, where every later job finds it
+    (``yolo-data-cache --publish``; loadorscan reads it back when it holds the split's fingerprint).
+
+    Args:
+        split: a split in a bucket, as :func:`load_split` returned it.
+
+    Returns:
+        The URL the cache file was written to.
+
+    Raises:
+        ValueError: a local split, or one whose cache file was not written.
+        OSError: the bucket refused the write.
+    """
     url = None if split.default_file is None else remote_cache_url(split.default_file)
     if url is None:
         raise ValueError(f"{split.default_file}: not the label cache of a split in a bucket (nothing to publish)")
@@ -239,137 +177,3 @@ def publish(split: SplitLabels) -> str:
         raise ValueError(f"{url}: the split's label cache was not written, so there is nothing to publish")
     remote.write(url, Path(split.cache_file).read_bytes())
     return url
-
-
-def _warm_start(fmt: LabelFormat, entries: List, options: SourceOptions, cache_dir,
-                t0: float) -> Optional[SplitLabels]:
-    """A fresh cache found without listing the split, for formats that can (LabelFormat.warm_start: a
-    COCO JSON is not read): the format's settings equal the cache's, and the fingerprint of the images
-    the cache says the split listed equals the cache's.  None otherwise (then the split is listed and
-    checked as usual)."""
-    warm = fmt.warm_start(entries, options)
-    if warm is None:
-        return None
-    # as the cache holds them (lists, not tuples)
-    settings = json.loads(json.dumps({**warm.settings, **options.task_settings()}))
-    default = _for_task(warm.default_cache, options)
-    for cfile in _candidates(default, cache_dir):
-        try:
-            contents = cache.load(cfile)
-        except (OSError, cache.CacheError):
-            continue  # the usual path below reports it
-        if contents.settings != settings or contents.listed is None:  # (the fingerprint covers the
-            continue  # settings too; comparing them first spares the images' stats when the files changed)
-        if remote.is_remote(contents.listed[0] if contents.listed else None):
-            remote.ensure_listed(contents.listed)  # the images' folders listed, not one request per image
-        fp = cache.fingerprint(contents.listed, None, None, settings=settings)
-        if fp == contents.fingerprint:
-            try:
-                cache.check_listing(contents, contents.listed)
-            except cache.CacheError:
-                continue  # the usual path below reports it
-            cache.remove_stale_temps(cfile)
-            return SplitLabels(contents.store, cfile, False, time.perf_counter() - t0, contents.counts,
-                               contents.problems, fp, default, contents.names, fmt.name, warm.label_file_of)
-    return None
-
-
-def _for_task(default: Path, options: SourceOptions) -> Path:
-    """The default cache file of a split read for ``options.task``: detection's keeps its name, another
-    task's gets the task in it (``train2017.pose.yolo_data.cache``), so reading one dataset for two
-    tasks does not rebuild one file back and forth."""
-    if not options.task_settings() or not default.name.endswith(LABEL_CACHE_SUFFIX):
-        return default
-    return default.with_name(default.name[:-len(LABEL_CACHE_SUFFIX)] + f".{options.task}{LABEL_CACHE_SUFFIX}")
-
-
-def _first_fresh(candidates: List[Path], fp: str, im_files) -> Optional[Tuple[cache.CacheContents, Path]]:
-    """(contents, file) of the first of ``candidates`` that loads, has fingerprint ``fp`` and lists
-    ``im_files``; None when none does (each one passed over says why in the log)."""
-    for cfile in candidates:
-        try:
-            contents = cache.load(cfile)
-        except FileNotFoundError:
-            continue
-        except (cache.CacheError, OSError) as e:
-            LOGGER.warning(f"label cache {cfile}: {e}; rebuilding it")
-            continue
-        if contents.fingerprint != fp:
-            LOGGER.info(f"label cache {cfile} is stale (files or settings changed); rescanning")
-            continue
-        try:
-            cache.check_listing(contents, im_files)
-        except cache.CacheError as e:
-            LOGGER.warning(f"label cache {cfile}: {e}; rebuilding it")
-            continue
-        cache.remove_stale_temps(cfile)  # leftovers of killed writers go even when nobody rewrites
-        return contents, cfile
-    return None
-
-
-def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progress, save,
-                  default_cache: Optional[Path] = None) -> SplitLabels:
-    t0 = time.perf_counter()
-    remote.forget()  # a bucket's folders are listed anew: objects may have changed since the last start
-    fmt, listed = formats.split_format(path), formats.entries(path)  # asked once: a claim may list a folder
-    if options.task not in fmt.tasks:
-        raise ValueError(f"{path}: {fmt.name} annotations cannot be read for task '{options.task}' "
-                         f"(they hold what task {' or '.join(repr(t) for t in fmt.tasks)} needs)")
-    # (a warm start finds the cache where the format puts it: not with a default of the caller's)
-    quick = None if force or default_cache else _warm_start(fmt, listed, options, cache_dir, t0)
-    if quick is not None:
-        return quick
-    source = fmt.open(listed, options)
-    source.settings = {**source.settings, **options.task_settings()}  # the fingerprint covers the task
-    im_files = source.im_files
-    default = _for_task(default_cache or source.default_cache, options)
-    fp = cache.fingerprint(im_files, source.label_files, source.nc, settings=source.settings)
-    candidates = _candidates(default, cache_dir)
-
-    def split(store, cfile, built, counts, problems, names):
-        return SplitLabels(store, cfile, built, time.perf_counter() - t0, counts, problems, fp, default,
-                           names, source.kind, source.label_file_of)
-
-    if not force:
-        found = _first_fresh(candidates, fp, im_files)
-        if found is None and save:
-            found = _published(default, candidates[0], fp, im_files)
-        if found is not None:
-            contents, cfile = found
-            return split(contents.store, cfile, False, contents.counts, contents.problems, contents.names)
-
-    names = source.find_names()
-    failed_before = remote.counts().get("failed", 0)
-    records = scan_pairs(im_files, source.labels, source.nc, workers=workers, progress=progress,
-                         reader=source.reader)
-    store = LabelStore.from_records(records)
-    problems = source.problems + [p for r in records for p in r.problems]
-    counts = _counts(records, store)
-    counts["warnings"] += sum(not p.dropped for p in source.problems)
-    dropped = sum(p.dropped for p in source.problems)  # listed images that never reached the scan
-    counts["found"] += dropped
-    counts["corrupt"] += dropped
-    for p in problems:  # the dataset's summary shows them on every run (the first few), yolo-data-cache all
-        LOGGER.debug(str(p))
-    written = None
-    failed = remote.counts().get("failed", 0) - failed_before
-    if failed and save:  # what the network decided must not be kept as the truth about these files
-        LOGGER.warning(f"{failed} requests to the bucket failed after every retry (their images are left "
-                       "out of this run); the label cache is not written, so the next start scans again")
-        save = False
-    if save:
-        kept = np.fromiter((r.status != "corrupt" for r in records), bool, len(records))
-        contents = cache.CacheContents(store, fp, counts, problems, names, source.settings or None,
-                                       im_files if source.keeps_listing else None, kept)
-        for i, cfile in enumerate(candidates):
-            try:
-                if cfile != default or _in_cache_folder(cfile):  # never create folders inside the user's dataset
-                    cfile.parent.mkdir(parents=True, exist_ok=True)
-                cache.save(cfile, contents)
-                written = cfile
-                break
-            except OSError as e:
-                nxt = candidates[i + 1] if i + 1 < len(candidates) else None
-                LOGGER.warning(f"cannot write label cache {cfile} ({e.strerror or e})"
-                               + (f"; using {nxt} instead" if nxt else "; labels were not cached"))
-    return split(store, written, True, counts, problems, names)

@@ -1,17 +1,15 @@
 """Turn a list of items into a batch: YOLOv5's collate_fn and its 'quad' variant."""
 from __future__ import annotations
 
-import zlib
 from typing import Optional
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import get_worker_info
 
 from .batchmemory import batch_bytes, transport
 from ..runtime.torch_private import new_shared_storage
-from ..sampling.sampler import seed_entropy
+from ..sampling.seeds import quad_rng
 
 
 def one_batch(tensors) -> Optional[torch.Tensor]:
@@ -91,8 +89,7 @@ class QuadCollate:
         half = torch.tensor([[1, 1, 0.5, 0.5, 0.5, 0.5]])
         for g in range(n):
             i = 4 * g
-            key = zlib.crc32("\0".join(paths[i:i + 4]).encode("utf-8", "surrogateescape"))
-            if np.random.default_rng([seed_entropy(self.seed), self.epoch.get(), key]).random() < 0.5:
+            if quad_rng(self.seed, self.epoch.get(), paths[i:i + 4]).random() < 0.5:
                 im = F.interpolate(ims[i][None].float(), scale_factor=2.0, mode="bilinear", align_corners=False)
                 out_ims.append(im[0].round().clamp(0, 255).to(ims[i].dtype))
                 out_targets.append(targets[i])

@@ -1,10 +1,10 @@
 """Which images each rank loads in which order, per epoch: shuffling, rect batches, image weights,
 class-balanced repeats, the split between ranks, and resuming mid-epoch.
 
-The epoch is first laid out as one *global* order, drawn from a generator seeded with (seed, epoch),
-that no rank count enters: global step ``s`` is places ``[s * B, (s + 1) * B)`` of that order, ``B``
-being the global batch (per-rank batch x world size).  Rank ``r`` of ``w`` takes the ``r``-th slice of
-``b = B / w`` places of each step.  So for a fixed seed and global batch every step has the same images
+The epoch is first laid out as one *global* order, drawn from a generator seeded with (seed, epoch)
+(seeds.epoch_rng), that no rank count enters: global step ``s`` is places ``[s * B, (s + 1) * B)`` of
+that order, ``B`` being the global batch (per-rank batch x world size).  Rank ``r`` of ``w`` takes the
+``r``-th slice of ``b = B / w`` places of each step.  So for a fixed seed and global batch every step has the same images
 on 1, 2 or 8 ranks, and a run stopped after step ``k`` can go on from step ``k`` on any of them.
 With repeat factors (class balance, balance.py) the order is the epoch's repeat draws, shuffled:
 ``floor(sum r_i)`` places every epoch instead of n.
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import operator
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Iterator, NamedTuple, Optional, Tuple
@@ -29,6 +28,7 @@ from torch.utils.data import Sampler
 
 from .. import distributed
 from .balance import epoch_length, repeat_draws
+from .seeds import check_seed, epoch_rng
 
 
 class SharedEpoch:
@@ -57,40 +57,23 @@ class ItemKey(NamedTuple):
     draw: int = 0
 
 
-SEED_SPAN = 2**64
-
-
-def check_seed(seed, name: str = "seed") -> int:
-    """``seed`` as an int, or a TypeError naming ``name``: any whole number (Python or NumPy integer,
-    negative too) is a seed; a float, text or bool is refused rather than truncated or taken as 0/1."""
-    if isinstance(seed, bool):
-        raise TypeError(f"{name} must be an integer, got the bool {seed!r}")
-    try:
-        return operator.index(seed)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, got {type(seed).__name__} {seed!r}") from None
-
-
-def seed_entropy(seed: int) -> int:
-    """``seed`` as NumPy's SeedSequence takes it (non-negative): every generator keyed by a seed goes
-    through here.  Seeds in 0..2**64-1 are unchanged (their batches stay what they were); negative ones
-    fold onto the top of that range, so -1 is reproducible and differs from 0 and every small seed."""
-    return int(seed) % SEED_SPAN
-
-
-def epoch_rng(seed: int, epoch: int, stream: int = 0) -> np.random.Generator:
-    """The generator for one epoch's sampling decisions (``stream`` keeps unrelated uses apart)."""
-    return np.random.default_rng([seed_entropy(seed), epoch, stream, 0x5A3])
-
-
 def global_order(n: int, rng: np.random.Generator, shuffle: bool, weights: Optional[np.ndarray] = None,
                  rect_batch: int = 0) -> np.ndarray:
-    """(n,) int64 dataset positions in the epoch's global order.
+    """The epoch's global order of dataset positions.
 
-    ``weights``: (n,) non-negative, draw n positions with replacement (image weights).  ``rect_batch``
-    > 0: positions come in rect batches of that many consecutive positions (the dataset sorted them by
-    aspect ratio); batches stay whole, full ones are shuffled (with ``shuffle``), a partial one stays
-    last.  Otherwise a permutation (``shuffle``) or the identity."""
+    Args:
+        n: the dataset's length.
+        rng: the epoch's generator (seeds.epoch_rng).
+        shuffle: a new order every epoch; False keeps dataset order (or rect batches in order).
+        weights: (n,) non-negative image weights: draw n positions with replacement (ignored with
+            ``rect_batch``).
+        rect_batch: > 0: positions come in rect batches of that many consecutive positions (the
+            dataset sorted them by aspect ratio); batches stay whole, full ones are shuffled (with
+            ``shuffle``), a partial one stays last.
+
+    Returns:
+        (n,) int64 positions: weighted draws, a permutation (``shuffle``) or the identity.
+    """
     if weights is not None and not rect_batch:
         return weighted_draws(weights, n, rng)
     if rect_batch:
@@ -102,11 +85,20 @@ def global_order(n: int, rng: np.random.Generator, shuffle: bool, weights: Optio
 
 
 def weighted_draws(weights: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-    """(k,) int64 positions drawn independently with probability weights / weights.sum().
+    """Positions drawn independently with probability weights / weights.sum().
 
     Inverse CDF on sorted uniforms, then a shuffle: the same distribution as k independent draws
     (a random order of a sorted iid sample is an iid sample), and about 6x faster than
-    ``rng.choice(p=...)`` at a million, where unsorted lookups miss the cache (0.34 s -> 0.055 s)."""
+    ``rng.choice(p=...)`` at a million, where unsorted lookups miss the cache (0.34 s -> 0.055 s).
+
+    Args:
+        weights: (n,) non-negative, not all zero.
+        k: how many to draw.
+        rng: the generator to draw from.
+
+    Returns:
+        (k,) int64 positions in [0, n), never one of zero weight.
+    """
     cdf = np.cumsum(weights, dtype=np.float64)
     u = rng.random(k) * cdf[-1]
     u.sort()
@@ -117,8 +109,17 @@ def weighted_draws(weights: np.ndarray, k: int, rng: np.random.Generator) -> np.
 
 
 def balanced_order(factors: np.ndarray, length: int, rng: np.random.Generator, shuffle: bool) -> np.ndarray:
-    """(length,) int64 positions: the epoch's repeat draws (balance.repeat_draws), in a random order
-    (``shuffle``) or sorted (each image's draws together, in dataset order)."""
+    """The epoch's order under repeat factors (class balance).
+
+    Args:
+        factors: (n,) float64 repeat factors r_i >= 1 (balance.repeat_factors).
+        length: the epoch's number of draws (balance.epoch_length: floor(sum r_i)).
+        rng: the epoch's generator.
+        shuffle: a random order; False sorts them (each image's draws together, in dataset order).
+
+    Returns:
+        (length,) int64 positions: the epoch's repeat draws (balance.repeat_draws).
+    """
     draws = repeat_draws(factors, length, rng)
     if shuffle:
         rng.shuffle(draws)
@@ -206,7 +207,14 @@ class StepLayout:
 
 
 def digest(values: Optional[np.ndarray]) -> Optional[str]:
-    """A short sha256 of an array (image weights, dataset.indices) for a resume state, or None."""
+    """A short fingerprint of an array for a resume state.
+
+    Args:
+        values: an array (image weights, ``dataset.indices``), or None.
+
+    Returns:
+        The first 32 hex digits of the sha256 of its dtype and bytes, or None for None.
+    """
     if values is None:
         return None
     a = np.ascontiguousarray(values)
@@ -214,8 +222,15 @@ def digest(values: Optional[np.ndarray]) -> Optional[str]:
 
 
 def partner_group_size(wanted: int, batch_size: int) -> int:
-    """The partner-group size a sampler with per-rank ``batch_size`` uses for ``wanted``: ``wanted`` when
-    it divides the batch (every rank then takes whole groups), else the rank's batch."""
+    """The partner-group size a sampler uses.
+
+    Args:
+        wanted: the group size asked for (``partner_group``).
+        batch_size: the per-rank batch.
+
+    Returns:
+        ``wanted`` when it divides the batch (every rank then takes whole groups), else ``batch_size``.
+    """
     return wanted if wanted > 0 and batch_size % wanted == 0 else batch_size
 
 
