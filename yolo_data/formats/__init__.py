@@ -1,5 +1,5 @@
-"""The registry of label formats: which format reads a split, asked in order, the first that claims
-an entry reads it.
+"""Label formats, and the registry that picks one for a split: asked in order, the first format that
+claims an entry reads it.
 
     coco     coco.py     a .json annotation file
     voc      voc.py      a folder with Annotations/ and JPEGImages/, or a list in its ImageSets/
@@ -8,8 +8,15 @@ an entry reads it.
 
 Each format is one module with one :class:`~yolo_data.formats.base.LabelFormat` object (the protocol is
 in base.py); a built-in one is added to ``FORMATS`` below, any other at run time with :func:`register`
-(tests/formats/test_registered_format.py registers a CSV of pixel corners from outside the package).  A split names one format (several entries of it are joined: VOC2007 + VOC2012
-lists, or two JSONs).  Nothing is converted and nothing is written here.
+(tests/formats/test_registered_format.py registers a CSV of pixel corners from outside the package).  A
+split names one format (several entries of it are joined: VOC2007 + VOC2012 lists, or two JSONs).
+Nothing is converted and nothing is written here.  What the formats share, beside them:
+
+    base       the protocol every format follows
+    problems   a named problem of one file; ``LabelError``
+    labelfile  reading one annotation file safely: regular files only, size limits, the normalising size
+    sources    a path, a .txt list or a folder -> sorted image files; where labels and caches live
+    datayaml   the dataset yaml, bounded and checked
 """
 from __future__ import annotations
 

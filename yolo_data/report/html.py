@@ -1,4 +1,4 @@
-"""The dataset report as one self-contained HTML page, made from the report's figures (report.py's
+"""The dataset report as one self-contained HTML page, made from the report's figures (compose.py's
 JSON) and its pictures: no script, font, style sheet or picture is fetched from anywhere (pictures are
 ``data:`` URIs, charts inline SVG), so the page opens offline, attached to a CI run or an e-mail."""
 from __future__ import annotations
@@ -235,7 +235,7 @@ def _pictures(f: dict, images: Dict[str, str]) -> str:
 
 
 def render(figures: dict, images: Optional[Dict[str, str]] = None) -> str:
-    """The page for ``figures`` (report.py's JSON) and ``images`` (picture name -> data URI)."""
+    """The page for ``figures`` (compose.py's JSON) and ``images`` (picture name -> data URI)."""
     f, images = figures, images or {}
     st = f["settings"]
     return (
