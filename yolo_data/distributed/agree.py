@@ -103,8 +103,8 @@ def check_ranks_agree(values: dict, what: str, key: Optional[str] = None) -> Non
         differs = None
         if first["key"] != base:
             differs = (f"the ranks compare their loaders in different orders: rank {first['rank']} compares "
-                       f"{first['what']} where rank {rank} compares {what} (comparison {order.rsplit('/', 1)[1]} "
-                       "counting from 0). Every rank must build the loaders it compares in the same order: each "
+                       f"{first['what']} where rank {rank} compares {what} (each rank's comparison number "
+                       f"{int(order.rsplit('/', 1)[1]) + 1}). Every rank must build the loaders it compares in the same order: each "
                        "comparison waits for every rank, so ranks in different ones would wait for ever.")
             store.set(order + "/differs", differs)
         else:
