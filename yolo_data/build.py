@@ -70,7 +70,7 @@ def build_loader(path, settings: Settings, rank: int = -1, prefix: str = "", *, 
     run = RunState(rect_batch=settings.rect_batch(world), sampled=True,
                    shm_reserve_bytes=shm_bytes_for_batches(workers, per_rank, settings.img_size, settings.stride,
                                                            local_ranks, pad))
-    with distributed.torch_distributed_zero_first(rank):
+    with distributed.torch_distributed_zero_first(rank, key=f"dataset {prefix}{path} {settings.split_name}"):
         dataset = dataset_class(path, settings, prefix, run)
     batch_size = min(per_rank, len(dataset))
     if opts.quad:
@@ -102,7 +102,8 @@ def build_loader(path, settings: Settings, rank: int = -1, prefix: str = "", *, 
                           persistent_workers=workers > 0, worker_init_fn=WorkerInit(), early_start=opts.early_start)
     if ddp and not settings.sharded(world):  # a rank with other data would hang the first collective
         distributed.check_ranks_agree({"images": len(dataset), "boxes": dataset.store.num_boxes(),
-                                       "steps per epoch": len(loader)}, f"{prefix}{path}")
+                                       "steps per epoch": len(loader)}, f"{prefix}{path}",
+                                      key=f"loader {prefix}{settings.split_name}")
     return loader
 
 

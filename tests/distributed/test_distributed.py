@@ -49,9 +49,9 @@ def test_three_ranks_only_local_rank_0_scans_and_all_get_the_same_labels(small_d
 
 def _until_waiting(ranks, what: str) -> None:
     """In a rank: return once each of ``ranks`` has said (``_say_waiting``) that it waits."""
-    import yolo_data.distributed as yd
     from datetime import timedelta
-    yd._default_store().wait([f"test/{what}/{r}" for r in ranks], timedelta(seconds=120))
+    from yolo_data.distributed import keys
+    keys.default_store().wait([f"test/{what}/{r}" for r in ranks], timedelta(seconds=120))
 
 
 def _say_waiting(what: str, when: str) -> None:
@@ -59,7 +59,7 @@ def _say_waiting(what: str, when: str) -> None:
     for another rank: at the first pause of its clock (``when='sleep'``) or the start of its poll of the
     store (``'poll'``)."""
     import types
-    import yolo_data.distributed as yd
+    from yolo_data.distributed import keys, ranks
     key = f"test/{what}/{dist.get_rank()}"
 
     def said(fn):
@@ -67,14 +67,14 @@ def _say_waiting(what: str, when: str) -> None:
 
         def first_says(*args):
             if not told:
-                told.append(yd._default_store().set(key, "waiting"))
+                told.append(keys.default_store().set(key, "waiting"))
             return fn(*args)
         return first_says
 
     if when == "poll":
-        yd._poll = said(yd._poll)
+        keys.poll = said(keys.poll)
     else:
-        yd.time = types.SimpleNamespace(sleep=said(time.sleep), monotonic=time.monotonic)
+        ranks.time = types.SimpleNamespace(sleep=said(time.sleep), monotonic=time.monotonic)
 
 
 def _failing_rank0_worker(rank, world, port, out_dir):
@@ -121,7 +121,7 @@ def test_no_op_without_torch_distributed(monkeypatch):
 def _slow_rank0_worker(rank, world, port, out_dir, work_s):
     import logging
     import yolo_data.distributed as yd
-    yd.LOG_EVERY_SECONDS = 1.0  # so the test sees the waiting ranks' progress lines
+    yd.keys.LOG_EVERY_SECONDS = 1.0  # so the test sees the waiting ranks' progress lines
     handler = logging.FileHandler(Path(out_dir, f"{rank}.log"))
     logging.getLogger("yolo_data").addHandler(handler)
     logging.getLogger("yolo_data").setLevel(logging.INFO)
@@ -254,11 +254,11 @@ def test_ranks_of_different_nodes_with_the_same_data_agree(tmp_path):
 def _slow_reader_worker(rank, world, port, yamls, out_dir):
     """Rank 1 reads the compared values slowly; rank 0, which hosts the store, ends as soon as its
     loader is built.  Rank 1 must still get its loader, not lose the store under its feet."""
-    import yolo_data.distributed as yd
+    from yolo_data.distributed import keys
     os.environ.update(LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
     init(rank, world, port)
     if rank == 1:
-        real = yd._default_store
+        real = keys.default_store
 
         class SlowGets:
             def __init__(self, store):
@@ -272,7 +272,7 @@ def _slow_reader_worker(rank, world, port, yamls, out_dir):
                     time.sleep(1.0)
                 return self.store.get(key)
 
-        yd._default_store = lambda: SlowGets(real())
+        keys.default_store = lambda: SlowGets(real())
     from yolo_data import create_dataloader
     create_dataloader(yamls[rank], 64, 2, 32, rank=0, workers=0, split="train")
     Path(out_dir, f"{rank}.json").write_text("{}")
@@ -299,7 +299,7 @@ def _node_worker(rank, world, port, out_dir, hosts):
         os.environ.pop(name, None)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if hosts is not None:
-        yd._host_id = lambda: hosts[rank]
+        yd.ranks._host_id = lambda: hosts[rank]
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
                             timeout=timedelta(seconds=60))
     try:
