@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from .augment.augstate import TrainSettings
 from .items.mapping import DrawKey
 from .items.parts import DatasetParts, assemble
 from .labels.store import ImageFiles, Keypoints, LabelFiles, Labels, Segments
@@ -67,7 +68,7 @@ class YoloDataset(Dataset):
                             f"{type(settings).__name__} {settings!r}; for YOLOv5's signature (path, img_size, "
                             "batch_size, augment, ...) use LoadImagesAndLabels")
         if parts is not None and fields:
-            raise TypeError(f"YoloDataset(..., parts=...): the parts were made with their settings; "
+            raise TypeError("YoloDataset(..., parts=...): the parts were made with their settings; "
                             f"{', '.join(sorted(fields))} cannot change them (give them to the settings instead)")
         self.settings = settings = as_settings(settings, **fields)
         self.run = run or RunState(rect_batch=settings.batch_size)
