@@ -1,9 +1,8 @@
 """The dataset: YOLOv5's ``LoadImagesAndLabels`` names over a split's labels, an index and a mapper.
 
-    labels (the split: cache or scan) -> index (filters, rect order and shapes; built once)
-    -> images (image cache or file) -> mapper (evaluation, or training with explicit settings)
-
-``YoloDataset(path, settings)`` takes one :class:`~yolo_data.settings.Settings`;
+The dataset receives its parts (items/parts.py: labels, index, images, mapper), as build.py assembles
+them, and serves items from them; ``YoloDataset(path, settings)`` on its own assembles them through the
+same function.  ``YoloDataset(path, settings)`` takes one :class:`~yolo_data.settings.Settings`;
 ``LoadImagesAndLabels`` keeps YOLOv5's signature over it.  Both keep YOLOv5's attribute names
 (``im_files``, ``label_files``, ``labels``, ``shapes``, ``segments``, ``batch``, ``batch_shapes``,
 ``indices``, ``n``) so training scripts that read them keep working.  Per-image sequences are views
@@ -11,127 +10,21 @@ over one :class:`~yolo_data.labels.store.LabelStore`.
 """
 from __future__ import annotations
 
-import logging
-from functools import partial
-from pathlib import Path
 from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from . import distributed
-from .images import failures
-from .storage import objectcache, remote
-from .labels import summary
-from .augment.augstate import AugmentControl, TrainSettings
-from .labels.cache import user_cache_dir
+from .augment.augstate import TrainSettings
+from .items.mapping import DrawKey
+from .items.parts import DatasetParts, assemble
+from .labels.store import ImageFiles, Keypoints, LabelFiles, Labels, Segments
 from .loading.collate import collate_fn
-from .formats.datayaml import is_dataset_yaml, load_dataset_yaml
-from .formats import split_format
-from .items.imagecache import ImageCacheSpec, disk_candidates, normalise_mode, open_or_build
-from .images.load import ImageDecodeError, ImageSource
-from .items.index import SplitIndex, build_index
-from .items.mapping import DrawKey, make_mapper
+from .loading.tensors import BatchImages
 from .sampling.runstate import RunState
 from .sampling.sampler import ItemKey
-from .settings import Settings, as_settings, fraction_count
-from .formats.sources import fraction_cache_file, img2label_path, list_image_files
-from .labels.split import SplitLabels, load_split
-from .labels.store import ImageFiles, Keypoints, LabelFiles, Labels, Segments
-from .items.task import LabelTask, resolve_task
-from .loading.tensors import BatchImages, Scratch
-from .runtime.workers import guard_opencv_pool
-
-LOGGER = logging.getLogger("yolo_data")
-
-
-def resolve_split(path, split: Optional[str], augment: bool):
-    """(paths, names, spec) for what ``path`` names.  A dataset yaml gives its ``split`` ('train' when
-    augmenting, else 'val', when not given), its class names and its DatasetSpec (kpt_shape, ...);
-    anything else has no names and no spec (None)."""
-    if not is_dataset_yaml(path):
-        return path, [], None
-    spec = load_dataset_yaml(path)
-    split = split or ("train" if augment else "val")
-    if split not in spec.splits:
-        raise ValueError(f"{path}: no '{split}' split (it has {', '.join(spec.splits) or 'none'})")
-    return spec.splits[split], spec.names, spec
-
-
-def _progress_bar(prefix: str, enabled: bool):
-    """A callback (done, total) drawing a tqdm bar and telling waiting ranks how far the scan is."""
-    from tqdm import tqdm
-    bar = None
-
-    def update(done, total):
-        nonlocal bar
-        if enabled and bar is None:
-            bar = tqdm(total=total, desc=f"{prefix}Scanning labels", unit="img", leave=False, disable=None)
-        if bar is not None:
-            bar.update(done - bar.n)
-            if done >= total:
-                bar.close()
-        distributed.report_progress(f"scanning {done:,}/{total:,}")
-    return update
-
-
-def read_labels(path, settings: Settings, prefix: str = "") -> Tuple[SplitLabels, List[str], LabelTask]:
-    """The split's verified labels (cache or scan), its class names and the task it was read for, with
-    the split's summary line.  ``path``: image folder, .txt list, list of them, dataset yaml
-    (``settings.split_name`` picks), or a split of another label format (formats.py: COCO .json, Pascal
-    VOC folder/list, LabelMe folder); ``settings.source.fraction`` < 1 keeps the first images in file
-    order."""
-    part = settings.source
-    if part.endpoint_url is not None:  # before the yaml: it may be in the bucket too
-        remote.configure(endpoint_url=part.endpoint_url)
-    if part.object_cache_gb or remote.options().object_cache_bytes:
-        folder = Path(part.cache_dir) if part.cache_dir else user_cache_dir() / "remote"
-        remote.configure(object_cache_bytes=int(part.object_cache_gb * 2**30), object_dir=str(folder / "objects"))
-        if part.object_cache_gb > 0:  # checked here, so the DataLoader workers inherit its one warning
-            objectcache.prepare(folder / "objects")
-    paths, names, spec = resolve_split(path, settings.split_name, settings.augment)
-    task = resolve_task(settings.targets, spec and spec.kpt_shape, spec and spec.flip_idx, str(path))
-    default_cache = None  # where the format puts the split's cache
-    if part.fraction != 1.0:
-        fmt = split_format(paths)
-        if not fmt.cuts_by_files:
-            raise ValueError(f"fraction={part.fraction}: a part of a split is taken from YOLO image folders "
-                             f"or lists; {path} names {fmt.name} annotations (use fraction=1.0)")
-        files = list_image_files(paths)
-        default_cache = fraction_cache_file(paths, img2label_path(files[0]) if files else None, part.fraction)
-        paths = files[:fraction_count(len(files), part.fraction)]
-    names = list(part.names) if part.names else names
-    labels = load_split(paths, cache_dir=part.cache_dir, workers=part.scan_workers, names=names or None,
-                        progress=_progress_bar(prefix, summary.printing_rank()), keep_difficult=part.keep_difficult,
-                        task=task.name, kpt_shape=task.kpt_shape, default_cache=default_cache)
-    summary.log_split_summary(labels, prefix, path)  # every run, cache or scan (rank 0 only)
-    if not len(labels.store):
-        raise RuntimeError(f"{prefix}no usable images in {path}: " + "; ".join(str(p) for p in labels.problems[:5]))
-    return labels, labels.names or names, task  # a COCO JSON's categories, VOC's object names
-
-
-def open_images(labels: SplitLabels, store, settings: Settings, run: RunState, prefix: str = "") -> ImageSource:
-    """The images of ``store`` as the mapper reads them: from the image cache ``settings.images.cache``
-    asks for (built or opened here), else from their files."""
-    cache, part = None, settings.images
-    if part.cache:
-        mode = normalise_mode(part.cache)
-        spec = ImageCacheSpec(mode, settings.img_size, linear=settings.linear_resize,
-                              disk_files=disk_candidates(labels.default_file, settings.img_size,
-                                                         settings.linear_resize, settings.rect,
-                                                         settings.source.cache_dir, user_cache_dir(),
-                                                         settings.reduced_decode, part.capped_resize),
-                              ram_dir=None if part.ram_dir is None else Path(part.ram_dir),
-                              reserve_bytes=int(run.shm_reserve_bytes) if mode == "ram" else 0,
-                              workers=settings.source.scan_workers or 8, prefix=prefix, reduced=settings.reduced_decode,
-                              capped=part.capped_resize)
-        cache = open_or_build(spec, store, labels.fingerprint)
-    # a function of the cache file, not a bound method of the dataset: the image source must hold no
-    # reference back to the dataset, so that `del loader, dataset` frees it (and its RAM cache) at once
-    return ImageSource(store, settings.img_size, linear=settings.linear_resize, cache=cache,
-                       on_failure=partial(_remember_failure, labels.cache_file), reduced=settings.reduced_decode,
-                       capped=part.capped_resize)
+from .settings import Settings, as_settings
 
 
 class YoloDataset(Dataset):
@@ -152,32 +45,46 @@ class YoloDataset(Dataset):
     """
 
     def __init__(self, path, settings: Optional[Settings] = None, prefix: str = "", run: Optional[RunState] = None,
-                 **fields):
+                 *, parts: Optional[DatasetParts] = None, **fields):
+        """The dataset of ``path``, serving items from ``parts``.
+
+        Args:
+            path: image folder, .txt list, list of them, dataset yaml (``split`` picks the split), or a
+                split of another label format (COCO .json, Pascal VOC folder or list, LabelMe folder).
+            settings: a :class:`~yolo_data.settings.Settings`; default the evaluation preset.
+            prefix: put before every line logged.
+            run: what the composition root decided for this run (sampling.runstate.RunState: rect batch,
+                shared-memory room, partner groups, the epoch); default: a dataset on its own, one rank.
+            parts: the dataset's parts (items.parts.DatasetParts), assembled from these ``path``,
+                ``settings`` and ``run`` by ``items.parts.assemble`` as build.py does; None: assembled here.
+            **fields: Settings fields by name (``augment=True``, ``cache='ram'``), applied to ``settings``;
+                not with ``parts``, which are already made.
+
+        Raises:
+            TypeError: ``settings`` is not a Settings, or ``fields`` come with ``parts``.
+        """
         if settings is not None and not isinstance(settings, Settings):
             raise TypeError(f"YoloDataset(path, settings): settings must be a yolo_data Settings, got "
                             f"{type(settings).__name__} {settings!r}; for YOLOv5's signature (path, img_size, "
                             "batch_size, augment, ...) use LoadImagesAndLabels")
+        if parts is not None and fields:
+            raise TypeError("YoloDataset(..., parts=...): the parts were made with their settings; "
+                            f"{', '.join(sorted(fields))} cannot change them (give them to the settings instead)")
         self.settings = settings = as_settings(settings, **fields)
         self.run = run or RunState(rect_batch=settings.batch_size)
         self.path, self.prefix = path, prefix
+        if parts is None:
+            parts = assemble(path, settings, prefix, self.run)
         self.augment, self.img_size, self.stride = settings.augment, settings.img_size, settings.stride
         self.rect, self.image_weights = settings.rect, settings.index.image_weights
-        self.control = AugmentControl(settings.augmentation.hyp, self.img_size, settings.mosaic_possible,
-                                      settings.seed, self.augment)
-        guard_opencv_pool()  # before any thread of ours uses OpenCV's pool: workers fork from here
-        self.split_labels, names, self.task = read_labels(path, settings, prefix)
-        self.index: SplitIndex = build_index(self.split_labels.store, names, settings, self.run.rect_batch, prefix,
-                                             data=path)
+        self.control, self.split_labels, self.task = parts.control, parts.labels, parts.task
+        self.index, self.images, self.mapper, self._scratch = parts.index, parts.images, parts.mapper, parts.scratch
+        self.image_cache = self.images.cache
         self.n = len(self.index)
         # shared memory: YOLOv5's train.py sets dataset.indices each epoch (--image-weights) in the main
         # process, and persistent DataLoader workers must see the new ones
         self._indices = torch.arange(self.n, dtype=torch.int64).share_memory_()
         self.indices_version = 0  # counts assignments (the loader's early start compares it)
-        self.images = open_images(self.split_labels, self.store, settings, self.run, prefix)
-        self.image_cache = self.images.cache
-        self._scratch = Scratch()
-        self.mapper = make_mapper(self.index, self.images, settings, self.task, self.control, self._scratch, prefix,
-                                  path)
 
     # -- YOLOv5's attributes, as views over the index -----------------------------------------------
     store = property(lambda self: self.index.store)
@@ -315,6 +222,25 @@ class LoadImagesAndLabels(YoloDataset):
     def __init__(self, path, img_size=640, batch_size=16, augment=False, hyp=None, rect=False, image_weights=False,
                  cache_images=False, single_cls=False, stride=32, pad=0.0, min_items=0, prefix="", *, settings=None,
                  **fields):
+        """YOLOv5's dataset of ``path``.
+
+        Args:
+            path: as YoloDataset's.
+            img_size: the long side images are resized to, and the letterbox size.
+            batch_size: the batch rect shapes are made of (YOLOv5's per-process batch).
+            augment: training augmentation (the training preset of every decision not given).
+            hyp: YOLOv5's hyp dict or yaml path (default: YOLOv5's scratch-low hyps).
+            rect: rectangular batches (images of one batch letterboxed to one shape).
+            image_weights: the training script weights the draws (YOLOv5's ``--image-weights``).
+            cache_images: False, True or 'ram' (one copy per node), or 'disk'.
+            single_cls: every class becomes class 0.
+            stride: rect shapes are multiples of it.
+            pad: rect shapes are widened by ``pad * stride``.
+            min_items: images with fewer labels are left out.
+            prefix: put before every line logged.
+            settings: a Settings for what the parameters above do not cover (they win over it).
+            **fields: Settings fields by name (``split='val'``, ``cache_dir=...``).
+        """
         super().__init__(path, as_settings(settings, **fields).replace(
             img_size=img_size, batch_size=batch_size, augment=augment, hyp=hyp, rect=rect,
             image_weights=image_weights, cache=cache_images, single_cls=single_cls, stride=stride, pad=pad,
@@ -331,9 +257,4 @@ def _image_indices(value, n: int) -> np.ndarray:
     if out.shape != (n,) or (n and (out.min() < 0 or out.max() >= n)):
         raise ValueError(f"dataset.indices must be {n} image indices in 0..{n - 1}, got shape {out.shape}")
     return out
-
-
-def _remember_failure(cache_file, error: ImageDecodeError) -> None:
-    """An image passed the scan and cannot be decoded now: the next run leaves it out (failures.py)."""
-    failures.remember(cache_file, error.path, str(error), (error.size, error.mtime_ns))
 

@@ -259,6 +259,18 @@ class Settings:
     targets: TargetSettings = field(default_factory=TargetSettings)
 
     def __init__(self, **fields):
+        """Settings from fields given by name.
+
+        Args:
+            **fields: any field of any part by its name alone (``rect=True``, ``cache='ram'``; the older
+                names ``imgsz``, ``cache_images``, ``ram_cache_dir``, ``linear_eval`` too), or a part
+                whole by the part's name (``index=IndexSettings(rect=True)``); the rest keep their
+                defaults (the evaluation preset's).
+
+        Raises:
+            TypeError: a name that is no field, or a part of the wrong class.
+            ValueError: a value a field does not take (each part checks its own).
+        """
         parts = {part: fields.pop(part) for part in _PARTS if part in fields}
         for name in _TOP:
             object.__setattr__(self, name, self.__dataclass_fields__[name].default)
@@ -281,16 +293,37 @@ class Settings:
     # -- presets and changes ---------------------------------------------------------------------------
     @classmethod
     def training(cls, **fields) -> "Settings":
-        """Training: every preset decision as YOLOv5's and Ultralytics' trainers make it; ``fields`` by name."""
+        """Training: every preset decision as YOLOv5's and Ultralytics' trainers make it.
+
+        Args:
+            **fields: fields by name, as ``Settings(...)`` takes them, over the preset.
+
+        Returns:
+            Settings with ``augment=True``.
+        """
         return cls().replace(augment=True, **fields)
 
     @classmethod
     def evaluation(cls, **fields) -> "Settings":
-        """Evaluation: YOLOv5's val.py batches; ``fields`` by name."""
+        """Evaluation: YOLOv5's val.py batches.
+
+        Args:
+            **fields: fields by name, as ``Settings(...)`` takes them, over the preset.
+
+        Returns:
+            Settings with ``augment=False``.
+        """
         return cls().replace(augment=False, **fields)
 
     def replace(self, **fields) -> "Settings":
-        """A copy with ``fields`` changed, each given by its name alone (``rect=True``, ``cache='ram'``)."""
+        """A copy with ``fields`` changed.
+
+        Args:
+            **fields: fields by name alone (``rect=True``, ``cache='ram'``), as ``Settings(...)`` takes them.
+
+        Returns:
+            A new Settings (this one is frozen); TypeError for a name that is no field.
+        """
         _route(fields)  # unknown names are refused before anything else
         return Settings(**{**self.fields(), **{ALIASES.get(k, k): v for k, v in fields.items()}})
 

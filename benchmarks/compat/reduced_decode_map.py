@@ -25,17 +25,17 @@ from ultralytics_plugin import METRICS, copy_dataset, train, validate  # noqa: E
 
 
 def forced_reduced_decode(on: bool):
-    """Every YoloDataset built from here on decodes with ``reduced_decode=on`` (the plug-in does not
-    expose the option; the validator builds its dataset inside Ultralytics)."""
-    from yolo_data.dataset import YoloDataset
-    init = YoloDataset.__dict__.get("_unforced_init", YoloDataset.__init__)
-    YoloDataset._unforced_init = init
+    """Every loader the plug-in builds from here on decodes with ``reduced_decode=on`` (the plug-in does
+    not expose the option; the validator builds its loader inside Ultralytics): the plug-in's
+    ``create_loader`` calls ``build_loader`` through its module, where this puts a wrapper."""
+    from yolo_data.integrations import ultralytics_loader
+    build = getattr(ultralytics_loader, "unforced_build_loader", ultralytics_loader.build_loader)
+    ultralytics_loader.unforced_build_loader = build
 
-    @functools.wraps(init)
-    def forced(self, *args, **kwargs):
-        kwargs["reduced_decode"] = on
-        init(self, *args, **kwargs)
-    YoloDataset.__init__ = forced
+    @functools.wraps(build)
+    def forced(path, settings, *args, **kwargs):
+        return build(path, settings.replace(reduced_decode=on), *args, **kwargs)
+    ultralytics_loader.build_loader = forced
 
 
 def input_difference(data: Path, imgsz: int, batch: int) -> str:

@@ -8,9 +8,11 @@ from yolo_data.loading.collate import collate_fn, one_batch
 from yolo_data.dataset import LoadImagesAndLabels
 from yolo_data.geometry.shapes import letterbox, letterbox_plan
 from yolo_data.augment.hyp import AugmentConfig
-from yolo_data.augment.pipeline import draw_finish, finish
+from yolo_data.augment.pipeline import draw_finish
 from yolo_data.augment.sample import Sample
 from yolo_data.loading.tensors import BatchImages, Scratch, shared_fd, write_letterboxed, write_rgb
+
+from finish_reference import finish
 
 
 def reference_chw(img_bgr):
@@ -20,7 +22,7 @@ def reference_chw(img_bgr):
 @pytest.mark.parametrize("channels", [3, 4])
 @pytest.mark.parametrize("hyp", [dict(), dict(hsv_h=0, hsv_s=0, hsv_v=0), dict(flipud=0.5), dict(hsv_h=0.5, flipud=1.0)])
 def test_write_rgb_equals_the_plain_finish_step(channels, hyp):
-    """Same draws, same pixels as pipeline.finish followed by a BGR -> CHW RGB transpose."""
+    """Same draws, same pixels as the plain reference (finish_reference.finish) followed by a BGR -> CHW RGB transpose."""
     cfg = AugmentConfig(**hyp)
     scratch = Scratch()
     for seed in range(6):

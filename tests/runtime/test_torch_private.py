@@ -100,6 +100,64 @@ def test_shutdown_workers_ends_them_now_or_with_the_iterator(way):
         assert not any(w.is_alive() for w in workers)
 
 
+def test_index_sampler_is_torchs_own_answer_whatever_a_subclass_overrides(way):
+    class Overriding(DataLoader):
+        @property
+        def _index_sampler(self):
+            return "the subclass's"
+
+    batched = Overriding(_Numbers(), batch_size=2)
+    assert torch_private.index_sampler(batched) is batched.batch_sampler
+    unbatched = Overriding(_Numbers(), batch_size=None)
+    assert torch_private.index_sampler(unbatched) is unbatched.sampler
+
+
+def test_take_iterator_takes_the_kept_one_or_leaves_it(way):
+    loader = DataLoader(_Numbers(), batch_size=2, num_workers=2, persistent_workers=True)
+    assert torch_private.take_iterator(loader) is None  # no pass yet: nothing kept
+    it = iter(loader)
+    next(it)
+    workers = list(it._workers)
+    with ended(workers):
+        taken = torch_private.take_iterator(loader)
+        if way == "fallback":
+            assert taken is None and loader._iterator is it
+            loader._iterator = taken = None  # the workers end with the iterator
+        else:
+            assert taken is it and loader._iterator is None
+            torch_private.shutdown_workers(taken)
+        del it, taken
+        gc.collect()
+        for w in workers:
+            w.join(30)
+        assert not any(w.is_alive() for w in workers)
+
+
+def test_ultralytics_close_ends_the_workers_now_and_a_later_pass_starts_new_ones(small_dataset, tmp_path, way):
+    from yolo_data import Settings
+    from yolo_data.integrations.ultralytics_loader import create_loader
+    loader = create_loader(str(small_dataset), Settings.evaluation(img_size=64, batch_size=2, workers=2, split="train",
+                                                                   cache_dir=tmp_path / "c"))
+    first = [b["im_file"] for b in loader]
+    workers = list(loader._iterator._workers)
+    with ended(workers):
+        loader.close()
+        if way == "private":
+            for w in workers:
+                w.join(30)
+            assert not any(w.is_alive() for w in workers)
+        else:  # the workers stay until the loader is freed; the next pass takes them up again
+            assert all(w.is_alive() for w in workers)
+        again = [b["im_file"] for b in loader]
+        assert again == first
+        loader.close()
+        del loader
+        gc.collect()
+        for w in workers:
+            w.join(30)
+        assert not any(w.is_alive() for w in workers)
+
+
 ANSWER_S = 120  # how long the test waits for the other process's answer before it fails
 
 

@@ -19,13 +19,13 @@ from .perspective import (PerspectiveParams, box_candidates, draw_perspective, f
     random_perspective, warp_boxes, warp_sample)
 from .photometric import apply_hsv, augment_hsv, hsv_tables
 from .albument import AlbumentationsStep
-from .pipeline import draw_finish, finish, flip_boxes, item_rng, mosaic_with_mixup, single_image_geometry
+from .pipeline import draw_finish, flip_boxes, item_rng, mosaic_with_mixup, single_image_geometry
 from .augstate import AugmentControl, SharedSettings, TrainSettings
 
 __all__ = ["AugmentConfig", "load_hyp", "Points", "Sample", "box_polygons", "join_extras", "copy_paste", "cutmix",
            "mixup", "mosaic4", "mosaic4_resized", "mosaic9", "mosaic_border", "mosaic_centre",
            "paste_objects", "PerspectiveParams", "box_candidates", "draw_perspective", "flip_lr",
            "flip_ud", "perspective_matrix", "random_perspective", "warp_boxes", "warp_sample",
-           "apply_hsv", "augment_hsv", "hsv_tables", "AlbumentationsStep", "draw_finish", "finish",
+           "apply_hsv", "augment_hsv", "hsv_tables", "AlbumentationsStep", "draw_finish",
            "flip_boxes", "item_rng", "mosaic_with_mixup", "single_image_geometry", "AugmentControl",
            "SharedSettings", "TrainSettings"]

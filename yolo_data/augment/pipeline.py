@@ -25,7 +25,7 @@ from .mosaic import (copy_paste, cutmix, mixup, mosaic4, mosaic4_resized, mosaic
                      paste_objects)
 from .perspective import (draw_perspective, flip_lr, flip_ud, perspective_matrix, random_perspective,
                           warp_sample)
-from .photometric import apply_hsv, draw_hsv_gains
+from .photometric import draw_hsv_gains
 from .sample import Sample
 from ..sampling.seeds import item_rng  # noqa: F401  (a seeding rule; still importable from here)
 
@@ -123,6 +123,8 @@ class FinishDraws:
 
 
 def draw_finish(cfg: AugmentConfig, rng: np.random.Generator) -> FinishDraws:
+    """The item's last draws (FinishDraws), applied where its pixels are written into the batch tensor
+    (tensors.write_rgb) and to its boxes (``flip_boxes``)."""
     gains = draw_hsv_gains(rng, cfg.hsv_h, cfg.hsv_s, cfg.hsv_v)
     ud = bool(cfg.flipud and rng.random() < cfg.flipud)
     lr = bool(cfg.fliplr and rng.random() < cfg.fliplr)
@@ -137,17 +139,3 @@ def flip_boxes(sample: Sample, draws: FinishDraws) -> Sample:
         sample = flip_lr(sample)
     return sample
 
-
-def finish(sample: Sample, cfg: AugmentConfig, rng: np.random.Generator, extra=None) -> Sample:
-    """Photometric steps and flips, after the geometry, as a Sample with a (H, W, 3) BGR image.
-    ``extra``: an optional callable (sample, rng) -> sample (the Albumentations step).
-
-    The dataset does the same with the same draws, but applies HSV and flips on the way into the
-    batch tensor (tensors.write_rgb); this is the plain reference of that step."""
-    if extra is not None:
-        sample = extra(sample, rng)
-    draws = draw_finish(cfg, rng)
-    img = sample.img if draws.hsv_gains is None else apply_hsv(sample.img, draws.hsv_gains)
-    if img.shape[2] == 4:  # a mosaic canvas is BGRA (see mosaic._canvas) and HSV was off
-        img = cv2.cvtColor(img, cv2.COLOR_BGRA2BGR)
-    return flip_boxes(Sample(img, sample.cls, sample.boxes, sample.segments, sample.extras), draws)

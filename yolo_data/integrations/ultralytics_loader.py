@@ -47,9 +47,10 @@ class UltralyticsLoader(YoloDataLoader):
         self.discard_early_pass()
 
     def close(self) -> None:
-        """Shut the persistent workers down now (Ultralytics calls this at the end of training)."""
+        """Shut the persistent workers down now (Ultralytics calls this at the end of training); a pass
+        after it starts new ones."""
         self.reset()
-        it, self._iterator = self._iterator, None
+        it = torch_private.take_iterator(self)
         if it is not None:
             torch_private.shutdown_workers(it)
 

@@ -29,6 +29,32 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
     ranks and workers, and ``loader.state_dict()`` / ``load_state_dict()`` resume mid-epoch on any of
     them.  Workers persist across epochs and start when the loader is built (``early_start=False``: at
     the first ``iter``).  Assembly, worker count, /dev/shm room and the ranks' agreement: build.py.
+
+    Args:
+        path: image folder, .txt list, list of these, dataset yaml, COCO .json or Pascal VOC folder/list.
+        imgsz: the long side images are resized to, and the letterbox size.
+        batch_size: per rank.
+        stride: the model's largest stride (rect shapes are multiples of it).
+        single_cls: every class becomes class 0.
+        hyp: YOLOv5's hyp dict or yaml path (default: hyp.scratch-low's).
+        augment: training augmentation, and the training preset of every decision not given.
+        cache: False, True or 'ram' (one copy per node), or 'disk'.
+        pad: rect shapes widened by ``pad * stride``.
+        rect: rectangular batches.
+        rank: the local rank under DDP, -1 otherwise.
+        workers: at most this many DataLoader workers (fewer where CPUs or /dev/shm say so).
+        image_weights: the training script weights the draws (``dataset.indices`` each epoch).
+        quad: YOLOv5's collate_fn4 (4 items make one image of twice the size).
+        prefix: put before every line logged.
+        shuffle: a new order every epoch.
+        seed: keys every random choice (with the epoch and the item).
+        settings: a Settings for everything the arguments above do not cover (they win over it).
+        **fields: Settings fields by name (``split='val'``, ``cache_dir=...``, ``class_balance=0.1``).
+
+    Returns:
+        ``(loader, dataset)``: a YoloDataLoader, batches ``(imgs, targets, paths, shapes)`` with imgs
+        uint8 (B, 3, H, W) RGB and targets float32 (N, 6) [image index, class, x, y, w, h] normalised;
+        and its YoloDataset (``loader.dataset``).
     """
     settings = as_settings(settings, **fields).replace(
         img_size=imgsz, batch_size=batch_size, stride=stride, single_cls=single_cls, hyp=hyp, augment=augment,

@@ -40,6 +40,33 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
     ``mask_downsample_ratio`` (masks are 1/ratio of the image's height and width) and ``overlap_mask``
     (one mask per image); the task is 'segment'.  ``quad`` is refused: YOLOv5's collate_fn4 makes
     detection batches only.
+
+    Args:
+        path: image folder, .txt list, list of these, or dataset yaml, with polygon labels.
+        imgsz: the long side images are resized to, and the letterbox size.
+        batch_size: per rank.
+        stride: the model's largest stride.
+        single_cls: every class becomes class 0.
+        hyp: YOLOv5's hyp dict or yaml path.
+        augment: training augmentation, and the training preset of every decision not given.
+        cache: False, True or 'ram', or 'disk'.
+        pad: rect shapes widened by ``pad * stride``.
+        rect: rectangular batches.
+        rank: the local rank under DDP, -1 otherwise.
+        workers: at most this many DataLoader workers.
+        image_weights: the training script weights the draws.
+        quad: must be False (ValueError otherwise).
+        prefix: put before every line logged.
+        shuffle: a new order every epoch.
+        mask_downsample_ratio: masks are 1/ratio of the image's height and width.
+        overlap_mask: one mask per image (pixel = 1-based instance position), else one 0/1 mask per target.
+        seed: keys every random choice (with the epoch and the item).
+        settings: a Settings for everything the arguments above do not cover (they win over it).
+        **fields: Settings fields by name (``split='val'``, ``cache_dir=...``).
+
+    Returns:
+        ``(loader, dataset)``: batches ``(imgs, targets, paths, shapes, masks)`` (module docstring), and
+        the YoloDataset.
     """
     if quad:
         raise ValueError("quad=True (YOLOv5's collate_fn4) makes detection batches only; segmentation needs "

@@ -6,7 +6,8 @@ training, each with explicit settings.
                  (every random choice from one generator keyed by (seed, epoch, image, draw); an
                  unreadable image is replaced by the next one, with a warning)
 
-Items are written straight into slot ``k`` of a batch's image tensor (tensors.BatchImages).  ``img``:
+A caller's own mapper takes the place of both (``ItemMapper``: an IndexItem and its DrawKey to the
+item).  Items are written straight into slot ``k`` of a batch's image tensor (tensors.BatchImages).  ``img``:
 uint8 (3, H, W) RGB; ``targets``: float32 (n, 6) [0, class, x, y, w, h] normalised to the image (column
 0 is set by the collate function); ``shapes``: YOLOv5's ``((h0, w0), ((h / h0, w / w0), (padw, padh)))``,
 None for mosaics.
@@ -225,6 +226,96 @@ class TrainMapper:
             except ImageReadError:  # an image went missing: this item takes the single-item path
                 items.append(self(i, key, out, k))
         return items
+
+
+@dataclass(frozen=True, eq=False)
+class IndexItem:
+    """Item ``i`` of the index as a custom mapper reads it (build_loader's ``mapper``): ``i`` is the
+    image's place in the index's store (0..n-1, after the filters and the rect order)."""
+    index: SplitIndex
+    images: ImageSource
+    i: int
+
+    @property
+    def im_file(self) -> str:
+        """The image's path (or bucket URL)."""
+        return self.index.store.im_file(self.i)
+
+    @property
+    def labels(self) -> np.ndarray:
+        """(n, 5) float32 read-only [class, x, y, w, h], boxes normalised to the image as decoded."""
+        return self.index.store.labels_of(self.i)
+
+    @property
+    def segments(self) -> List[np.ndarray]:
+        """One (k, 2) float32 normalised polygon per object, or [] when the image has none."""
+        return self.index.store.segments_of(self.i)
+
+    @property
+    def keypoints(self) -> np.ndarray:
+        """(n, K, 3) float32 read-only [x, y, visibility], x and y normalised (K = 0 unless pose)."""
+        return self.index.store.keypoints_of(self.i)
+
+    @property
+    def shape(self):
+        """The letterbox target the built mappers use: the rect batch's (2,) int64 [h, w], or img_size."""
+        return self.index.shape_of(self.i)
+
+    def image(self):
+        """The image as the built mappers read it (images.load.LoadedImage): ``img`` (h, w, 3) uint8 BGR
+        with its long side at img_size, ``hw0`` (h0, w0) as decoded, ``hw`` (h, w) after the resize;
+        from the image cache when the dataset has one."""
+        return self.images(self.i)
+
+
+class ItemMapper:
+    """A caller's mapper in the dataset's place (``build_loader(..., mapper=fn)``).
+
+    ``fn(item, key)`` gets the index's item (IndexItem: its file, labels, polygons, keypoints, letterbox
+    shape and ``image()``) and its DrawKey (``key.epoch``, ``key.draw``), and returns the item as the
+    built mappers do, ``(img, targets, path, shapes)`` or with a fifth part:
+
+    - ``img``: uint8 (3, H, W) RGB CPU tensor; the items of one batch have one shape (they are stacked);
+    - ``targets``: float32 (n, 6) tensor [0, class, x, y, w, h], boxes normalised xywh to ``img``
+      (column 0 is set to the image's place in the batch by the collate function, in place);
+    - ``path``: the image's path (``item.im_file``);
+    - ``shapes``: YOLOv5's ``((h0, w0), ((h / h0, w / w0), (padw, padh)))``, or None;
+    - optional fifth part: per-object extras, name -> (n, ...) tensor, row j beside target row j.
+
+    Random choices drawn from ``item_rng(seed, key.epoch, item.i, draw=key.draw)`` (augment.pipeline)
+    give the same items whichever worker makes them.  The image is copied into its slot of the batch
+    tensor, as the built mappers write theirs; a TypeError names a part of the wrong kind.
+    """
+
+    def __init__(self, fn: Callable, index: SplitIndex, images: ImageSource):
+        self.fn, self.index, self.images = fn, index, images
+
+    def __call__(self, i: int, key: DrawKey, out: BatchImages, k: int):
+        item = self.fn(IndexItem(self.index, self.images, i), key)
+        img = _checked_item(item)
+        t = out.write(k, img.shape[1:], lambda planes: np.copyto(planes, img.numpy()))
+        return (t,) + tuple(item[1:])
+
+    def batch(self, ids: List[int], keys: List[DrawKey], groups: List[int], out: BatchImages):
+        """Items ``ids`` of one batch, one by one (a caller's mapper has no partner groups)."""
+        return [self(i, key, out, k) for k, (i, key) in enumerate(zip(ids, keys))]
+
+
+def _checked_item(item) -> torch.Tensor:
+    """The item's image, once the item is of the kinds ItemMapper states; else a TypeError."""
+    if not isinstance(item, tuple) or len(item) not in (4, 5):
+        raise TypeError(f"mapper: an item is a tuple (img, targets, path, shapes[, extras]), got "
+                        f"{type(item).__name__} of {len(item) if isinstance(item, (tuple, list)) else '?'} parts")
+    img, targets = item[0], item[1]
+    if not (isinstance(img, torch.Tensor) and img.dtype == torch.uint8 and img.dim() == 3 and img.shape[0] == 3
+            and img.device.type == "cpu"):
+        raise TypeError(f"mapper: img must be a uint8 (3, H, W) CPU tensor, got "
+                        f"{getattr(img, 'dtype', type(img).__name__)} {tuple(getattr(img, 'shape', ()))}")
+    if not (isinstance(targets, torch.Tensor) and targets.dtype == torch.float32 and targets.dim() == 2
+            and targets.shape[1] == 6):
+        raise TypeError(f"mapper: targets must be a float32 (n, 6) tensor [0, class, x, y, w, h], got "
+                        f"{getattr(targets, 'dtype', type(targets).__name__)} {tuple(getattr(targets, 'shape', ()))}")
+    return img
 
 
 def make_mapper(index: SplitIndex, images: ImageSource, settings, task: LabelTask, control, scratch: Scratch,

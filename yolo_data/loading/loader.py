@@ -38,21 +38,23 @@ class YoloDataLoader(DataLoader):
 
     def __init__(self, *args, early_start: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
-        self._early = None
+        self._early = None  # (what decided the early pass, its iterator)
         self._yielded = 0  # batches handed out by the current pass
         self._expect = None  # (what, digest) a resumed pass checks before it starts
         self._digest = None  # of the dataset's names and labels, for state_dict
         if (early_start and self.num_workers > 0 and self.persistent_workers
                 and isinstance(self.sampler, YoloSampler)):
-            DataLoader.__iter__(self)  # persistent workers: makes self._iterator, forking them; the sampler starts its pass
-            self._early = self._settings()
+            # persistent workers: torch makes the iterator it keeps between passes, forking them, and
+            # returns it; the sampler starts its pass
+            it = DataLoader.__iter__(self)
+            self._early = (self._settings(), it)
 
     @property
     def _index_sampler(self):
         """What torch's iterators draw the batches' keys from (a private torch property, see
         torch_private.py): for a dataset that reads ahead (images in a bucket), each batch's keys
         carry the keys of the batch the same process is given next (BatchKeys)."""
-        batches = super()._index_sampler
+        batches = torch_private.index_sampler(self)
         if ("index_sampler" not in torch_private.PRIVATE or self.batch_sampler is None
                 or not getattr(self.dataset, "reads_ahead", False)):
             return batches
@@ -79,8 +81,9 @@ class YoloDataLoader(DataLoader):
         if self._expect is not None:
             self._check_resumed()
         if early is not None:
-            if now[1:] == early[1:] and self.sampler.keep_started_pass(early[0]):
-                return _Counted(self._iterator, self)
+            started, it = early
+            if now[1:] == started[1:] and self.sampler.keep_started_pass(started[0]):
+                return _Counted(it, self)
             self.sampler.forget_pass()  # the reset below makes the pass the script asked for
         return _Counted(super().__iter__(), self)
 

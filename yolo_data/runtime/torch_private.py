@@ -23,18 +23,24 @@ and the sharing record):
 * ``_MultiProcessingDataLoaderIter._shutdown_workers()``: end persistent workers now.  Fallback: drop
   the iterator (torch ends its workers when it is freed).
 * ``DataLoader._index_sampler``: the property torch's iterators take each batch's keys from;
-  YoloDataLoader overrides it to tell each batch the next one of the same worker (loader.LookAhead).
-  Fallback: the batch sampler itself (a torch that stopped asking the property never calls the
-  override): a bucket's images are then fetched when their batch is made, not while the one before is.
+  YoloDataLoader overrides it to tell each batch the next one of the same worker (loader.LookAhead),
+  over what torch's own property gives (``index_sampler``).  Fallback: the batch sampler itself (a
+  torch that stopped asking the property never calls the override): a bucket's images are then
+  fetched when their batch is made, not while the one before is; torch's own answer is then read from
+  the public ``batch_sampler`` and ``sampler``, as torch defines it.
+* ``DataLoader._iterator``: the iterator a loader with persistent workers keeps from pass to pass.
+  ``take_iterator`` takes it away, so that its workers can be ended now and the next pass starts new
+  ones.  Fallback: None (the workers stay until the loader is freed, and the next pass reuses them).
 """
 from __future__ import annotations
 
 from typing import Optional, Tuple
 
 import torch
+from torch.utils.data import DataLoader
 
 PRIVATE = {"new_shared", "share_names", "disabled_torch_function", "default_store", "shutdown_workers",
-           "index_sampler"}
+           "index_sampler", "loader_iterator"}
 
 
 def new_shared_storage(nbytes: int) -> torch.UntypedStorage:
@@ -116,3 +122,22 @@ def shutdown_workers(iterator) -> None:
     """End a DataLoader iterator's workers now (else they end when the iterator is freed)."""
     if "shutdown_workers" in PRIVATE and hasattr(iterator, "_shutdown_workers"):
         iterator._shutdown_workers()
+
+
+def index_sampler(loader):
+    """What torch's own ``DataLoader._index_sampler`` gives for ``loader`` (a DataLoader or a subclass
+    that overrides the property): the batch sampler when the loader batches, else the sampler."""
+    if "index_sampler" in PRIVATE:
+        prop = getattr(DataLoader, "_index_sampler", None)
+        if isinstance(prop, property):
+            return prop.fget(loader)
+    return loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
+
+
+def take_iterator(loader):
+    """The iterator a DataLoader with persistent workers keeps between passes, taken from it (the
+    loader's next pass makes a new one), or None where it has none or it cannot be read."""
+    it = getattr(loader, "_iterator", None) if "loader_iterator" in PRIVATE else None
+    if it is not None:
+        loader._iterator = None
+    return it
