@@ -22,7 +22,7 @@ from torch.utils.data import Dataset
 
 from . import distributed
 from .images import failures
-from .storage import objectcache, remote
+from .storage import using
 from .labels import summary
 from .augment.augstate import AugmentControl, TrainSettings
 from .labels.cache import user_cache_dir
@@ -36,7 +36,7 @@ from .items.mapping import DrawKey, make_mapper
 from .sampling.runstate import RunState
 from .sampling.sampler import ItemKey
 from .settings import Settings, as_settings, fraction_count
-from .formats.sources import fraction_cache_file, img2label_path, list_image_files
+from .formats.sources import fraction_cache_file, img2label_path, list_image_files, storage_for
 from .labels.split import SplitLabels, load_split
 from .labels.store import ImageFiles, Keypoints, LabelFiles, Labels, Segments
 from .items.task import LabelTask, resolve_task
@@ -83,13 +83,6 @@ def read_labels(path, settings: Settings, prefix: str = "") -> Tuple[SplitLabels
     VOC folder/list, LabelMe folder); ``settings.source.fraction`` < 1 keeps the first images in file
     order."""
     part = settings.source
-    if part.endpoint_url is not None:  # before the yaml: it may be in the bucket too
-        remote.configure(endpoint_url=part.endpoint_url)
-    if part.object_cache_gb or remote.options().object_cache_bytes:
-        folder = Path(part.cache_dir) if part.cache_dir else user_cache_dir() / "remote"
-        remote.configure(object_cache_bytes=int(part.object_cache_gb * 2**30), object_dir=str(folder / "objects"))
-        if part.object_cache_gb > 0:  # checked here, so the DataLoader workers inherit its one warning
-            objectcache.prepare(folder / "objects")
     paths, names, spec = resolve_split(path, settings.split_name, settings.augment)
     task = resolve_task(settings.targets, spec and spec.kpt_shape, spec and spec.flip_idx, str(path))
     default_cache = None  # where the format puts the split's cache
@@ -165,15 +158,19 @@ class YoloDataset(Dataset):
         self.control = AugmentControl(settings.augmentation.hyp, self.img_size, settings.mosaic_possible,
                                       settings.seed, self.augment)
         guard_opencv_pool()  # before any thread of ours uses OpenCV's pool: workers fork from here
-        self.split_labels, names, self.task = read_labels(path, settings, prefix)
-        self.index: SplitIndex = build_index(self.split_labels.store, names, settings, self.run.rect_batch, prefix,
-                                             data=path)
-        self.n = len(self.index)
-        # shared memory: YOLOv5's train.py sets dataset.indices each epoch (--image-weights) in the main
-        # process, and persistent DataLoader workers must see the new ones
-        self._indices = torch.arange(self.n, dtype=torch.int64).share_memory_()
-        self.indices_version = 0  # counts assignments (the loader's early start compares it)
-        self.images = open_images(self.split_labels, self.store, settings, self.run, prefix)
+        # this dataset's own backends (its endpoint, its object cache): its files and objects are read
+        # through them while it is built, and its images by them in the workers; nothing process-wide
+        self.storage = storage_for(settings.source)
+        with using(self.storage):
+            self.split_labels, names, self.task = read_labels(path, settings, prefix)
+            self.index: SplitIndex = build_index(self.split_labels.store, names, settings, self.run.rect_batch,
+                                                 prefix, data=path)
+            self.n = len(self.index)
+            # shared memory: YOLOv5's train.py sets dataset.indices each epoch (--image-weights) in the main
+            # process, and persistent DataLoader workers must see the new ones
+            self._indices = torch.arange(self.n, dtype=torch.int64).share_memory_()
+            self.indices_version = 0  # counts assignments (the loader's early start compares it)
+            self.images = open_images(self.split_labels, self.store, settings, self.run, prefix)
         self.image_cache = self.images.cache
         self._scratch = Scratch()
         self.mapper = make_mapper(self.index, self.images, settings, self.task, self.control, self._scratch, prefix,

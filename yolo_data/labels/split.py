@@ -19,7 +19,7 @@ import numpy as np
 from . import cache
 from .. import distributed, formats
 from ..images import failures
-from ..storage import remote
+from ..storage import backend_for, current_storage, ensure_listed, is_url
 from ..formats.base import LabelFormat, SourceOptions
 from ..formats.problems import Problem
 from .scan import Progress, scan_pairs
@@ -149,7 +149,7 @@ def _load_or_scan_once_per_job(tag: str, path, options: SourceOptions, cache_dir
     label cache file to the other nodes' local ranks 0 through the process group's store, which keep
     it in their own cache folder and check it as any cache file is checked (cache.load)."""
     entries = formats.entries(path)
-    key = distributed.job_share_key(tag) if remote.is_remote(entries[0]) else None
+    key = distributed.job_share_key(tag) if is_url(entries[0]) else None
     if key is None:
         return _load_or_scan(path, options, cache_dir, workers, force, progress, save, default_cache)
     if distributed.get_rank() == 0:
@@ -208,7 +208,7 @@ def _published(default: Path, local: Path, fp: str, im_files: List[str]):
     if url is None:
         return None
     try:
-        data = remote.read(url)
+        data = backend_for(url).read(url)
     except FileNotFoundError:
         return None
     except OSError as e:
@@ -237,7 +237,7 @@ def publish(split: SplitLabels) -> str:
         raise ValueError(f"{split.default_file}: not the label cache of a split in a bucket (nothing to publish)")
     if split.cache_file is None:
         raise ValueError(f"{url}: the split's label cache was not written, so there is nothing to publish")
-    remote.write(url, Path(split.cache_file).read_bytes())
+    backend_for(url).write(url, Path(split.cache_file).read_bytes())
     return url
 
 
@@ -260,8 +260,8 @@ def _warm_start(fmt: LabelFormat, entries: List, options: SourceOptions, cache_d
             continue  # the usual path below reports it
         if contents.settings != settings or contents.listed is None:  # (the fingerprint covers the
             continue  # settings too; comparing them first spares the images' stats when the files changed)
-        if remote.is_remote(contents.listed[0] if contents.listed else None):
-            remote.ensure_listed(contents.listed)  # the images' folders listed, not one request per image
+        if is_url(contents.listed[0] if contents.listed else None):
+            ensure_listed(contents.listed)  # the images' folders listed, not one request per image
         fp = cache.fingerprint(contents.listed, None, None, settings=settings)
         if fp == contents.fingerprint:
             try:
@@ -310,7 +310,7 @@ def _first_fresh(candidates: List[Path], fp: str, im_files) -> Optional[Tuple[ca
 def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progress, save,
                   default_cache: Optional[Path] = None) -> SplitLabels:
     t0 = time.perf_counter()
-    remote.forget()  # a bucket's folders are listed anew: objects may have changed since the last start
+    current_storage().forget()  # a bucket's folders are listed anew: objects may have changed since the last start
     fmt, listed = formats.split_format(path), formats.entries(path)  # asked once: a claim may list a folder
     if options.task not in fmt.tasks:
         raise ValueError(f"{path}: {fmt.name} annotations cannot be read for task '{options.task}' "
@@ -339,7 +339,7 @@ def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progr
             return split(contents.store, cfile, False, contents.counts, contents.problems, contents.names)
 
     names = source.find_names()
-    failed_before = remote.counts().get("failed", 0)
+    failed_before = current_storage().counts().get("failed", 0)
     records = scan_pairs(im_files, source.labels, source.nc, workers=workers, progress=progress,
                          reader=source.reader)
     store = LabelStore.from_records(records)
@@ -352,7 +352,7 @@ def _load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progr
     for p in problems:  # the dataset's summary shows them on every run (the first few), yolo-data-cache all
         LOGGER.debug(str(p))
     written = None
-    failed = remote.counts().get("failed", 0) - failed_before
+    failed = current_storage().counts().get("failed", 0) - failed_before
     if failed and save:  # what the network decided must not be kept as the truth about these files
         LOGGER.warning(f"{failed} requests to the bucket failed after every retry (their images are left "
                        "out of this run); the label cache is not written, so the next start scans again")
