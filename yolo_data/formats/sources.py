@@ -52,9 +52,15 @@ def user_cache_dir() -> Path:
 
 
 def storage_for(source) -> Storage:
-    """The Storage a dataset of the source settings ``source`` (settings.SourceSettings) reads through:
-    its ``endpoint_url``, and its object cache of ``object_cache_gb`` in ``cache_dir``, else in the
-    per-user cache folder (``remote/objects``).  The dataset holds it; nothing process-wide changes."""
+    """The Storage a dataset reads through: the dataset holds it, and nothing process-wide changes.
+
+    Args:
+        source: the dataset's settings.SourceSettings: its ``endpoint_url``, and its object cache of
+            ``object_cache_gb`` in ``cache_dir``, else in the per-user cache folder (``remote/objects``).
+
+    Returns:
+        A Storage whose backends are made, on first use, with those options.
+    """
     folder = Path(source.cache_dir) if source.cache_dir else user_cache_dir() / REMOTE_CACHE_FOLDER
     return Storage(StorageOptions(endpoint_url=source.endpoint_url,
                                   object_cache_bytes=int(source.object_cache_gb * 2**30),

@@ -54,9 +54,17 @@ _factories: Dict[str, Factory] = {"": local_backend, "file": local_backend, "s3"
 
 
 def register(scheme: str, factory: Factory) -> None:
-    """Read ``scheme://`` URLs through ``factory(options)`` (a Backend subclass, or any callable that
-    makes one from a StorageOptions); replaces what the scheme had.  Storages that already made a
-    backend of this scheme keep it."""
+    """Read ``scheme://`` URLs through backends that ``factory`` makes; replaces what the scheme had.
+    Storages that already made a backend of this scheme keep it.
+
+    Args:
+        scheme: the URL scheme, e.g. ``"gs"`` for ``gs://bucket/key`` (case-insensitive).
+        factory: ``factory(options) -> Backend``, called once per Storage (per dataset) with its
+            StorageOptions: a Backend subclass, or any callable.
+
+    Raises:
+        ValueError: a scheme that is not one (letters, digits, ``+-.``, two characters at least).
+    """
     scheme = scheme.lower()
     if not _SCHEME.match(scheme):
         raise ValueError(f"storage scheme {scheme!r}: letters, digits, '+', '-' or '.', starting with a "
@@ -84,7 +92,17 @@ class Storage:
         self._made: Dict[str, Backend] = {}
 
     def backend_for(self, url) -> Backend:
-        """The backend that reads ``url`` (a path or URL).  ValueError for a scheme nobody registered."""
+        """The backend that reads ``url``, made on first use of its scheme.
+
+        Args:
+            url: a URL (``s3://bucket/key``) or a local path.
+
+        Returns:
+            The Backend of the URL's scheme (local disk for a plain path).
+
+        Raises:
+            ValueError: a scheme nobody registered (the message names the registered ones).
+        """
         scheme = scheme_of(url)
         backend = self._made.get(scheme)
         if backend is None:
@@ -149,7 +167,14 @@ def current_storage() -> Storage:
 @contextmanager
 def using(storage: Storage) -> Iterator[Storage]:
     """Meanwhile, in this thread, paths and URLs are read through ``storage`` (what a dataset does
-    while it is built)."""
+    while it is built); afterwards the storage in use is what it was.
+
+    Args:
+        storage: the Storage to read through.
+
+    Returns:
+        A context manager that gives ``storage``.
+    """
     token = _in_use.set(storage)
     try:
         yield storage
@@ -171,7 +196,14 @@ def carried(fn: Callable) -> Callable:
 
 
 def backend_for(url) -> Backend:
-    """The backend that reads ``url`` (a path or URL), of the Storage in use."""
+    """The backend that reads ``url``, of the Storage in use (Storage.backend_for).
+
+    Args:
+        url: a URL (``s3://bucket/key``, any registered scheme) or a local path.
+
+    Returns:
+        The Backend that reads it.
+    """
     return current_storage().backend_for(url)
 
 
