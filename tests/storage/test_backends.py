@@ -116,6 +116,21 @@ def test_a_warm_start_reads_no_object_of_a_registered_backend(mem):
     assert not again.built and len(made) == 1 and made[0].reads == scanned  # listings and stats only
 
 
+def test_local_disk_is_a_backend_too_for_file_urls(mem):
+    local, _ = mem
+    url = f"file://{local}/sample.yaml"
+    got, dataset = create_dataloader(url, 64, 4, 32, workers=0, rect=True)
+    want, _ = create_dataloader(str(local / "sample.yaml"), 64, 4, 32, workers=0, rect=True)
+    same(batches(got), batches(want), str(local), f"file://{local}/")
+    backend = backend_for(url)
+    image = f"file://{local}/sample/images/val/val_000.jpg"
+    data = (local / "sample" / "images" / "val" / "val_000.jpg").read_bytes()
+    assert backend.read(image, 2, 3) == data[2:5] and backend.stat(image).size == len(data)
+    assert backend.stat(f"file://{local}/nothing.jpg") is None and backend.stat(f"file://{local}/sample") is None
+    assert [o.url for o in backend.list(f"file://{local}/sample/images", recursive=False)] == []
+    assert len(backend.list(f"file://{local}/sample/images")) == 24
+
+
 def test_a_scheme_nobody_registered_is_named():
     with pytest.raises(ValueError, match=r"gs://b/data.yaml: no storage backend reads gs:// URLs \(registered: "
                                          r"file://, s3://\)"):
