@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from .storage import container
+from .storage import Storage, StorageOptions, container, using
 from .formats.datayaml import is_dataset_yaml, load_dataset_yaml
 from .labels.split import SplitLabels, load_split
 from .labels.summary import progress_bar
@@ -154,9 +154,13 @@ def build_cache_main(argv=None) -> int:
         except (FileNotFoundError, ValueError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-    if args.endpoint_url:
-        from .storage import remote
-        remote.configure(endpoint_url=args.endpoint_url)
+    # the buckets of this command's dataset are read at --endpoint-url (a Storage of its own)
+    with using(Storage(StorageOptions(endpoint_url=args.endpoint_url))):
+        return _build_and_publish(args)
+
+
+def _build_and_publish(args) -> int:
+    """yolo-data-cache's work, once its arguments are read: the caches, their table, --publish."""
     try:
         rows = build_caches(args.data, args.workers, cache_dir_for(args.data, args.cache_dir), args.force,
                             keep_difficult=args.keep_difficult)

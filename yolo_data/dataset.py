@@ -79,6 +79,7 @@ class YoloDataset(Dataset):
         self.rect, self.image_weights = settings.rect, settings.index.image_weights
         self.control, self.split_labels, self.task = parts.control, parts.labels, parts.task
         self.index, self.images, self.mapper, self._scratch = parts.index, parts.images, parts.mapper, parts.scratch
+        self.storage = parts.storage  # the backends its images are read through (its endpoint, its object cache)
         self.image_cache = self.images.cache
         self.n = len(self.index)
         # shared memory: YOLOv5's train.py sets dataset.indices each epoch (--image-weights) in the main

@@ -63,9 +63,10 @@ class SourceSettings:
     read-only; for a dataset in a bucket, the per-user cache folder).  ``scan_workers``: threads scanning
     labels and filling an image cache (None: 8).  ``endpoint_url``: the S3-compatible server of
     ``s3://`` paths (``http://host:port``; None: ``$AWS_ENDPOINT_URL_S3``, ``$AWS_ENDPOINT_URL``, else
-    AWS; see remote.py).  ``object_cache_gb``: for a dataset in a bucket, keep up to this many GB of
+    AWS; see storage/s3.py).  ``object_cache_gb``: for a dataset in a bucket, keep up to this many GB of
     fetched images' bytes on local disk (in ``cache_dir``, else the per-user cache folder), read from
-    there in later epochs (a finite number >= 0; 0: none; objectcache.py)."""
+    there in later epochs (a finite number >= 0; 0: none; objectcache.py).  Both are held by the
+    dataset's own storage backends (``dataset.storage``), never set for the whole process."""
     split: Optional[str] = None
     fraction: Union[float, int] = 1.0
     names: Optional[Sequence[str]] = None

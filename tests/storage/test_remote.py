@@ -12,7 +12,7 @@ import torch
 import s3server
 from conftest import make_dataset, write_image
 from yolo_data import create_dataloader
-from yolo_data.storage import remote, s3list
+from yolo_data.storage import S3Backend, remote, s3list
 from yolo_data.labels.split import load_split
 
 minio = pytest.importorskip("minio")
@@ -492,30 +492,32 @@ def test_when_rank_0_cannot_write_its_cache_the_other_nodes_scan_themselves(s3, 
 
 
 def test_a_worker_forked_while_a_thread_holds_the_lock_gets_a_fresh_one():
-    remote._lock.acquire()  # as a listing thread of the parent may hold it at the fork
+    backend = remote.backend()
+    held = backend._lock
+    held.acquire()  # as a listing thread of the parent may hold it at the fork
     try:
         pid = os.fork()
         if pid == 0:
-            os._exit(0 if remote._lock.acquire(timeout=2) else 1)
+            os._exit(0 if backend._lock.acquire(timeout=2) else 1)
         _, status = os.waitpid(pid, 0)
     finally:
-        remote._lock.release()
+        held.release()
     assert os.waitstatus_to_exitcode(status) == 0
 
 
 # -- each worker fetches its next batch while it makes this one (loader.LookAhead, ImageSource.fetch) ------
 def record_fetches(monkeypatch, log: Path):
-    """Make every remote.read_many call, in this process and in workers forked after it, append a line
-    'pid thread-name url url ...' to ``log``."""
-    read_many = remote.read_many
+    """Make every S3Backend.read_many call, in this process and in workers forked after it, append a
+    line 'pid thread-name url url ...' to ``log``."""
+    read_many = S3Backend.read_many
 
-    def recorded(urls, threads=None):
+    def recorded(self, urls, threads=None):
         import threading
         with open(log, "a") as f:
             f.write(" ".join([str(os.getpid()), threading.current_thread().name, *urls]) + "\n")
-        return read_many(urls, threads)
+        return read_many(self, urls, threads)
 
-    monkeypatch.setattr(remote, "read_many", recorded)
+    monkeypatch.setattr(S3Backend, "read_many", recorded)
 
 
 def fetches(log: Path) -> dict:
@@ -671,14 +673,14 @@ def test_a_listing_that_keeps_failing_is_an_error_naming_the_folder(faulty, s3, 
 def test_a_background_fetch_that_fails_leaves_the_batch_to_be_fetched_when_made(faulty, s3, monkeypatch, capfd):
     import threading
     _, local = s3
-    read_many = remote.read_many
+    read_many = S3Backend.read_many
 
-    def failing_ahead(urls, threads=None):
+    def failing_ahead(self, urls, threads=None):
         if threading.current_thread().name == "yolo_data-ahead":
             raise RuntimeError("the background fetch broke")
-        return read_many(urls, threads)
+        return read_many(self, urls, threads)
 
-    monkeypatch.setattr(remote, "read_many", failing_ahead)
+    monkeypatch.setattr(S3Backend, "read_many", failing_ahead)
     kw = dict(augment=True, shuffle=True, seed=5, workers=0, split="train")
     got, _ = create_dataloader("s3://data/sample.yaml", 64, 4, 32, **kw)
     faulty.reset_counts()

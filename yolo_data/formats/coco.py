@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..storage import remote
+from ..storage import backend_for, ensure_listed, is_url, join_url, parent_url
 from .labelfile import first_unique, normalising_size, without_duplicates
 from .base import LabelFormat, SourceOptions, SplitSource, WarmStart
 from .problems import Problem
@@ -87,8 +87,8 @@ def _no_gc():
 
 def _load(json_file) -> dict:
     try:
-        if remote.is_remote(json_file):
-            raw = remote.read(json_file)
+        if is_url(json_file):
+            raw = backend_for(json_file).read(json_file)
             with _no_gc():
                 data = json.loads(raw)
         else:
@@ -136,16 +136,17 @@ def _image_root(json_file: Path, file_names: List[str]) -> Path:
     or beside its folder, or (COCO's own layout, ``annotations/instances_val2017.json``) ``val2017/``
     or ``images/val2017/`` beside the annotations folder.  The candidate holding most of the first
     IMAGE_ROOT_PROBES images wins (the first one listed on a tie).  In a bucket the same folders are
-    tried, each listed once (remote.ensure_listed), not asked for image by image."""
+    tried, each listed once (ensure_listed), not asked for image by image."""
     probes = file_names[:IMAGE_ROOT_PROBES]
-    if remote.is_remote(json_file):
-        here = remote.parent(json_file)
-        up = remote.parent(here)
+    if is_url(json_file):
+        here = parent_url(json_file)
+        up = parent_url(here)
         split = json_file.rpartition("/")[2].rpartition(".")[0].rsplit("_", 1)[-1]
         roots = [here, f"{here}/images", f"{up}/images", f"{up}/{split}", f"{up}/images/{split}"]
-        candidates = [remote.join(r + "/", f) for r in roots for f in probes]
-        remote.ensure_listed(candidates)
-        found = [sum(remote.exists(remote.join(r + "/", f)) for f in probes) for r in roots]
+        candidates = [join_url(r + "/", f) for r in roots for f in probes]
+        ensure_listed(candidates)
+        backend = backend_for(json_file)
+        found = [sum(backend.exists(join_url(r + "/", f)) for f in probes) for r in roots]
         return roots[found.index(max(found))]
     here, up = json_file.parent, json_file.parent.parent
     split = json_file.stem.rsplit("_", 1)[-1]
@@ -185,7 +186,7 @@ def _polygon(seg, where: str, warnings: List[str]) -> Optional[np.ndarray]:
 def read_coco(json_file, names: Optional[Sequence[str]] = None) -> CocoSplit:
     """Read a COCO JSON.  Raises ValueError naming the file for a file that is not COCO at all;
     everything that concerns single images or annotations becomes a named :class:`Problem`."""
-    json_file = json_file if remote.is_remote(json_file) else Path(json_file)
+    json_file = json_file if is_url(json_file) else Path(json_file)
     data = _load(json_file)
     with _no_gc():
         return _group(json_file, data, names)
@@ -377,7 +378,7 @@ class CocoReader:
 
 def _whole(entry) -> str:
     """An annotation file's name as messages give it: absolute, or its URL."""
-    return entry if remote.is_remote(entry) else str(Path(entry).absolute())
+    return entry if is_url(entry) else str(Path(entry).absolute())
 
 
 def _same_file(json_file: str, im_file: str) -> str:
@@ -385,9 +386,9 @@ def _same_file(json_file: str, im_file: str) -> str:
 
 
 def _file_stat(path) -> List:
-    if remote.is_remote(path):  # its size and ETag (remote.stat), as a listing or one HEAD shows them
-        size, tag, _ = remote.stat(path)
-        return [path, size, tag]
+    if is_url(path):  # its size and tag (an ETag), as a listing or one HEAD shows them
+        info = backend_for(path).stat(path)
+        return [path, -1, -1] if info is None else [path, info.size, info.tag]
     path = Path(path)
     st = os.stat(path)
     return [str(path.absolute()), st.st_size, st.st_mtime_ns]
@@ -412,7 +413,7 @@ class CocoFormat(LabelFormat):
 
     def open(self, entries: List[Any], options: SourceOptions) -> SplitSource:
         for e in entries:
-            if not (remote.exists(e) if remote.is_remote(e) else Path(e).is_file()):
+            if not (backend_for(e).exists(e) if is_url(e) else Path(e).is_file()):
                 raise FileNotFoundError(f"COCO annotation file {e} does not exist")
         names = list(options.names) if options.names else None
         splits = [read_coco(e, names) for e in entries]
@@ -425,14 +426,14 @@ class CocoFormat(LabelFormat):
         if not pairs:
             raise FileNotFoundError(f"no images listed in {entries[0] if len(entries) == 1 else entries}")
         reader = CocoReader(options.kpt_shape[0] if options.task == "pose" else None)
-        remote.ensure_listed([p[0] for p in pairs])  # images in a bucket: their folders' listings
+        ensure_listed([p[0] for p in pairs])  # images in a bucket: their folders' listings
         return SplitSource(self.name, [p[0] for p in pairs], [p[1] for p in pairs], None, reader,
                            names or found, _settings(entries, options), default_cache_file(entries, None),
                            self.annotation_file_of(_whole(entries[0])),
                            [p for s in splits for p in s.problems], keeps_listing=True)
 
     def warm_start(self, entries: List[Any], options: SourceOptions) -> Optional[WarmStart]:
-        if not all(remote.exists(e) if remote.is_remote(e) else Path(e).is_file() for e in entries):
+        if not all(backend_for(e).exists(e) if is_url(e) else Path(e).is_file() for e in entries):
             return None
         return WarmStart(_settings(entries, options), default_cache_file(entries, None),
                          self.annotation_file_of(_whole(entries[0])))

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Tuple, Union
 
 import yaml
 
-from ..storage import remote
+from ..storage import backend_for, is_url, join_url, parent_url
 
 SPLITS = ("train", "val", "test")
 # A dataset yaml is a few kB (COCO 2 kB, ImageNet-21k's 21,841 names 0.5 MB).  PyYAML's pure-Python
@@ -153,9 +153,11 @@ def _names_list(names, yaml_file: Path) -> List[str]:
 
 def _read_yaml(yaml_file: Union[Path, str]):
     """The parsed yaml, its size and alias expansion bounded.  Raises ValueError naming the file."""
-    if remote.is_remote(yaml_file):
-        size = remote.stat(yaml_file)[0]
-        raw = remote.read(yaml_file, 0, MAX_YAML_BYTES + 1) if size > MAX_YAML_BYTES else remote.read(yaml_file)
+    if is_url(yaml_file):
+        backend = backend_for(yaml_file)
+        info = backend.stat(yaml_file)
+        big = info is not None and info.size > MAX_YAML_BYTES
+        raw = backend.read(yaml_file, 0, MAX_YAML_BYTES + 1) if big else backend.read(yaml_file)
     else:
         with open(yaml_file, "rb") as f:
             raw = f.read(MAX_YAML_BYTES + 1)
@@ -198,8 +200,8 @@ def load_dataset_yaml(yaml_file: PathLike) -> DatasetSpec:
     entries are relative to ``path``.  Without ``path`` they are relative to the yaml's folder.
     Anything malformed raises ValueError with one line naming the file, the key and what was expected.
     """
-    if remote.is_remote(yaml_file):
-        if not remote.exists(yaml_file):
+    if is_url(yaml_file):
+        if not backend_for(yaml_file).exists(yaml_file):
             raise FileNotFoundError(f"dataset yaml {yaml_file} does not exist")
     else:
         yaml_file = Path(yaml_file)
@@ -235,10 +237,10 @@ def load_dataset_yaml(yaml_file: PathLike) -> DatasetSpec:
 def _root(path: Optional[str], yaml_file: Union[Path, str]) -> Union[Path, str]:
     """The folder the split entries are relative to: ``path`` (relative to the yaml's folder), else the
     yaml's folder; a URL where either is in a bucket."""
-    if remote.is_remote(path):
+    if is_url(path):
         return path.rstrip("/")
-    if remote.is_remote(yaml_file):
-        return remote.join(remote.parent(yaml_file), path or ".")
+    if is_url(yaml_file):
+        return join_url(parent_url(yaml_file), path or ".")
     root = Path(path or ".").expanduser()
     if not root.is_absolute():
         root = (yaml_file.parent / root)
@@ -246,12 +248,12 @@ def _root(path: Optional[str], yaml_file: Union[Path, str]) -> Union[Path, str]:
 
 
 def _entry(root: Union[Path, str], entry: str) -> str:
-    """A split entry made absolute (an s3:// entry is kept as it is; a relative one in a bucket's
+    """A split entry made absolute (a URL entry is kept as it is; a relative one in a bucket's
     dataset is in the bucket)."""
-    if remote.is_remote(entry):
+    if is_url(entry):
         return entry
-    if remote.is_remote(root):
-        return remote.join(root, entry)
+    if is_url(root):
+        return join_url(root, entry)
     return str(entry if Path(entry).is_absolute() else root / entry)
 
 

@@ -13,7 +13,7 @@ from typing import BinaryIO, List, Optional, Tuple
 
 import numpy as np
 
-from ..storage import remote, remotefile
+from ..storage import backend_for, is_url, remotefile
 from .problems import LabelError
 
 # How far past [0, 1] a normalised coordinate may lie: 1% of the image, Ultralytics' tolerance (label
@@ -43,11 +43,15 @@ def open_regular(path: str) -> Tuple[BinaryIO, os.stat_result]:
 
     Anything else is refused before it is opened.  O_NONBLOCK and the fstat cover a file swapped in
     between.  A name holding a NUL byte (Python's ValueError) is an OSError here too, so every reader
-    reports it as the file it cannot read.  An ``s3://`` object is a regular file (remotefile.RemoteFile):
+    reports it as the file it cannot read.  An object at a URL is a regular file (remotefile.RemoteFile):
     FileNotFoundError when its folder's listing does not show it.
     """
-    if remote.is_remote(path):
-        return remotefile.open_object(path)
+    if is_url(path):
+        try:
+            backend = backend_for(path)
+        except ValueError as e:  # a scheme nobody registered: an entry that cannot be read
+            raise FileNotFoundError(errno.ENOENT, str(e).partition(": ")[2], path) from None
+        return remotefile.open_object(backend, path)
     if "\0" in path:
         raise OSError(errno.EINVAL, "the name contains a NUL byte", path)
     st = os.stat(path)  # follows symlinks: a link to /dev/zero is a character device

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple, Union
 
-from ..storage import remote
+from ..storage import Storage, StorageOptions, backend_for, is_url, join_url, parent_url, scheme_of
 from .problems import Problem
 
 LOGGER = logging.getLogger("yolo_data")
@@ -34,7 +34,8 @@ MAX_CACHE_STEM = 100
 LABEL_CACHE_SUFFIX = ".yolo_data.cache"
 
 CACHE_DIR_ENV = "YOLO_DATA_CACHE_DIR"
-# Under the user's cache folder: the label and image caches of datasets in buckets, by bucket and key.
+# Under the user's cache folder: the label and image caches of datasets in buckets, by bucket and key
+# (s3://; another scheme's under 'remote-<scheme>'), and the object cache's 'objects'.
 REMOTE_CACHE_FOLDER = "remote"
 
 PathLike = Union[str, os.PathLike]
@@ -48,6 +49,22 @@ def user_cache_dir() -> Path:
         return Path(env).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "yolo_data"
+
+
+def storage_for(source) -> Storage:
+    """The Storage a dataset reads through: the dataset holds it, and nothing process-wide changes.
+
+    Args:
+        source: the dataset's settings.SourceSettings: its ``endpoint_url``, and its object cache of
+            ``object_cache_gb`` in ``cache_dir``, else in the per-user cache folder (``remote/objects``).
+
+    Returns:
+        A Storage whose backends are made, on first use, with those options.
+    """
+    folder = Path(source.cache_dir) if source.cache_dir else user_cache_dir() / REMOTE_CACHE_FOLDER
+    return Storage(StorageOptions(endpoint_url=source.endpoint_url,
+                                  object_cache_bytes=int(source.object_cache_gb * 2**30),
+                                  object_dir=str(folder / "objects")))
 
 
 def walk_files(top: str) -> List[str]:
@@ -85,8 +102,8 @@ def _read_lines(txt: Union[Path, str]) -> List[str]:
     """Lines of a .txt list (a file, or an object in a bucket), stripped.  UTF-8 (a BOM is dropped); a
     line that is not UTF-8 (a list saved in cp1252 or Latin-1) is decoded as the filesystem decodes
     names, so its bytes name the same file on disk."""
-    if remote.is_remote(txt):
-        raw = remote.read(txt)
+    if is_url(txt):
+        raw = backend_for(txt).read(txt)
     else:
         with open(txt, "rb") as f:
             raw = f.read()
@@ -143,13 +160,14 @@ def list_images(path: Union[PathLike, Sequence[PathLike]]) -> ImageListing:
     are skipped; a list's line holding a NUL byte is a problem (see ``read_list``).  Names are as the
     filesystem gives them (``os.fsdecode``), UTF-8 or not.
 
-    An ``s3://`` entry is the same in a bucket: a folder is every object under it (one listing, which
-    remote.py remembers for the fingerprint), a .txt object's relative lines are relative to its folder.
+    A URL entry (``s3://``, any registered scheme) is the same in its storage: a folder is every object
+    under it (one listing, which the S3 backend remembers for the fingerprint), a .txt object's relative
+    lines are relative to its folder.
     """
     files: List[str] = []
     problems: List[Problem] = []
     for p in path if isinstance(path, (list, tuple)) else [path]:
-        if remote.is_remote(p):
+        if is_url(p):
             found, bad = _list_remote(p)
             files.extend(found)
             problems.extend(bad)
@@ -171,22 +189,24 @@ def list_images(path: Union[PathLike, Sequence[PathLike]]) -> ImageListing:
 
 
 def _list_remote(url: str) -> Tuple[List[str], List[Problem]]:
-    """list_images of one s3:// entry: a .txt list, an image object, or a folder (every object under it;
+    """list_images of one URL entry: a .txt list, an image object, or a folder (every object under it;
     an image name that is neither is a folder that does not exist, so FileNotFoundError)."""
     suffix = url.rpartition("/")[2].rpartition(".")[2].lower() if "." in url.rpartition("/")[2] else ""
     if suffix == "txt":
-        folder = remote.parent(url)
+        folder = parent_url(url)
         entries, bad = read_list(url)
         # a list in a bucket has no working directory: every relative line is taken from its folder
-        return [remote.join(folder, x) for x in entries], bad
-    if suffix in IMG_FORMATS and remote.exists(url):
+        return [join_url(folder, x) for x in entries], bad
+    backend = backend_for(url)
+    if suffix in IMG_FORMATS and backend.exists(url):
         return [url], []
-    found = remote.list_folder(url)
+    found = backend.list(url)
     if not found:
         raise FileNotFoundError(f"{url} does not exist or is empty (expected an image folder, a .txt list "
                                 "or a dataset yaml)")
     # hidden names are skipped as walk_files skips them (macOS '._x.jpg' files)
-    return [o.url for o in found if "/." not in o.url[len(remote.SCHEME):]], []
+    start = len(scheme_of(url)) + 3  # after '<scheme>://'
+    return [o.url for o in found if "/." not in o.url[start:]], []
 
 
 def split_images(entries: Sequence[PathLike]) -> ImageListing:
@@ -233,7 +253,7 @@ def default_cache_file(path: Union[PathLike, Sequence[PathLike]], first_label_fi
     entry alone.  Names longer than MAX_CACHE_STEM bytes are shortened (see ``_bounded_stem``).
     """
     entries = list(path) if isinstance(path, (list, tuple)) else [path]
-    if remote.is_remote(entries[0]):
+    if is_url(entries[0]):
         return _remote_cache_file(entries, first_label_file)
     p = Path(entries[0])
     if p.is_file():  # YOLOv5's stem rule (a dotted folder name loses its last suffix), our suffix
@@ -262,8 +282,9 @@ def fraction_cache_file(path: Union[PathLike, Sequence[PathLike]], first_label_f
 
 def _remote_cache_file(entries: Sequence[str], first_label_file: Optional[str]) -> Path:
     """default_cache_file of a split in a bucket: the name the same rule gives, but in the user's cache
-    folder (``<cache>/remote/<bucket>/labels/train2017.yolo_data.cache``), never in the bucket: a cache
-    is written into a bucket only when asked (``yolo-data-cache --publish``)."""
+    folder (``<cache>/remote/<bucket>/labels/train2017.yolo_data.cache``; another scheme's under
+    ``remote-<scheme>/<place>/``), never in the bucket: a cache is written into a bucket only when
+    asked (``yolo-data-cache --publish``)."""
     first = entries[0].rstrip("/")
     stem, dot, suffix = first.rpartition("/")[2].rpartition(".")
     if dot and suffix.lower() in ("txt", "json", *IMG_FORMATS):  # a list, an annotation file, an image
@@ -271,23 +292,38 @@ def _remote_cache_file(entries: Sequence[str], first_label_file: Optional[str]) 
     elif first_label_file is None:
         base = first
     else:
-        base = remote.parent(first_label_file)
-    bucket, key = remote.split_url(base)
+        base = parent_url(first_label_file)
+    scheme, _, rest = base.partition("://")
+    bucket, _, key = rest.partition("/")
+    if scheme == "s3" and not bucket:
+        raise ValueError(f"{base}: no bucket name after s3://")
     folder, _, stem = key.rpartition("/")
     if len(entries) > 1:
         stem += "-" + _digest("\0".join(entries))
-    return user_cache_dir() / REMOTE_CACHE_FOLDER / bucket / folder / (_bounded_stem(stem) + LABEL_CACHE_SUFFIX)
+    root = user_cache_dir() / _remote_folder(scheme.lower())
+    return root / bucket / folder / (_bounded_stem(stem) + LABEL_CACHE_SUFFIX)
+
+
+def _remote_folder(scheme: str) -> str:
+    """The folder of the user's cache that holds the caches of ``scheme``'s datasets: 'remote' for s3
+    (a bucket's name has no '-'  at its start, nor does a scheme), 'remote-<scheme>' for the others."""
+    return REMOTE_CACHE_FOLDER if scheme == "s3" else f"{REMOTE_CACHE_FOLDER}-{scheme}"
 
 
 def remote_cache_url(cache_file: Path) -> Optional[str]:
-    """The bucket URL where ``yolo-data-cache --publish`` puts a remote split's cache file (beside its
-    labels), or None for a cache file of a local split."""
-    root = user_cache_dir() / REMOTE_CACHE_FOLDER
+    """The URL where ``yolo-data-cache --publish`` puts the cache file of a split in a bucket (or another
+    storage: beside its labels), or None for a cache file of a local split."""
     try:
-        rel = Path(cache_file).relative_to(root)
+        top, *rel = Path(cache_file).relative_to(user_cache_dir()).parts
     except ValueError:
         return None
-    return remote.SCHEME + rel.as_posix()
+    if top == REMOTE_CACHE_FOLDER:
+        scheme = "s3"
+    elif top.startswith(REMOTE_CACHE_FOLDER + "-"):
+        scheme = top[len(REMOTE_CACHE_FOLDER) + 1:]
+    else:
+        return None
+    return f"{scheme}://" + "/".join(rel) if rel else None
 
 
 def cache_stem(cache_file: PathLike) -> str:

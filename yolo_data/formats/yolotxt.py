@@ -32,7 +32,7 @@ import numpy as np
 
 from ..geometry.boxes import polygon_to_xyxy, xywhn_to_xyxy, xyxy_to_xywh
 from .labelfile import COORD_TOLERANCE, MAX_CLASS_ID, first_unique, NotRegular, open_regular, read_limited, without_duplicates
-from ..storage import remote
+from ..storage import backend_for, ensure_listed, is_url, parent_url
 from .base import LabelFormat, SourceOptions, SplitSource
 from .problems import LabelError
 from .sources import default_cache_file, img2label_path, split_images
@@ -287,13 +287,13 @@ class YoloReader:
 def _listed_with_labels(entries: List[Any]):
     """split_images(entries); for image folders in a bucket, their label folders (images/ -> labels/)
     are listed at the same time: a warm start waits for one round of listings, not two."""
-    folders = [e for e in entries if remote.is_remote(e) and "." not in e.rstrip("/").rpartition("/")[2]]
-    labels = [remote.parent(img2label_path(e.rstrip("/") + "/x.jpg")) for e in folders]
+    folders = [e for e in entries if is_url(e) and "." not in e.rstrip("/").rpartition("/")[2]]
+    labels = [parent_url(img2label_path(e.rstrip("/") + "/x.jpg")) for e in folders]
     labels = [f for f in dict.fromkeys(labels) if f not in folders]
     if not labels:
         return split_images(entries)
     with ThreadPoolExecutor(min(len(labels), 8)) as pool:
-        pending = [pool.submit(remote.list_folder, f) for f in labels]
+        pending = [pool.submit(backend_for(f).list, f) for f in labels]  # (the backends of this thread's storage)
         listing = split_images(entries)
         for p in pending:
             p.result()
@@ -314,10 +314,10 @@ class YoloFormat(LabelFormat):
         listing = _listed_with_labels(entries)
         im_files = listing.files
         lb_files = [img2label_path(f) for f in im_files]
-        if remote.is_remote(im_files[0]) or remote.is_remote(lb_files[-1]):
+        if is_url(im_files[0]) or is_url(lb_files[-1]):
             # the labels' folders are listed once, so the fingerprint and the scan know each label
             # object's size and ETag, and which are missing, without a request per object
-            remote.ensure_listed(im_files + lb_files)
+            ensure_listed(im_files + lb_files)
         names = list(options.names) if options.names else None
         nc = len(names) if names else options.nc
         return SplitSource(self.name, im_files, lb_files, lb_files, YoloReader(nc, options.task, options.kpt_shape),

@@ -33,7 +33,7 @@ from typing import Optional, Tuple
 import cv2
 import numpy as np
 
-from ..storage import remote
+from ..storage import backend_for, is_url
 
 JPEG_SIGNATURE = b"\xff\xd8\xff"
 JPEG_SUFFIXES = ("jpg", "jpeg")
@@ -186,17 +186,17 @@ def imread_bgr(path: str, flags: int = cv2.IMREAD_COLOR, data: Optional[bytes] =
     surrogates (bytes that are not UTF-8): such files are read here and given to cv2.imdecode.
 
     ``data``: the file's bytes, already read (an object in a bucket, fetched with its batch); then the
-    file is not read again.  An ``s3://`` path is always decoded from its bytes (cv2.imdecode, whose
-    pixels are cv2.imread's for every complete image)."""
+    file is not read again.  A URL (``s3://``, any registered scheme) is always decoded from its bytes
+    (cv2.imdecode, whose pixels are cv2.imread's for every complete image)."""
     path = os.fspath(path)
     try:  # (bytes at hand, or in a bucket: cv2.imread has no file to read)
-        utf8 = os.fsencode(path) == path.encode("utf-8") and data is None and not remote.is_remote(path)
+        utf8 = os.fsencode(path) == path.encode("utf-8") and data is None and not is_url(path)
     except UnicodeEncodeError:
         utf8 = False
     im = read = None
     if data is not None:
         read = data, _BytesStat(len(data))
-    elif remote.is_remote(path):
+    elif is_url(path):
         read = read_whole(path)
     suffix = path.rpartition(".")[2].lower()
     if flags in _FACTORS and suffix in JPEG_SUFFIXES and simplejpeg_module():
@@ -236,12 +236,13 @@ def _imdecode(data: bytes, flags: int) -> Optional[np.ndarray]:
 def read_whole(path: str) -> Tuple[bytes, os.stat_result]:
     """(all bytes of the file, its stat).  Raises ImageReadError naming the file and the reason when it
     cannot be read whole: missing, not permitted, not a regular file, an I/O error, or changed (size or
-    modification time) while it was read.  An ``s3://`` object is fetched (remote.read, with its retries)."""
-    if remote.is_remote(path):
+    modification time) while it was read.  An object at a URL is fetched through the backend of the
+    storage in use (``backend_for``), with its retries."""
+    if is_url(path):
         try:
-            data = remote.read(path, cached=True)
-        except OSError as e:
-            raise ImageReadError(f"{path}: image cannot be read ({e.strerror or e})") from None
+            data = backend_for(path).read(path, cached=True)
+        except (OSError, ValueError) as e:  # (ValueError: a scheme nobody registered)
+            raise ImageReadError(f"{path}: image cannot be read ({getattr(e, 'strerror', None) or e})") from None
         return data, _BytesStat(len(data))
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))

@@ -12,13 +12,13 @@ import math
 import os
 import threading
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import cv2
 import numpy as np
 
 from .decode import JPEG_SUFFIXES, REDUCED_FLAGS, ImageDecodeError, ImageReadError, imread_bgr  # noqa: F401
-from ..storage import remote
+from ..storage import Storage, current_storage, is_url
 from .decode import simplejpeg_module
 
 
@@ -70,7 +70,7 @@ def load_image(path: str, img_size: int, linear: bool, hw0: Optional[Tuple[int, 
     ``reduced`` with ``hw0`` (the (h0, w0) a full decode gives, as the scan recorded it): a JPEG is
     decoded at 1/f scale (see ``reduction``) and resized from there to the same target size; anything
     else, or a scaled decode of another size than libjpeg's ceil(side / f) (not JPEG data after all),
-    is decoded in full.  ``data``: the file's bytes, when they were fetched already (remote.py)."""
+    is decoded in full.  ``data``: the file's bytes, when they were fetched already (from a bucket)."""
     if reduced and hw0 is not None and path.rpartition(".")[2].lower() in JPEG_SUFFIXES:
         f = reduction(hw0, img_size)
         if f > 1:
@@ -94,26 +94,29 @@ class ImageSource:
     was now read whole but could not be decoded (an ImageDecodeError: the split remembers it, and the
     next run leaves it out).  A file that could not be read is not told: that may pass (a permission
     being changed, a busy file server), and the image is still good.  ``capped``: no resized side above
-    ``img_size`` (see target_size)."""
+    ``img_size`` (see target_size).  ``storage``: what images at URLs are read through (default: the
+    storage in use where the source is made: the dataset's own while it is built); it goes with the
+    source into DataLoader workers."""
 
     def __init__(self, store, img_size: int, linear: bool, cache=None,
                  on_failure: Optional[Callable[[ImageDecodeError], None]] = None, reduced: bool = False,
-                 capped: bool = False):
+                 capped: bool = False, storage: Optional[Storage] = None):
         self.store, self.img_size, self.linear, self.reduced = store, int(img_size), linear, reduced
+        self.storage = storage or current_storage()
         self.capped = capped
         self.cache = cache
         self.on_failure = on_failure
         self.fetched: Dict[int, object] = {}  # image -> its bytes (or OSError), fetched with its batch
         self._ahead: Optional[_Ahead] = None  # the next batch's bytes, on their way
-        # a split is in a bucket or on disk (sources.py lists one or the other)
-        self.in_bucket = len(store) > 0 and remote.is_remote(store.im_file(0))
+        # a split is in a bucket (a storage at URLs) or on disk (sources.py lists one or the other)
+        self.in_bucket = len(store) > 0 and is_url(store.im_file(0))
         # Import the optional decoder here, in the process that builds the dataset: forked DataLoader
         # workers then inherit it (or its absence, and any warning about it, said once) every epoch.
         simplejpeg_module()
 
     def fetch(self, ids: Sequence[int], ahead: Sequence[int] = ()) -> None:
         """Fetch the bytes of the images ``ids`` (a batch's) that are in a bucket and not in the image
-        cache, all at once (remote.read_many), for the calls that follow; ``forget`` drops them.
+        cache, all at once (Backend.read_many), for the calls that follow; ``forget`` drops them.
 
         ``ahead``: the images of the batch this process is given next (YoloDataLoader tells each worker
         its next batch).  Their bytes are fetched by a background thread while this batch is decoded,
@@ -127,10 +130,14 @@ class ImageSource:
             self.fetched.update((i, got[i]) for i in ids if i in got)
         todo = self._to_fetch(ids)
         if todo:
-            self.fetched.update(zip(todo, remote.read_many(list(todo.values()))))
+            self.fetched.update(zip(todo, self._read_many(list(todo.values()))))
         later = self._to_fetch(ahead)
         if later:
-            self._ahead = _Ahead(later, {i: self.fetched[i] for i in ahead if i in self.fetched})
+            self._ahead = _Ahead(self._read_many, later, {i: self.fetched[i] for i in ahead if i in self.fetched})
+
+    def _read_many(self, urls: List[str]) -> List[object]:
+        """The bytes (or OSError) of each URL, all at once, through this source's storage."""
+        return self.storage.backend_for(urls[0]).read_many(urls)
 
     def _to_fetch(self, ids: Sequence[int]) -> Dict[int, str]:
         """{image: URL} of those of ``ids`` neither fetched nor in the image cache."""
@@ -153,6 +160,8 @@ class ImageSource:
         path = self.store.im_file(i)
         h0, w0 = self.store.shapes_hw[i]
         data = self.fetched.get(i)
+        if data is None and self.in_bucket:  # not fetched with a batch (an item asked for on its own)
+            data = self._read_many([path])[0]
         if isinstance(data, OSError):  # its fetch failed, retries and all: as a file that cannot be read
             raise ImageReadError(f"{path}: image cannot be read ({data.strerror or data})")
         try:
@@ -164,16 +173,17 @@ class ImageSource:
 
 
 class _Ahead:
-    """The bytes (or OSError) of ``urls`` ({image: URL}), fetched by a daemon thread: a process that ends
-    (an interrupted epoch) does not wait for it.  ``known``: bytes already at hand, handed on."""
+    """The bytes (or OSError) of ``urls`` ({image: URL}) by ``read_many``, fetched by a daemon thread: a
+    process that ends (an interrupted epoch) does not wait for it.  ``known``: bytes already at hand,
+    handed on."""
 
-    def __init__(self, urls: Dict[int, str], known: Dict[int, object]):
+    def __init__(self, read_many: Callable, urls: Dict[int, str], known: Dict[int, object]):
         self.pid, self.got, self._done = os.getpid(), dict(known), threading.Event()
-        threading.Thread(target=self._run, args=(urls,), name="yolo_data-ahead", daemon=True).start()
+        threading.Thread(target=self._run, args=(read_many, urls), name="yolo_data-ahead", daemon=True).start()
 
-    def _run(self, urls: Dict[int, str]) -> None:
+    def _run(self, read_many: Callable, urls: Dict[int, str]) -> None:
         try:
-            self.got.update(zip(urls, remote.read_many(list(urls.values()))))
+            self.got.update(zip(urls, read_many(list(urls.values()))))
         except Exception:  # noqa: BLE001 - what is missing here is fetched again, and raised, by the next fetch
             pass
         finally:

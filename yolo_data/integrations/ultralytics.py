@@ -31,7 +31,7 @@ from ultralytics.utils import DEFAULT_CFG, LOGGER
 from ultralytics.utils.ops import xyxyxyxy2xywhr
 from ultralytics.utils.torch_utils import unwrap_model
 
-from ..storage import remote
+from ..storage import is_url
 from .ultralytics_args import (check_arguments, class_subset, loader_settings, names_differ, remote_dataset,
                                take_own_args, validation_classes, warn_ignored)
 from .ultralytics_loader import UltralyticsDataset, create_loader
@@ -66,17 +66,17 @@ def _task_of(args) -> str:
 
 
 @contextmanager
-def _reading_remote_yaml(single_cls: bool):
+def _reading_remote_yaml(single_cls: bool, endpoint_url=None):
     """While a validator runs on its own (a trainer's final evaluation, ``model.val()``), its dataset
-    check reads a yaml in a bucket as the trainer's ``get_dataset`` does (Ultralytics' own check cannot
-    read s3:// paths); every other yaml still goes to Ultralytics' check.  Its one extension point for
-    this is the name its validator module calls."""
+    check reads a yaml in a bucket (at ``endpoint_url``) as the trainer's ``get_dataset`` does
+    (Ultralytics' own check cannot read s3:// paths); every other yaml still goes to Ultralytics' check.
+    Its one extension point for this is the name its validator module calls."""
     import ultralytics.engine.validator as validator_module
     real = validator_module.check_det_dataset
 
     def check(dataset, *args, **kwargs):
-        if remote.is_remote(str(dataset)):
-            return remote_dataset(str(dataset), single_cls)
+        if is_url(str(dataset)):
+            return remote_dataset(str(dataset), single_cls, endpoint_url)
         return real(dataset, *args, **kwargs)
 
     validator_module.check_det_dataset = check
@@ -137,8 +137,8 @@ class YoloDataTrainer(DetectionTrainer):
         self.class_balance = own.get("class_balance", False)
         self.remap_classes = own.get("remap_classes", False)
         check_arguments(get_cfg(cfg, overrides))  # before BaseTrainer reads the dataset or builds the model
-        if own.get("endpoint_url"):  # before BaseTrainer reads the dataset yaml, which may be in the bucket
-            remote.configure(endpoint_url=own["endpoint_url"])
+        # before BaseTrainer reads the dataset yaml, which may be in the bucket; the loaders' settings too
+        self.endpoint_url = own.get("endpoint_url")
         self.requested_workers = int(get_cfg(cfg, overrides).workers)  # before BaseTrainer zeroes it on CPU
         # lists of our own: Ultralytics copies only the dict, and what we add must not stay in the model's
         # callbacks for its next train()
@@ -157,17 +157,17 @@ class YoloDataTrainer(DetectionTrainer):
         checks cannot read, the same dict made from yolo_data's reading of the yaml.  With ``classes``
         and ``remap_classes``: the kept classes' names as 0..k-1 and nc k, which the model is made
         from (class_subset)."""
-        if not remote.is_remote(str(self.args.data)):
+        if not is_url(str(self.args.data)):
             data = super().get_dataset()
         else:
-            data = remote_dataset(str(self.args.data), bool(self.args.single_cls))
+            data = remote_dataset(str(self.args.data), bool(self.args.single_cls), self.endpoint_url)
         check_arguments(self.args, data)
         return class_subset(data, self.args.classes, self.remap_classes, bool(self.args.single_cls))
 
     def _settings(self, mode: str, batch: int):
         return loader_settings(self.args, mode, batch, _grid(unwrap_model(self.model).stride),
                                workers=self.requested_workers, data=self.data, class_balance=self.class_balance,
-                               remap_classes=self.remap_classes, warn=False)
+                               remap_classes=self.remap_classes, warn=False, endpoint_url=self.endpoint_url)
 
     def build_dataset(self, img_path, mode: str = "train", batch=None):
         """An UltralyticsDataset (used on its own by Ultralytics' auto_batch; loaders build theirs)."""
@@ -181,7 +181,7 @@ class YoloDataTrainer(DetectionTrainer):
         validator = super().get_validator()  # the task's own: it sets the loss names
         ours = _VALIDATORS.get(self.args.task, YoloDataValidator)(self.test_loader, save_dir=self.save_dir,
                                                                   args=copy(validator.args), _callbacks=self.callbacks)
-        ours.remap_classes = self.remap_classes
+        ours.remap_classes, ours.endpoint_url = self.remap_classes, self.endpoint_url
         return ours
 
 
@@ -205,17 +205,19 @@ class YoloDataValidator(DetectionValidator):
     def __init__(self, dataloader=None, save_dir=None, args=None, _callbacks=None):
         args, own = take_own_args(args) if isinstance(args, dict) else (args, {})
         self.remap_classes = own.get("remap_classes", False)
+        self.endpoint_url = own.get("endpoint_url")
         super().__init__(dataloader, save_dir, args, _callbacks)
 
     def __call__(self, trainer=None, model=None):
-        if trainer is None and remote.is_remote(str(getattr(self.args, "data", ""))):
-            with _reading_remote_yaml(bool(getattr(self.args, "single_cls", False))):
+        if trainer is None and is_url(str(getattr(self.args, "data", ""))):
+            with _reading_remote_yaml(bool(getattr(self.args, "single_cls", False)), self.endpoint_url):
                 return super().__call__(trainer, model)
         return super().__call__(trainer, model)
 
     def _settings(self, batch: int):
         return loader_settings(self.args, "val", batch, _grid(self.stride), workers=self.args.workers,
-                               rect=self.args.rect, data=self.data, remap_classes=self.remap_classes)
+                               rect=self.args.rect, data=self.data, remap_classes=self.remap_classes,
+                               endpoint_url=self.endpoint_url)
 
     def build_dataset(self, img_path, mode: str = "val", batch=None):
         return UltralyticsDataset(img_path, self._settings(batch or self.args.batch), prefix="val: ")

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 from ..sampling.balance import threshold_of
 from ..formats.datayaml import load_dataset_yaml
+from ..storage import Storage, StorageOptions, using
 from ..augment.hyp import AugmentConfig
 from ..settings import checked_classes, Settings
 from ..settings import fraction_count  # noqa: F401 (where it was imported from)
@@ -109,12 +110,13 @@ OWN_ARGS: Dict[str, str] = {
 }
 
 
-def remote_dataset(yaml: str, single_cls: bool = False) -> Dict[str, Any]:
+def remote_dataset(yaml: str, single_cls: bool = False, endpoint_url: Optional[str] = None) -> Dict[str, Any]:
     """The data dict Ultralytics' trainer works from (as its ``check_det_dataset`` makes one) for a
-    dataset yaml in a bucket, which Ultralytics itself cannot read: its splits stay s3:// URLs, for
-    yolo_data's datasets to read; class names as a dict; 3 channels; ``kpt_shape`` and ``flip_idx``
-    where the yaml gives them."""
-    spec = load_dataset_yaml(yaml)
+    dataset yaml in a bucket (at ``endpoint_url``, else the default endpoint), which Ultralytics itself
+    cannot read: its splits stay s3:// URLs, for yolo_data's datasets to read; class names as a dict; 3
+    channels; ``kpt_shape`` and ``flip_idx`` where the yaml gives them."""
+    with using(Storage(StorageOptions(endpoint_url=endpoint_url))):
+        spec = load_dataset_yaml(yaml)
     names = {0: "item"} if single_cls else dict(enumerate(spec.names))
     data: Dict[str, Any] = {"yaml_file": yaml, "path": str(spec.root), "names": names, "nc": len(names),
                             "channels": 3}
@@ -289,7 +291,7 @@ def split_fraction(fraction, split: str) -> Union[float, int]:
 
 def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, rect=None, data=None,
                     class_balance: Union[bool, float, None] = False, remap_classes: bool = False,
-                    warn: bool = True) -> Settings:
+                    warn: bool = True, endpoint_url: Optional[str] = None) -> Settings:
     """yolo_data Settings for ``mode`` 'train' (the training preset) or 'val' (the evaluation preset)
     from Ultralytics arguments ``cfg``.
 
@@ -301,8 +303,8 @@ def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, 
     (the trainer's ``data``), whose ``kpt_shape`` and ``flip_idx`` a pose split needs (Ultralytics
     hands the loader a split's folder, not the yaml).  ``class_balance``: the train loader's (see
     OWN_ARGS); ignored for 'val', where every image counts once.  ``classes`` (cfg) and ``remap_classes``
-    (OWN_ARGS): both loaders alike.  The fraction of 'val' is the entry of cfg.split, as Ultralytics
-    takes it.  What cannot be done is refused (``check_arguments``); ``warn``: for 'train', log the
+    (OWN_ARGS): both loaders alike; ``endpoint_url`` (OWN_ARGS) too.  The fraction of 'val' is the entry
+    of cfg.split, as Ultralytics takes it.  What cannot be done is refused (``check_arguments``); ``warn``: for 'train', log the
     keys that are ignored (the trainer logs them once itself)."""
     if mode not in ("train", "val"):
         raise ValueError(f"mode must be 'train' or 'val', not {mode!r}")
@@ -325,4 +327,4 @@ def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, 
         linear_resize=True, capped_resize=True, each_image_once=True, task=str(_get(cfg, "task")),
         mask_ratio=int(_get(cfg, "mask_ratio")), overlap_mask=bool(_get(cfg, "overlap_mask")), mask_rule="ultralytics",
         kpt_shape=(data or {}).get("kpt_shape"), flip_idx=(data or {}).get("flip_idx"),
-        class_balance=class_balance if train else False)
+        class_balance=class_balance if train else False, endpoint_url=endpoint_url)

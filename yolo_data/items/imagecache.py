@@ -39,7 +39,7 @@ from typing import Optional, Tuple
 import cv2
 import numpy as np
 
-from ..storage import container
+from ..storage import carried, container
 from .. import distributed
 from ..runtime import room
 from ..storage.container import CacheError, NoSpaceError
@@ -252,7 +252,7 @@ def _fill(payload: memoryview, store: LabelStore, hw: np.ndarray, offsets: np.nd
         ok[i] = 1
 
     with ThreadPoolExecutor(max(1, spec.workers)) as pool:  # OpenCV decodes without the GIL
-        list(pool.map(one, range(count)))
+        list(pool.map(carried(one), range(count)))  # images at URLs: through the dataset's storage
     return hw0, ok
 
 

@@ -17,7 +17,7 @@ from .. import distributed
 from ..augment.augstate import AugmentControl
 from ..formats import split_format
 from ..formats.datayaml import is_dataset_yaml, load_dataset_yaml
-from ..formats.sources import fraction_cache_file, img2label_path, list_image_files
+from ..formats.sources import fraction_cache_file, img2label_path, list_image_files, storage_for
 from ..images import failures
 from ..images.load import ImageDecodeError, ImageSource
 from ..labels import summary
@@ -27,7 +27,7 @@ from ..loading.tensors import Scratch
 from ..runtime.workers import guard_opencv_pool
 from ..sampling.runstate import RunState
 from ..settings import Settings, fraction_count
-from ..storage import objectcache, remote
+from ..storage import Storage, using
 from .imagecache import ImageCacheSpec, disk_candidates, normalise_mode, open_or_build
 from .index import SplitIndex, build_index
 from .mapping import ItemMapper, make_mapper
@@ -42,6 +42,8 @@ class DatasetParts:
     file, counts, problems).  ``task``: what a label row holds and what each item carries.  ``index``:
     the items' store after the filters and the rect order, with each item's letterbox shape.
     ``images``: the index's images as the mapper reads them (from an image cache or their files).
+    ``storage``: the dataset's own storage backends (its endpoint, its object cache: storage.Storage);
+    its files and objects are read through them while it is built, and its images in the workers.
     ``control``: the hyp and mosaic switches (augstate.AugmentControl).  ``scratch``: arrays the
     mapper and the dataset reuse from item to item.  ``mapper``: item ``i`` of the index with its
     DrawKey into a slot of a batch (mapping.py: ``mapper(i, key, out, k)``, and ``mapper.batch`` for
@@ -54,6 +56,7 @@ class DatasetParts:
     control: AugmentControl
     scratch: Scratch
     mapper: object
+    storage: Storage
 
 
 def assemble(path, settings: Settings, prefix: str = "", run: Optional[RunState] = None,
@@ -78,15 +81,17 @@ def assemble(path, settings: Settings, prefix: str = "", run: Optional[RunState]
     control = AugmentControl(settings.augmentation.hyp, settings.img_size, settings.mosaic_possible, settings.seed,
                              settings.augment)
     guard_opencv_pool()  # before any thread of ours uses OpenCV's pool: workers fork from here
-    labels, names, task = read_labels(path, settings, prefix)
-    index = build_index(labels.store, names, settings, run.rect_batch, prefix, data=path)
-    images = open_images(labels, index.store, settings, run, prefix)
+    storage = storage_for(settings.source)  # this dataset's own backends: nothing process-wide changes
+    with using(storage):
+        labels, names, task = read_labels(path, settings, prefix)
+        index = build_index(labels.store, names, settings, run.rect_batch, prefix, data=path)
+        images = open_images(labels, index.store, settings, run, prefix)
     scratch = Scratch()
     if mapper is None:
         mapper = make_mapper(index, images, settings, task, control, scratch, prefix, path)
     else:
         mapper = ItemMapper(mapper, index, images)
-    return DatasetParts(labels, task, index, images, control, scratch, mapper)
+    return DatasetParts(labels, task, index, images, control, scratch, mapper, storage)
 
 
 def resolve_split(path, split: Optional[str], augment: bool):
@@ -126,13 +131,6 @@ def read_labels(path, settings: Settings, prefix: str = "") -> Tuple[SplitLabels
     VOC folder/list, LabelMe folder); ``settings.source.fraction`` < 1 keeps the first images in file
     order."""
     part = settings.source
-    if part.endpoint_url is not None:  # before the yaml: it may be in the bucket too
-        remote.configure(endpoint_url=part.endpoint_url)
-    if part.object_cache_gb or remote.options().object_cache_bytes:
-        folder = Path(part.cache_dir) if part.cache_dir else user_cache_dir() / "remote"
-        remote.configure(object_cache_bytes=int(part.object_cache_gb * 2**30), object_dir=str(folder / "objects"))
-        if part.object_cache_gb > 0:  # checked here, so the DataLoader workers inherit its one warning
-            objectcache.prepare(folder / "objects")
     paths, names, spec = resolve_split(path, settings.split_name, settings.augment)
     task = resolve_task(settings.targets, spec and spec.kpt_shape, spec and spec.flip_idx, str(path))
     default_cache = None  # where the format puts the split's cache

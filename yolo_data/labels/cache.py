@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..storage import container, remote
+from ..storage import backend_for, carried, container, scheme_of
 from ..storage.container import CacheError
 from .scan import default_workers
 from ..formats.labelfile import COORD_TOLERANCE, MAX_CLASS_ID, MAX_LABEL_BYTES
@@ -67,13 +67,15 @@ PARALLEL_FINGERPRINT_MIN = 65536  # fewer pairs are stat'ed in this process (a p
 SLOW_STAT_S = 50e-6  # stats slower than this on average (a network filesystem) are waited for in threads
 STAT_THREADS, STAT_BATCH = 32, 512
 _MISSING = (-1, -1, -1)  # (size, mtime, type) of a path that cannot be stat'ed; no real file has size -1
+_REGULAR = 8  # a regular file's type (st_mode >> 12): what an object at a URL is
 
 
 def _stats(paths: Sequence[str], objects: bool = True) -> array:
     """(size, mtime in ns, file type ``st_mode >> 12``: regular, folder, FIFO, ...) of each path, as
     int64s.  One stat per file and no string formatting per file (a stat costs about 1.5 us on local
-    disk, and at a million images this loop is the warm start's main cost).  An ``s3://`` object's are
-    (size, its ETag as a number, regular file), from its folder's listing: no request per object.
+    disk, and at a million images this loop is the warm start's main cost).  An object's at a URL are
+    (size, its tag, regular file), from its backend's stat (S3's: from its folder's listing, its ETag as
+    a number: no request per object).
     ``objects=False``: the caller knows no path is a URL, and the loop does not ask each one."""
     stat, vals = os.stat, array("q")
     if not objects:
@@ -85,12 +87,16 @@ def _stats(paths: Sequence[str], objects: bool = True) -> array:
                 continue
             vals.extend((st.st_size, st.st_mtime_ns, st.st_mode >> 12))
         return vals
+    backends = {}  # scheme -> its backend, asked once
     for p in paths:
-        if p.startswith(remote.SCHEME):  # an object: its listed size and ETag (remote.stat)
+        scheme = scheme_of(p)
+        if scheme:  # an object: its listed size and tag (an ETag), as its backend's stat gives them
             try:
-                vals.extend(remote.stat(p))
-            except OSError:
-                vals.extend(_MISSING)
+                backend = backends.get(scheme) or backends.setdefault(scheme, backend_for(p))
+                info = backend.stat(p)
+            except (OSError, ValueError):  # (ValueError: a scheme nobody registered)
+                info = None
+            vals.extend(_MISSING if info is None else (info.size, info.tag, _REGULAR))
             continue
         try:
             st = stat(p)
@@ -111,10 +117,11 @@ def _chunk_digest(im_files: Sequence[str], lb_files: Sequence[str], lo: int, hi:
         paths[0::2], paths[1::2] = im_files[lo:hi], lb_files[lo:hi]
     joined = "\0".join(paths)
     if threads is None:  # one search of the joined names tells whether any is a URL
-        vals = _stats(paths, objects=remote.SCHEME in joined)
+        vals = _stats(paths, objects="://" in joined)
     else:
         vals = array("q")
-        for part in threads.map(_stats, [paths[i:i + STAT_BATCH] for i in range(0, len(paths), STAT_BATCH)]):
+        batches = [paths[i:i + STAT_BATCH] for i in range(0, len(paths), STAT_BATCH)]
+        for part in threads.map(carried(_stats), batches):  # objects at URLs: through this thread's storage
             vals.extend(part)
     h = hashlib.sha256(joined.encode("utf-8", "surrogateescape"))
     h.update(b"\1")

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import cache
 from .. import formats
-from ..storage import remote
+from ..storage import backend_for, current_storage, ensure_listed, is_url
 from ..formats.base import LabelFormat, SourceOptions
 from ..formats.problems import Problem
 from .scan import scan_pairs
@@ -127,7 +127,7 @@ def _published(default: Path, local: Path, fp: str, im_files: List[str]):
     if url is None:
         return None
     try:
-        data = remote.read(url)
+        data = backend_for(url).read(url)
     except FileNotFoundError:
         return None
     except OSError as e:
@@ -166,8 +166,8 @@ def _warm_start(fmt: LabelFormat, entries: List, options: SourceOptions, cache_d
             continue  # the usual path below reports it
         if contents.settings != settings or contents.listed is None:  # (the fingerprint covers the
             continue  # settings too; comparing them first spares the images' stats when the files changed)
-        if remote.is_remote(contents.listed[0] if contents.listed else None):
-            remote.ensure_listed(contents.listed)  # the images' folders listed, not one request per image
+        if is_url(contents.listed[0] if contents.listed else None):
+            ensure_listed(contents.listed)  # the images' folders listed, not one request per image
         fp = cache.fingerprint(contents.listed, None, None, settings=settings)
         if fp == contents.fingerprint:
             try:
@@ -228,7 +228,7 @@ def load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progre
         written: ``save`` False, no place took it, or requests to the bucket failed).
     """
     t0 = time.perf_counter()
-    remote.forget()  # a bucket's folders are listed anew: objects may have changed since the last start
+    current_storage().forget()  # a bucket's folders are listed anew: objects may have changed since the last start
     fmt, listed = formats.split_format(path), formats.entries(path)  # asked once: a claim may list a folder
     if options.task not in fmt.tasks:
         raise ValueError(f"{path}: {fmt.name} annotations cannot be read for task '{options.task}' "
@@ -257,7 +257,7 @@ def load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progre
             return split(contents.store, cfile, False, contents.counts, contents.problems, contents.names)
 
     names = source.find_names()
-    failed_before = remote.counts().get("failed", 0)
+    failed_before = current_storage().counts().get("failed", 0)
     records = scan_pairs(im_files, source.labels, source.nc, workers=workers, progress=progress,
                          reader=source.reader)
     store = LabelStore.from_records(records)
@@ -270,7 +270,7 @@ def load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progre
     for p in problems:  # the dataset's summary shows them on every run (the first few), yolo-data-cache all
         LOGGER.debug(str(p))
     written = None
-    failed = remote.counts().get("failed", 0) - failed_before
+    failed = current_storage().counts().get("failed", 0) - failed_before
     if failed and save:  # what the network decided must not be kept as the truth about these files
         LOGGER.warning(f"{failed} requests to the bucket failed after every retry (their images are left "
                        "out of this run); the label cache is not written, so the next start scans again")

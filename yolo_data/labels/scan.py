@@ -9,7 +9,7 @@ from typing import Callable, List, Optional, Sequence
 
 from PIL import Image
 
-from ..storage import remote
+from ..storage import backend_for, carried, is_url
 from .verify import LabelReader, PairRecord, verify_pair
 
 Progress = Callable[[int, int], None]  # (done, total)
@@ -37,12 +37,12 @@ def scan_pairs(im_files: Sequence[str], lb_files: Sequence, nc: Optional[int] = 
     Header parsing and label parsing are Python-bound, so threads would share one core; the pairs are
     cut into chunks and checked in worker processes.  A pool is not worth starting for a few hundred
     pairs, which are checked in threads instead.  So are the pairs of a split in a bucket, where the
-    requests' latency is the cost: ``remote.options().concurrency`` threads, a few pairs each.
+    requests' latency is the cost: the backend's ``concurrency`` threads, a few pairs each.
     """
     n = len(im_files)
-    far = n > 0 and remote.is_remote(im_files[0])
+    far = n > 0 and is_url(im_files[0])
     if far:  # objects in a bucket: the wait is the requests', so many threads each wait for a few pairs
-        workers = max(1, min(remote.options().concurrency, n))
+        workers = max(1, min(backend_for(im_files[0]).concurrency, n))
         chunk = 4
     else:
         workers = max(1, min(workers or default_workers(), n))
@@ -51,7 +51,7 @@ def scan_pairs(im_files: Sequence[str], lb_files: Sequence, nc: Optional[int] = 
     records: List[PairRecord] = []
     if far or workers == 1 or n < 500 or sys.platform != "linux":
         pool_cm = ThreadPoolExecutor(workers)
-        results = pool_cm.map(_verify_chunk, jobs)
+        results = pool_cm.map(carried(_verify_chunk), jobs)  # objects read through this thread's storage
     else:
         # fork (Linux only): the children run nothing but verify_pair, never CUDA, so forking a
         # process that already initialised CUDA is safe here, as it is for DataLoader workers.

@@ -19,7 +19,7 @@ from typing import List, Optional, Tuple
 from . import cache
 from .. import distributed, formats
 from ..images import failures
-from ..storage import remote
+from ..storage import backend_for, is_url
 from ..formats.base import SourceOptions
 from .loadorscan import SplitLabels, cache_candidates, cache_of_bytes, load_or_scan
 from .scan import Progress
@@ -116,7 +116,7 @@ def _load_or_scan_once_per_job(tag: str, path, options: SourceOptions, cache_dir
     label cache file to the other nodes' local ranks 0 through the process group's store, which keep
     it in their own cache folder and check it as any cache file is checked (cache.load)."""
     entries = formats.entries(path)
-    key = distributed.job_share_key(tag) if remote.is_remote(entries[0]) else None
+    key = distributed.job_share_key(tag) if is_url(entries[0]) else None
     if key is None:
         return load_or_scan(path, options, cache_dir, workers, force, progress, save, default_cache)
     if distributed.get_rank() == 0:
@@ -175,5 +175,5 @@ def publish(split: SplitLabels) -> str:
         raise ValueError(f"{split.default_file}: not the label cache of a split in a bucket (nothing to publish)")
     if split.cache_file is None:
         raise ValueError(f"{url}: the split's label cache was not written, so there is nothing to publish")
-    remote.write(url, Path(split.cache_file).read_bytes())
+    backend_for(url).write(url, Path(split.cache_file).read_bytes())
     return url

@@ -42,7 +42,7 @@ import numpy as np
 from ..sampling import balance
 from . import datastats, dedupe
 from .. import formats
-from ..storage import remote
+from ..storage import is_url
 from ..labels.cache import user_cache_dir
 from ..formats.datayaml import is_dataset_yaml, load_dataset_yaml
 from ..settings import Settings, TargetSettings
@@ -118,7 +118,7 @@ def split_cache_dir(entry, options: ReportOptions):
     loader's own place, already in the per-user folder) for a split in a bucket."""
     if options.cache_dir is not None:
         return options.cache_dir
-    if remote.is_remote(formats.entries(entry)[0]):
+    if is_url(formats.entries(entry)[0]):
         return None
     return user_cache_dir()
 

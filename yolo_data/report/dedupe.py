@@ -35,6 +35,7 @@ import cv2
 import numpy as np
 
 from ..images.decode import ImageReadError, read_whole
+from ..storage import carried
 
 Progress = Callable[[int, int], None]  # (done, total), as scan.Progress
 LOGGER = logging.getLogger("yolo_data")
@@ -232,7 +233,7 @@ def fingerprint_images(paths: Sequence[str], workers: Optional[int] = None,
     starts = range(0, n, _CHUNK)
     done = 0
     with ThreadPoolExecutor(workers) as pool:
-        futures = {pool.submit(_print_chunk, paths[s:s + _CHUNK]): s for s in starts}
+        futures = {pool.submit(carried(_print_chunk), paths[s:s + _CHUNK]): s for s in starts}
         for fut in as_completed(futures):
             s = futures[fut]
             for i, res in enumerate(fut.result(), s):

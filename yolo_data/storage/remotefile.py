@@ -1,5 +1,5 @@
-"""One object in a bucket as a read-only, seekable file over ranged reads, for readers that walk a
-file's header (an image's size and EXIF in the scan, through labelfile.open_regular): an object's
+"""One object of a storage backend as a read-only, seekable file over ranged reads, for readers that
+walk a file's header (an image's size and EXIF in the scan, through labelfile.open_regular): an object's
 first bytes cost one request, and a walk further into it one more per READ_AHEAD bytes.
 """
 from __future__ import annotations
@@ -8,7 +8,7 @@ import io
 import os
 from typing import List, Tuple
 
-from . import remote
+from .base import Backend
 
 HEAD_BYTES = 65536  # the first read of a larger object fetches this much: a JPEG's header and EXIF
 WHOLE_BYTES = 262144  # an object up to this size is read whole by its first read: one request, not two
@@ -19,11 +19,11 @@ class RemoteFile(io.RawIOBase):
     """A read-only, seekable file over ranged reads of one object of known ``size``: the first read
     fetches the whole object up to WHOLE_BYTES, else its first HEAD_BYTES; a later read that needs
     more fetches from there READ_AHEAD bytes (or what it asks, if more), the object's end at most.
-    ``pread(n, pos)`` reads without moving."""
+    ``pread(n, pos)`` reads without moving.  ``backend``: where the object is (base.Backend)."""
 
-    def __init__(self, url: str, size: int):
+    def __init__(self, backend: Backend, url: str, size: int):
         super().__init__()
-        self.url, self.size, self.pos = url, int(size), 0
+        self.backend, self.url, self.size, self.pos = backend, url, int(size), 0
         self._blocks: List[Tuple[int, bytes]] = []  # (start, bytes), fetched so far
 
     def readable(self) -> bool:
@@ -50,7 +50,7 @@ class RemoteFile(io.RawIOBase):
         lo, hi = pos, min(self.size, max(end, pos + READ_AHEAD))
         if not self._blocks:
             lo, hi = 0, self.size if self.size <= WHOLE_BYTES else max(end, HEAD_BYTES)
-        data = remote.read(self.url, lo, hi - lo)
+        data = self.backend.read(self.url, lo, hi - lo)
         self._blocks.append((lo, data))
         return data[pos - lo:end - lo]
 
@@ -64,11 +64,11 @@ class RemoteFile(io.RawIOBase):
         return self.read(max(0, self.size - self.pos))
 
 
-def open_object(url: str) -> Tuple[RemoteFile, os.stat_result]:
-    """A RemoteFile over ``url`` and a stat_result of it (a regular file of its listed size).
-    Raises FileNotFoundError for an object that is not there."""
-    size, tag, kind = remote.stat(url)
-    if kind != remote.REGULAR:
+def open_object(backend: Backend, url: str) -> Tuple[RemoteFile, os.stat_result]:
+    """A RemoteFile over the object ``url`` of ``backend`` and a stat_result of it (a regular file of
+    its listed size).  Raises FileNotFoundError for an object that is not there."""
+    info = backend.stat(url)
+    if info is None:
         raise FileNotFoundError(2, "no such object", url)
-    st = os.stat_result((0o100444, 0, 0, 1, 0, 0, size, 0, 0, 0))
-    return RemoteFile(url, size), st
+    st = os.stat_result((0o100444, 0, 0, 1, 0, 0, info.size, 0, 0, 0))
+    return RemoteFile(backend, url, info.size), st

@@ -14,12 +14,17 @@ listing calls it); where a client lacks it, the public ``list_objects`` lists th
 
 Every listing ends: an answer that is not a ListObjectsV2 result (a proxy's HTML login page), a
 continuation token that comes again in one range, or IDLE_PAGES pages in a row that bring no key or
-sub-folder past the last one while the server says more follow, is a ``remote.ListingError`` naming
+sub-folder past the last one while the server says more follow, is a ``ListingError`` naming
 the folder's URL (never retried).  The fallback's pages are the client library's, so it is bounded
 on the answers it receives (``s3client.watch_requests``).
+
+A listing is made for one S3 backend (s3.py), and asks it for what a request needs: its client
+(``backend.client()``), its retries (``backend.retrying(url, request)``) and its request counter
+(``backend.count('list')``).
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -27,7 +32,11 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Dict, List, NamedTuple, Optional
 from urllib.parse import unquote_plus
 
-from . import keyspace, remote, s3client
+from . import keyspace, s3client
+from .base import ListingError, ObjectInfo, text_tag
+
+LOGGER = logging.getLogger("yolo_data")
+SCHEME = "s3://"
 
 PAGE = 1000  # keys of a page (S3's most)
 STREAMS = 8  # ranges of one folder listed at once
@@ -76,38 +85,46 @@ def parse_page(xml: bytes) -> Page:
     return Page(entries, truncated, root.findtext(ns + "NextContinuationToken"), last)
 
 
-def not_a_listing(url: str, response) -> remote.ListingError:
+def not_a_listing(url: str, response) -> ListingError:
     """The error for an answer (a urllib3 response) that is not a listing: its status, type and first bytes."""
     head = " ".join((response.data or b"")[:60].decode("utf-8", "replace").split())
-    return remote.ListingError(f"{url}: the server's answer is not an S3 listing (HTTP {response.status}, "
+    return ListingError(f"{url}: the server's answer is not an S3 listing (HTTP {response.status}, "
                                f"Content-Type {response.headers.get('content-type') or 'none'}, begins "
                                f"{head!r}): is endpoint_url an S3 endpoint?")
 
 
-def request_page(url: str, bucket: str, prefix: str, recursive: bool, start_after: Optional[str],
+def request_page(backend, url: str, bucket: str, prefix: str, recursive: bool, start_after: Optional[str],
                  token: Optional[str]) -> Page:
-    """One ListObjectsV2 request (no retries: the caller's) for the folder ``url``."""
+    """One ListObjectsV2 request through ``backend``'s client (no retries: the caller's) for the folder
+    ``url``."""
     query = {"list-type": "2", "delimiter": "" if recursive else "/", "encoding-type": "url",
              "max-keys": str(PAGE), "prefix": prefix}
     if token:
         query["continuation-token"] = token
     elif start_after:
         query["start-after"] = start_after
-    response = remote._client()._execute("GET", bucket, query_params=query)
+    response = backend.client()._execute("GET", bucket, query_params=query)
     try:
         return parse_page(response.data)
     except ValueError:
         raise not_a_listing(url, response) from None
 
 
-def _info(bucket: str, key: str, size: int, etag: Optional[str], modified) -> remote.ObjectInfo:
-    return remote.ObjectInfo(f"{remote.SCHEME}{bucket}/{key}", int(size or 0), remote._tag(etag, modified))
+def etag_tag(etag: Optional[str], modified) -> int:
+    """An object's tag: its ETag (else its modification time) folded to a non-negative int64."""
+    return text_tag((etag or "").strip('"') or str(modified))
 
 
-def list_objects(url: str, bucket: str, prefix: str, recursive: bool) -> List[remote.ObjectInfo]:
-    """Every object under ``prefix`` (every level, or the first with ``recursive=False``), in key order."""
-    if RAW_PAGES and hasattr(remote._client(), "_execute"):
-        return _Listing(url, bucket, prefix, recursive).run()
+def object_info(bucket: str, key: str, size: int, etag: Optional[str], modified) -> ObjectInfo:
+    """The ObjectInfo of ``s3://bucket/key`` as a listing or a HEAD request shows it."""
+    return ObjectInfo(f"{SCHEME}{bucket}/{key}", int(size or 0), etag_tag(etag, modified))
+
+
+def list_objects(backend, url: str, bucket: str, prefix: str, recursive: bool) -> List[ObjectInfo]:
+    """Every object under ``prefix`` (every level, or the first with ``recursive=False``), in key
+    order, listed through ``backend`` (an s3.S3Backend)."""
+    if RAW_PAGES and hasattr(backend.client(), "_execute"):
+        return _Listing(backend, url, bucket, prefix, recursive).run()
 
     def listing():
         out, seen, idle = [], set(), [0]
@@ -115,7 +132,7 @@ def list_objects(url: str, bucket: str, prefix: str, recursive: bool) -> List[re
         def answered(request: str, response):  # before the client reads the page
             if "list-type=2" not in request:
                 return  # another request of the client's (a bucket's region)
-            remote._count("list")
+            backend.count("list")
             if 200 <= response.status < 300 and b"ListBucketResult" not in response.data[:4096]:
                 raise not_a_listing(url, response)
             idle[0] += 1
@@ -123,24 +140,24 @@ def list_objects(url: str, bucket: str, prefix: str, recursive: bool) -> List[re
                 raise idle_listing(url)
 
         with s3client.watch_requests(answered):
-            for o in remote._client().list_objects(bucket, prefix=prefix, recursive=recursive):
+            for o in backend.client().list_objects(bucket, prefix=prefix, recursive=recursive):
                 if o.object_name in seen:
                     continue  # a page sent again
                 seen.add(o.object_name)
                 idle[0] = 0
                 if not (o.is_dir or o.object_name.endswith("/")):
-                    out.append(_info(bucket, o.object_name, o.size, o.etag, o.last_modified))
+                    out.append(object_info(bucket, o.object_name, o.size, o.etag, o.last_modified))
         return out
 
-    return remote._retrying(url, listing)
+    return backend.retrying(url, listing)
 
 
-def endless(url: str, why: str) -> remote.ListingError:
-    return remote.ListingError(f"{url}: the listing does not end: {why}; is endpoint_url an S3 endpoint "
+def endless(url: str, why: str) -> ListingError:
+    return ListingError(f"{url}: the listing does not end: {why}; is endpoint_url an S3 endpoint "
                                "(no caching proxy in between)?")
 
 
-def idle_listing(url: str, last: Optional[str] = None) -> remote.ListingError:
+def idle_listing(url: str, last: Optional[str] = None) -> ListingError:
     """The error for IDLE_PAGES pages in a row without a new key (``last``: the last key listed)."""
     after = f" (after {last!r})" if last else ""
     return endless(url, f"{IDLE_PAGES} pages in a row brought no new key{after}, each saying more follow")
@@ -156,14 +173,14 @@ class _Listing:
     fewer than CUT_PAGES pages is listed in one range.  Each range is retried on its own, from its last
     key; an error that outlasts the retries ends the listing."""
 
-    def __init__(self, url: str, bucket: str, prefix: str, recursive: bool):
-        self.url, self.bucket, self.prefix, self.recursive = url, bucket, prefix, recursive
-        self.found: Dict[str, remote.ObjectInfo] = {}
+    def __init__(self, backend, url: str, bucket: str, prefix: str, recursive: bool):
+        self.backend, self.url, self.bucket, self.prefix, self.recursive = backend, url, bucket, prefix, recursive
+        self.found: Dict[str, ObjectInfo] = {}
         self.lock = threading.Lock()
         self.ranges: list = []  # the futures of every range started, in order
         self.busy, self.reach = 1, float(CUT_PAGES)
 
-    def run(self) -> List[remote.ObjectInfo]:
+    def run(self) -> List[ObjectInfo]:
         t0, said = time.monotonic(), 0.0
         with ThreadPoolExecutor(STREAMS, thread_name_prefix="yolo_data-list") as self.pool:
             self.ranges.append(self.pool.submit(self._range, None, None))
@@ -175,7 +192,7 @@ class _Listing:
                         i += 1
                     elif time.monotonic() - t0 > said + PROGRESS_S:
                         said = time.monotonic() - t0
-                        remote.LOGGER.info(f"listing {self.url}: {len(self.found):,} objects so far ({said:.0f} s)")
+                        LOGGER.info(f"listing {self.url}: {len(self.found):,} objects so far ({said:.0f} s)")
             except BaseException:
                 for f in self.ranges:
                     f.cancel()
@@ -189,8 +206,8 @@ class _Listing:
         def pages():
             token, pages_done, tokens, idle, folder = None, 0, set(), 0, None
             while True:
-                remote._count("list")
-                page = request_page(self.url, self.bucket, self.prefix, self.recursive, cursor[0], token)
+                self.backend.count("list")
+                page = request_page(self.backend, self.url, self.bucket, self.prefix, self.recursive, cursor[0], token)
                 keys = []
                 for e in page.entries:
                     if cursor[1] is not None and e.key > cursor[1]:
@@ -198,7 +215,7 @@ class _Listing:
                     if cursor[0] is not None and e.key <= cursor[0]:
                         continue  # listed already (a server that sends a page again)
                     if not e.key.endswith("/"):
-                        info = _info(self.bucket, e.key, e.size, e.etag, e.modified)
+                        info = object_info(self.bucket, e.key, e.size, e.etag, e.modified)
                         with self.lock:
                             self.found[e.key] = info
                     cursor[0] = e.key
@@ -219,7 +236,7 @@ class _Listing:
                     self._share(cursor, keys)
 
         try:
-            remote._retrying(self.url, pages)
+            self.backend.retrying(self.url, pages)
         finally:
             with self.lock:
                 self.busy -= 1
