@@ -86,15 +86,7 @@ def build_loader(path, settings: Settings, rank: int = -1, prefix: str = "", *, 
         The loader (``loader.dataset``: the ``dataset_class``; ``loader.sampler``: the sampler).
     """
     per_rank, opts = settings.batch_size, settings.loader
-    threshold = settings.index.balance_threshold
-    if threshold is not None and not settings.augment:
-        raise ValueError(f"class_balance={settings.index.class_balance!r} is for training loaders (augment=True): "
-                         "an evaluation loader gives every image once, so that each counts once in the metrics")
-    if threshold is not None and sampler is not None:  # the repeat factors live in YoloSampler
-        raise ValueError(f"class_balance={settings.index.class_balance!r} with a sampler of your own: leave one out")
-    if threshold is not None and settings.index.rect:
-        LOGGER.warning(f"{prefix}rect=True is off with class_balance (repeated images would break the rect "
-                       "batches' shapes), as with image_weights")
+    _check_balance(settings, sampler, prefix)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     workers = min((os.cpu_count() or 1) // max(gpus, 1), per_rank if per_rank > 1 else 0, opts.workers)
     # the ranks of this node share /dev/shm (RAM cache and batches); srun and mpirun set no
@@ -125,6 +117,20 @@ def build_loader(path, settings: Settings, rank: int = -1, prefix: str = "", *, 
                                        "steps per epoch": len(loader)}, f"{prefix}{path}",
                                       key=f"loader {prefix}{settings.split_name}")
     return loader
+
+
+def _check_balance(settings: Settings, sampler, prefix: str) -> None:
+    """Refuse class balance where it cannot apply; say that it turns rect batches off."""
+    if settings.index.balance_threshold is None:
+        return
+    if not settings.augment:
+        raise ValueError(f"class_balance={settings.index.class_balance!r} is for training loaders (augment=True): "
+                         "an evaluation loader gives every image once, so that each counts once in the metrics")
+    if sampler is not None:  # the repeat factors live in YoloSampler
+        raise ValueError(f"class_balance={settings.index.class_balance!r} with a sampler of your own: leave one out")
+    if settings.index.rect:
+        LOGGER.warning(f"{prefix}rect=True is off with class_balance (repeated images would break the rect "
+                       "batches' shapes), as with image_weights")
 
 
 def choose_sampler(given, dataset, settings: Settings, run: RunState, batch_size: int, world: int, ddp: bool,
