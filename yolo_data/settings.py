@@ -132,12 +132,12 @@ class ImageSettings:
     (see imagecache.py).  ``ram_dir``: the folder of a RAM cache (None: $YOLO_DATA_SHM_DIR or /dev/shm).
     ``linear_resize``: resize with linear interpolation (else area when shrinking, as YOLOv5's
     evaluation; Ultralytics' validator resizes linearly).  ``reduced_decode``: JPEGs that shrink 2x or
-    more are decoded by libjpeg at 1/2, 1/4 or 1/8 scale (images.py).  ``scale_up``: a letterbox may
+    more are decoded by libjpeg at 1/2, 1/4 or 1/8 scale (images/load.py).  ``scale_up``: a letterbox may
     enlarge an image.  None: the preset's (see the module's table).  ``capped_resize``: the first
     resize (long side to img_size, sides rounded up) gives no side above img_size, as Ultralytics'
     ``load_image``; False keeps YOLOv5's rounding, whose long side is img_size + 1 where the scaled
     size is not whole in floating point (a 1050-pixel side at img_size 640), for training and
-    evaluation alike (images.target_size).  The Ultralytics plug-in sets it; YOLOv5's entry points
+    evaluation alike (images.load.target_size).  The Ultralytics plug-in sets it; YOLOv5's entry points
     leave it off, so their batches stay YOLOv5's."""
     cache: Union[bool, str] = False
     ram_dir: Optional[str] = None

@@ -138,6 +138,14 @@ def torch_distributed_zero_first(local_rank: int, key: Optional[str] = None):
             signature): the block pairs by its order among the blocks without a key, so every local
             rank must enter those in the same order, as YOLOv5's train.py does; the package's own
             blocks all have keys and do not count among them.
+
+    Yields:
+        None, once this rank may run the block: at once on local rank 0 (and outside DDP), after local
+        rank 0 finished its block on the other local ranks.
+
+    Raises:
+        ZeroFirstError: on a local rank other than 0, when local rank 0 raised inside its block or the
+            process group's store went away while this rank waited.
     """
     if local_rank is None or local_rank < 0 or not ranks.is_initialized():
         yield
@@ -175,7 +183,18 @@ def torch_distributed_zero_first(local_rank: int, key: Optional[str] = None):
 
 @contextmanager
 def wait_for_the_master(local_rank: Optional[int] = None, key: Optional[str] = None):
-    """YOLOX's name for the same thing; ``local_rank`` defaults to $LOCAL_RANK read now (0 if unset),
-    ``key`` as in :func:`torch_distributed_zero_first`."""
+    """YOLOX's name for :func:`torch_distributed_zero_first`: local rank 0 of each node runs the block
+    first, the other local ranks wait, then run it.
+
+    Args:
+        local_rank: this process's rank on its node; None: $LOCAL_RANK read now (0 if unset).
+        key: names what the block does, as in :func:`torch_distributed_zero_first`.
+
+    Yields:
+        None, once this rank may run the block.
+
+    Raises:
+        ZeroFirstError: local rank 0 failed inside its block (on the other local ranks).
+    """
     with torch_distributed_zero_first(ranks.get_local_rank(0) if local_rank is None else local_rank, key=key):
         yield

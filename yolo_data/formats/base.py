@@ -13,7 +13,7 @@ object, registered in :mod:`~yolo_data.formats`.  It answers five questions:
     reader (in SplitSource) read one image's labels in a scan worker          -> LabelReader
 
 and reports what is wrong with one image as a :class:`~yolo_data.formats.problems.LabelError` (the image is
-left out) or a warning, both named problems.  The label cache (cache.py) and the split (split.py)
+left out) or a warning, both named problems.  The label cache (cache.py) and the split (split.py, loadorscan.py)
 handle every format alike through these.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ class LabelReader(Protocol):
 
     ``read(label, shape)``: ``label`` is what the format lists beside the image (a label file's path,
     or the annotations a COCO JSON gives for it); ``shape`` the image's (h, w) in pixels, EXIF
-    orientation applied (labels.image_size).  Returns (labels (n, 5) float32 [class, x, y, w, h]
+    orientation applied (verify.image_size).  Returns (labels (n, 5) float32 [class, x, y, w, h]
     normalised to the image, segments: None or one (k, 2) float32 normalised polygon per row (an empty
     (0, 2) array for a plain box), status 'ok' / 'missing' / 'empty', warnings: list of str, and for
     pose a fifth: keypoints (n, K, 3) float32 [x, y, visibility], x and y normalised).  Raises

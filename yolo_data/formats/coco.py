@@ -310,7 +310,7 @@ def _keypoints(kp, k: int, where: str, warnings: List[str]) -> Optional[np.ndarr
 @dataclass(frozen=True)
 class CocoReader:
     """Normalises a :class:`CocoImage` in the scan's worker, once the image's size is known (see
-    labelformat.LabelReader).  A size in the JSON that disagrees with the image is a problem as in VOC.
+    base.LabelReader).  A size in the JSON that disagrees with the image is a problem as in VOC.
     ``kpt_count``: K keypoints per annotation for pose (each annotation's ``keypoints``; one without
     them is left out with a warning), else None."""
     kpt_count: Optional[int] = None
@@ -361,7 +361,7 @@ class CocoReader:
             warnings.append(f"{n_out} box{'es' if n_out > 1 else ''} reaching outside the image clipped to it"
                             + (f" ({n_gone} wholly outside: left out)" if n_gone else ""))
         segments = None
-        if any(p is not None for p in polygons):  # a box without a polygon gets an empty one (labels.PairRecord)
+        if any(p is not None for p in polygons):  # a box without a polygon gets an empty one (verify.PairRecord)
             segments = [(p / (sw, sh)).clip(0, 1).astype(np.float32) if p is not None else np.zeros((0, 2), np.float32)
                         for p, k in zip(polygons, keep) if k]
         labels = labels[keep].astype(np.float32)
@@ -400,7 +400,7 @@ def _settings(entries, options: SourceOptions) -> Dict[str, Any]:
 
 
 class CocoFormat(LabelFormat):
-    """COCO JSON (labelformat.LabelFormat): one or more annotation files, their images joined.  The
+    """COCO JSON (base.LabelFormat): one or more annotation files, their images joined.  The
     fingerprint covers each JSON's path, size and mtime, the names, and every listed image's stat.
     A warm start needs only the JSONs' stats (a 290 MB JSON takes about 7 s to read; its stat,
     microseconds): the cache keeps the images it listed."""

@@ -49,6 +49,14 @@ class DatasetSpec:
 
 
 def is_dataset_yaml(path) -> bool:
+    """Whether ``path`` names a dataset yaml, by its name alone (nothing is read).
+
+    Args:
+        path: anything a dataset takes as its path (a str or ``os.PathLike``, a list, ...).
+
+    Returns:
+        True for a str or path ending in ``.yaml`` or ``.yml`` (any case).
+    """
     return isinstance(path, (str, os.PathLike)) and str(path).lower().endswith((".yaml", ".yml"))
 
 
@@ -198,7 +206,18 @@ def load_dataset_yaml(yaml_file: PathLike) -> DatasetSpec:
 
     A relative ``path`` is taken relative to the yaml's own folder (``path: .`` is that folder); split
     entries are relative to ``path``.  Without ``path`` they are relative to the yaml's folder.
-    Anything malformed raises ValueError with one line naming the file, the key and what was expected.
+
+    Args:
+        yaml_file: the yaml's path, or an ``s3://`` URL.
+
+    Returns:
+        DatasetSpec: the splits' entries made absolute (local paths, or URLs in the bucket), the class
+        names by id, and a pose dataset's ``kpt_shape`` and ``flip_idx``.
+
+    Raises:
+        FileNotFoundError: the yaml does not exist.
+        ValueError: anything malformed (too large, not UTF-8, not yaml, an alias bomb, a bad key), with
+            one line naming the file, the key and what was expected.
     """
     if is_url(yaml_file):
         if not backend_for(yaml_file).exists(yaml_file):

@@ -155,7 +155,7 @@ def labels_in(json_files: List[str]) -> List[str]:
 
 @dataclass(frozen=True)
 class LabelMeReader:
-    """Reads LabelMe JSON files for the scan (labelformat.LabelReader).  ``names``: class names, index =
+    """Reads LabelMe JSON files for the scan (base.LabelReader).  ``names``: class names, index =
     class id."""
     names: Tuple[str, ...]
 
@@ -220,7 +220,7 @@ class LabelMeReader:
 
 
 class LabelMeFormat(LabelFormat):
-    """LabelMe folders (labelformat.LabelFormat).  The fingerprint covers every image and JSON file's
+    """LabelMe folders (base.LabelFormat).  The fingerprint covers every image and JSON file's
     stat and the names; without names they are read from every JSON, only when the split is scanned."""
     name = "labelme"
     cuts_by_files = False

@@ -23,4 +23,4 @@ class Problem:
 class LabelError(Exception):
     """An image's labels (or the image itself) cannot be trusted: the scan leaves the image out and
     reports a dropped :class:`Problem` with this message, naming the file the reader describes.  Raised
-    by label readers (formats.LabelReader) and the image checks; never escapes a scan."""
+    by label readers (formats.base.LabelReader) and the image checks; never escapes a scan."""

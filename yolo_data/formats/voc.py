@@ -155,7 +155,7 @@ def _stated_size(root: ET.Element) -> Optional[Tuple[float, float]]:
 
 @dataclass(frozen=True)
 class VocReader:
-    """Reads VOC XML files for the scan (labelformat.LabelReader).  ``names``: class names, index = class id."""
+    """Reads VOC XML files for the scan (base.LabelReader).  ``names``: class names, index = class id."""
     names: Tuple[str, ...]
     keep_difficult: bool = False
 
@@ -218,7 +218,7 @@ def _voc_annotation(im_file: str) -> str:
 
 
 class VocFormat(LabelFormat):
-    """Pascal VOC (labelformat.LabelFormat): a VOC folder or lists in its ImageSets/, several joined
+    """Pascal VOC (base.LabelFormat): a VOC folder or lists in its ImageSets/, several joined
     (VOC2007 + VOC2012).  The fingerprint covers every image and XML file's stat, the names and
     ``keep_difficult``; without names they are the sorted object names of every XML file, read only
     when the split is scanned."""

@@ -271,7 +271,7 @@ def read_labels(lb_file: str, nc: Optional[int], task: str = "detect", kpt_shape
 
 @dataclass(frozen=True)
 class YoloReader:
-    """YOLO ``.txt`` label files (formats.LabelReader); ``nc``: number of names, or None when unknown;
+    """YOLO ``.txt`` label files (base.LabelReader); ``nc``: number of names, or None when unknown;
     ``task`` and ``kpt_shape``: what a row holds (see the module's docstring)."""
     nc: Optional[int] = None
     task: str = "detect"
@@ -301,7 +301,7 @@ def _listed_with_labels(entries: List[Any]):
 
 
 class YoloFormat(LabelFormat):
-    """YOLO labels (labelformat.LabelFormat).  The fingerprint covers every image and label file's
+    """YOLO labels (base.LabelFormat).  The fingerprint covers every image and label file's
     stat and ``nc``; a split is listed on every start (its folders are the listing)."""
     name = "yolo"
     cuts_by_files = True

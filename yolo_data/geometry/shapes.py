@@ -89,9 +89,24 @@ def letterbox(im: np.ndarray, new_shape: Union[int, Tuple[int, int]] = 640, colo
               center: bool = True, scaleFill: bool = None) -> LetterboxResult:
     """Resize ``im`` (H, W, C) to fit ``new_shape`` (h, w) keeping its aspect ratio, then pad.
 
-    Numbers are YOLOv5's: ``auto`` pads only to a multiple of ``stride``; ``scale_fill`` (YOLOv5 spells
-    it ``scaleFill``) stretches to fill; ``scaleup=False`` never enlarges.  ``center=False`` puts all
-    padding right and bottom.  The result unpacks as YOLOv5's tuple: ``im, ratio, (dw, dh)``.
+    Numbers are YOLOv5's.  The result unpacks as YOLOv5's tuple: ``im, ratio, (dw, dh)``.
+
+    Args:
+        im: (H, W, C) image, any dtype OpenCV resizes (uint8 BGR in the loaders).
+        new_shape: the letterbox (h, w), or one int for a square.
+        color: the padding's value per channel (114 gray).
+        auto: pad only to a multiple of ``stride`` (the smallest stride-multiple shape), not to ``new_shape``.
+        scale_fill: with ``auto=False``, stretch to fill ``new_shape`` exactly, without padding (the aspect
+            ratio is not kept).
+        scaleup: False never enlarges (only shrinks to fit).
+        stride: the multiple ``auto`` pads to.
+        center: False puts all padding right and bottom.
+        scaleFill: YOLOv5's spelling of ``scale_fill``; wins when given.
+
+    Returns:
+        LetterboxResult: ``img`` the padded (h', w', C) image of ``im``'s dtype; ``ratio`` (rw, rh); ``pad``
+        (padw, padh) in pixels, possibly .5.  A point (x, y) in pixels of ``im`` lands at
+        (x * rw + padw, y * rh + padh) in ``img``.
     """
     if scaleFill is not None:
         scale_fill = scaleFill

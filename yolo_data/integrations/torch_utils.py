@@ -1,4 +1,4 @@
-"""Small torch helpers YOLOv5 training scripts import: device choice, timing, seeding."""
+"""Small torch functions YOLOv5 training scripts import: device choice, timing, seeding."""
 from __future__ import annotations
 
 import logging
@@ -21,14 +21,25 @@ def _mps_available() -> bool:
 
 
 def select_device(device="", batch_size: int = 0) -> torch.device:
-    """``''`` (first CUDA device, else CPU), ``'cpu'``, ``'mps'``, ``'0'``, ``'0,1'``, ``'cuda:1'`` ->
-    a ``torch.device``.
+    """YOLOv5's device choice: a device string to a ``torch.device``.
 
     With several CUDA ids the first one is returned (the training script spreads over the rest with
     DDP), and ``batch_size`` must divide by their number.  Unlike YOLOv5 this never sets
-    CUDA_VISIBLE_DEVICES: ids are the ones torch sees now.  Raises ValueError naming what is missing.
-    The printing rank (LOCAL_RANK 0 or unset) logs one line, as YOLOv5 does:
+    CUDA_VISIBLE_DEVICES: ids are the ones torch sees now.  The printing rank (LOCAL_RANK 0 or unset)
+    logs one line, as YOLOv5 does:
     ``yolo_data 0.2.0 Python-3.11.7 torch-2.3.1 CUDA:0 (NVIDIA H100 80GB HBM3, 81559MiB)``.
+
+    Args:
+        device: ``''`` (first CUDA device, else CPU), ``'cpu'``, ``'mps'``, ``'0'``, ``'0,1'`` or
+            ``'cuda:1'`` (case and spaces ignored; None counts as ``''``).
+        batch_size: the total batch, which must divide by the number of CUDA ids given; 0: not checked.
+
+    Returns:
+        ``cpu``, ``mps`` or ``cuda:<first id>``.
+
+    Raises:
+        ValueError: naming what is missing (a CUDA id torch does not see, MPS where there is none), a
+            device string of another form, or a ``batch_size`` that the number of GPUs does not divide.
     """
     spec = str(device).strip().lower().replace("cuda:", "").replace("none", "").replace(" ", "")
     if spec == "cpu":
@@ -75,7 +86,11 @@ def _announce(device: torch.device, cuda_ids=()) -> torch.device:
 
 
 def time_synchronized() -> float:
-    """Seconds (a monotonic clock), after waiting for queued CUDA work when CUDA is in use."""
+    """The time once queued CUDA work is done (when CUDA is in use), as YOLOv5's ``time_synchronized``.
+
+    Returns:
+        Seconds of a monotonic clock (``time.perf_counter``): only differences mean something.
+    """
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
     return time.perf_counter()
@@ -87,6 +102,12 @@ def init_torch_seeds(seed: int = 0) -> None:
 
     As YOLOv5 v5.0: seed 0 asks cuDNN for deterministic kernels without benchmarking (slower,
     reproducible); any other seed lets cuDNN benchmark (faster, less reproducible).
+
+    Args:
+        seed: the seed of all three generators; 0 also makes cuDNN deterministic.
+
+    Returns:
+        None; the process-wide generators and ``torch.backends.cudnn`` flags are set.
     """
     random.seed(seed)
     np.random.seed(seed)
@@ -97,7 +118,16 @@ def init_torch_seeds(seed: int = 0) -> None:
 
 def smart_DDP(model: torch.nn.Module) -> torch.nn.Module:
     """Wrap ``model`` in DistributedDataParallel: with its device id when it lives on a CUDA device
-    (NCCL), without device ids on the CPU (gloo), where passing them is an error."""
+    (NCCL), without device ids on the CPU (gloo), where passing them is an error.
+
+    Args:
+        model: the model, on the device of this rank (its first parameter's device decides);
+            torch.distributed must be initialised.
+
+    Returns:
+        ``DistributedDataParallel(model)``, with ``device_ids`` and ``output_device`` its CUDA index
+        on a GPU.
+    """
     from torch.nn.parallel import DistributedDataParallel as DDP
     device = next(model.parameters()).device
     if device.type == "cuda":

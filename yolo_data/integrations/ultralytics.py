@@ -123,7 +123,22 @@ class YoloDataTrainer(DetectionTrainer):
     ``remap_classes=True`` (ours, carried as class_balance is) makes their ids 0..k-1 and the dataset
     dict the model is made from names the kept classes only (``get_dataset``), so the model has k
     classes.  Ultralytics' keys yolo_data cannot honour are refused here, before any training, and
-    those it ignores are named in one warning each (ultralytics_args)."""
+    those it ignores are named in one warning each (ultralytics_args).
+
+    Args:
+        cfg: Ultralytics' default configuration (its ``DEFAULT_CFG``, a yaml path or a dict), as for
+            DetectionTrainer.
+        overrides: Ultralytics' training arguments (``model.train(...)``'s keywords), plus yolo_data's
+            own keys, which Ultralytics does not know (ultralytics_args.OWN_ARGS): ``class_balance``
+            (a repeat-factor threshold in (0, 1], True for 0.1), ``remap_classes`` (bool, with
+            ``classes``), ``endpoint_url`` (the S3-compatible server of an ``s3://`` dataset).
+        _callbacks: Ultralytics' callbacks dict; a DDP rank's trainer gets yolo_data's own keys from it.
+
+    Raises:
+        ValueError: an argument yolo_data cannot honour (ultralytics_args.REFUSED, a bad
+            ``class_balance`` or ``remap_classes``, ``classes`` that are not class ids, a ``scale`` pair
+            that is not 1 -/+ a gain).
+    """
 
     def __new__(cls, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
         if cls is YoloDataTrainer:
@@ -174,10 +189,23 @@ class YoloDataTrainer(DetectionTrainer):
         return UltralyticsDataset(img_path, self._settings(mode, batch or 16), prefix=f"{mode}: ")
 
     def get_dataloader(self, dataset_path, batch_size: int = 16, rank: int = 0, mode: str = "train"):
+        """Ultralytics' extension point: yolo_data's loader of one split.
+
+        Args:
+            dataset_path: the split Ultralytics names (a folder, a .txt list, or an ``s3://`` URL).
+            batch_size: per rank.
+            rank: the local rank under DDP, -1 otherwise.
+            mode: 'train' (the training preset) or 'val' (the evaluation preset).
+
+        Returns:
+            An UltralyticsLoader whose batches are Ultralytics' dicts.
+        """
         return create_loader(dataset_path, self._settings(mode, batch_size), rank=rank, prefix=f"{mode}: ",
                              to_xywhr=_to_xywhr(self.args.task))
 
     def get_validator(self):
+        """The task's YoloDataValidator on the trainer's val loader, with the arguments and loss names
+        of the task's own validator."""
         validator = super().get_validator()  # the task's own: it sets the loss names
         ours = _VALIDATORS.get(self.args.task, YoloDataValidator)(self.test_loader, save_dir=self.save_dir,
                                                                   args=copy(validator.args), _callbacks=self.callbacks)
@@ -195,7 +223,17 @@ class YoloDataValidator(DetectionValidator):
     ``classes`` keeps those classes' labels, and ``remap_classes=True`` (ours: ``model.val(...,
     validator=YoloDataValidator, classes=[0, 2], remap_classes=True)`` for a model trained with it)
     makes their ids 0..k-1.  A model with fewer classes than the labels have: the labels of the classes
-    it cannot predict are left out, as Ultralytics' validator does."""
+    it cannot predict are left out, as Ultralytics' validator does.
+
+    Args:
+        dataloader: a loader to validate on (a trainer's, from ``get_dataloader``); None: built from
+            ``args`` when the validator runs on its own.
+        save_dir: where Ultralytics writes the results, as for DetectionValidator.
+        args: Ultralytics' validation arguments (a dict or namespace); a dict may also hold yolo_data's
+            own ``remap_classes`` (bool, with ``classes``), which Ultralytics does not know (the other
+            keys of ultralytics_args.OWN_ARGS are taken out of it and have no effect here).
+        _callbacks: Ultralytics' callbacks dict.
+    """
 
     def __new__(cls, dataloader=None, save_dir=None, args=None, _callbacks=None):
         if cls is YoloDataValidator:
@@ -220,9 +258,20 @@ class YoloDataValidator(DetectionValidator):
                                endpoint_url=self.endpoint_url)
 
     def build_dataset(self, img_path, mode: str = "val", batch=None):
+        """An UltralyticsDataset of ``img_path`` with the evaluation preset."""
         return UltralyticsDataset(img_path, self._settings(batch or self.args.batch), prefix="val: ")
 
     def get_dataloader(self, dataset_path, batch_size: int):
+        """Ultralytics' extension point: yolo_data's evaluation loader of one split, without the labels
+        of classes the model cannot predict.
+
+        Args:
+            dataset_path: the split Ultralytics names (a folder, a .txt list, or an ``s3://`` URL).
+            batch_size: the batch (a standalone validator runs on one process).
+
+        Returns:
+            An UltralyticsLoader whose batches are Ultralytics' dicts.
+        """
         settings = self._settings(batch_size)
         classes, remap = validation_classes(self.args.classes, self.remap_classes, int(self.data["nc"]),
                                             len(self.names) if self.names else None, bool(self.args.single_cls))

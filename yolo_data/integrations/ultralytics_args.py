@@ -295,17 +295,35 @@ def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, 
     """yolo_data Settings for ``mode`` 'train' (the training preset) or 'val' (the evaluation preset)
     from Ultralytics arguments ``cfg``.
 
-    ``workers``: overrides cfg.workers (Ultralytics' trainer zeroes it on CPU before we see it).
-    ``rect``: for 'val', None means always rect (Ultralytics' trainer); the standalone validator passes
-    cfg.rect (``model.val()`` sets it True).  Images are first resized as Ultralytics' ``load_image``
-    does, for training and evaluation: linearly, no side above imgsz (``capped_resize``).  Under DDP
-    each evaluating rank takes whole batches, each image once.  ``data``: Ultralytics' dataset dict
-    (the trainer's ``data``), whose ``kpt_shape`` and ``flip_idx`` a pose split needs (Ultralytics
-    hands the loader a split's folder, not the yaml).  ``class_balance``: the train loader's (see
-    OWN_ARGS); ignored for 'val', where every image counts once.  ``classes`` (cfg) and ``remap_classes``
-    (OWN_ARGS): both loaders alike; ``endpoint_url`` (OWN_ARGS) too.  The fraction of 'val' is the entry
-    of cfg.split, as Ultralytics takes it.  What cannot be done is refused (``check_arguments``); ``warn``: for 'train', log the
-    keys that are ignored (the trainer logs them once itself)."""
+    Images are first resized as Ultralytics' ``load_image`` does, for training and evaluation:
+    linearly, no side above imgsz (``capped_resize``).  Under DDP each evaluating rank takes whole
+    batches, each image once.  ``classes`` (cfg) and ``remap_classes`` (OWN_ARGS) apply to both loaders
+    alike.  The fraction of 'val' is the entry of cfg.split, as Ultralytics takes it.
+
+    Args:
+        cfg: Ultralytics' arguments (its namespace, a ``types.SimpleNamespace`` or a dict); a missing
+            key takes Ultralytics' default (DEFAULTS).
+        mode: 'train' or 'val'.
+        batch_size: per rank.
+        stride: the model's largest stride.
+        workers: overrides cfg.workers (Ultralytics' trainer zeroes it on CPU before we see it).
+        rect: for 'val', None means always rect (Ultralytics' trainer); the standalone validator passes
+            cfg.rect (``model.val()`` sets it True).  Ignored for 'train' (cfg.rect).
+        data: Ultralytics' dataset dict (the trainer's ``data``), whose ``kpt_shape`` and ``flip_idx`` a
+            pose split needs (Ultralytics hands the loader a split's folder, not the yaml).
+        class_balance: the train loader's (see OWN_ARGS); ignored for 'val', where every image counts once.
+        remap_classes: with cfg.classes, class ids become 0..k-1 in the order of the classes (OWN_ARGS).
+        warn: for 'train', log the keys that are ignored (the trainer logs them once itself).
+        endpoint_url: the S3 endpoint of a dataset in a bucket, held by the dataset's own storage
+            (OWN_ARGS); None: the AWS tools' way of finding it.
+
+    Returns:
+        The Settings a loader of that split is built with (``create_loader``).
+
+    Raises:
+        ValueError: ``mode`` is neither 'train' nor 'val', or an argument cannot be honoured
+            (``check_arguments``, ``split_fraction``, ``cache_mode``).
+    """
     if mode not in ("train", "val"):
         raise ValueError(f"mode must be 'train' or 'val', not {mode!r}")
     train = mode == "train"

@@ -15,7 +15,7 @@ from ..runtime import torch_private
 from ..build import build_loader
 from ..dataset import YoloDataset
 from ..loading.loader import YoloDataLoader
-from ..sampling.sampler import ShardSampler  # noqa: F401 (imported from here before it moved to sampling.py)
+from ..sampling.sampler import ShardSampler  # noqa: F401 (callers import it from here too: sampling/sampler.py)
 from ..settings import Settings
 from .ultralytics_batch import DictCollate, LabelDicts
 
@@ -44,6 +44,8 @@ class UltralyticsLoader(YoloDataLoader):
         yield from super().__iter__()
 
     def reset(self) -> None:
+        """Drop the pass the workers began at construction (``discard_early_pass``): Ultralytics calls
+        this after closing the mosaic, so the next pass is made with the settings of then."""
         self.discard_early_pass()
 
     def close(self) -> None:
@@ -57,10 +59,26 @@ class UltralyticsLoader(YoloDataLoader):
 
 def create_loader(path, settings: Settings, rank: int = -1, prefix: str = "", split: Optional[str] = None,
                   cache_dir=None, to_xywhr: Optional[Callable] = None) -> UltralyticsLoader:
-    """The loader of one split for Ultralytics (its ``dataset`` is an UltralyticsDataset), ``settings``
-    from ``loader_settings``; ``split`` and ``cache_dir``: as the Settings fields of those names.
-    ``rank``: the local rank under DDP (-1 otherwise).  ``to_xywhr``: Ultralytics' conversion of
-    oriented-box corners (task 'obb'; see ultralytics_batch.oriented_boxes)."""
+    """The loader of one split for Ultralytics (its ``dataset`` is an UltralyticsDataset), built by
+    ``build_loader`` with batches as Ultralytics' dicts (ultralytics_batch.DictCollate).
+
+    Args:
+        path: the split: image folder, .txt list, list of them, dataset yaml, or ``s3://`` URL.
+        settings: from ``loader_settings``.
+        rank: the local rank under DDP, -1 otherwise.
+        prefix: put before every line logged.
+        split: as the Settings field of that name (which split of a dataset yaml); None: ``settings``'.
+        cache_dir: as the Settings field of that name (where label caches go); None: ``settings``'.
+        to_xywhr: Ultralytics' conversion of oriented-box corners (task 'obb'; see
+            ultralytics_batch.oriented_boxes): (N, 4, 2) pixel corners to [x, y, w, h, angle]; None
+            for the other tasks.
+
+    Returns:
+        An UltralyticsLoader whose batches are Ultralytics' dicts (ultralytics_batch.to_batch_dict):
+        ``img`` uint8 (B, 3, H, W) RGB, ``batch_idx`` float32 (N,), ``cls`` float32 (N, 1), ``bboxes``
+        float32 (N, 4) normalised xywh ((N, 5) xywhr for 'obb'), ``im_file``, ``ori_shape``,
+        ``resized_shape``, ``ratio_pad`` (evaluation), and the task's ``keypoints`` or ``masks``.
+    """
     settings = settings.replace(**{k: v for k, v in (("split", split), ("cache_dir", cache_dir)) if v is not None})
     return build_loader(path, settings, rank, prefix, dataset_class=UltralyticsDataset,
                         collate=DictCollate(evaluation=not settings.augment, to_xywhr=to_xywhr,

@@ -24,7 +24,7 @@ def create_dataloader(path, imgsz, batch_size, stride, single_cls=False, hyp=Non
     ImageSets list, read in place.  ``cache``: False, True/'ram' (one copy per node, in a file without a
     name in ``ram_dir``, default $YOLO_DATA_SHM_DIR or /dev/shm) or 'disk'.
 
-    Batches are cut from one global order per epoch (sampling.py): for a fixed ``seed`` and global batch
+    Batches are cut from one global order per epoch (sampling/sampler.py): for a fixed ``seed`` and global batch
     (``batch_size`` x world size), step k holds the same images, targets and paths on any number of
     ranks and workers, and ``loader.state_dict()`` / ``load_state_dict()`` resume mid-epoch on any of
     them.  Workers persist across epochs and start when the loader is built (``early_start=False``: at

@@ -88,6 +88,28 @@ class LoadImagesAndLabelsAndMasks(YoloDataset):
     def __init__(self, path, img_size=640, batch_size=16, augment=False, hyp=None, rect=False, image_weights=False,
                  cache_images=False, single_cls=False, stride=32, pad=0, min_items=0, prefix="", downsample_ratio=1,
                  overlap=False, *, settings=None, **fields):
+        """YOLOv5-seg's dataset of ``path``, with polygon labels.
+
+        Args:
+            path: image folder, .txt list, list of them, or dataset yaml, with polygon labels.
+            img_size: the long side images are resized to, and the letterbox size.
+            batch_size: the batch rect shapes are made of (YOLOv5's per-process batch).
+            augment: training augmentation (the training preset of every decision not given).
+            hyp: YOLOv5's hyp dict or yaml path.
+            rect: rectangular batches (images of one batch letterboxed to one shape).
+            image_weights: the training script weights the draws.
+            cache_images: False, True or 'ram' (one copy per node), or 'disk'.
+            single_cls: every class becomes class 0.
+            stride: rect shapes are multiples of it.
+            pad: rect shapes are widened by ``pad * stride``.
+            min_items: images with fewer labels are left out.
+            prefix: put before every line logged.
+            downsample_ratio: masks are 1/ratio of the image's height and width.
+            overlap: one mask per image (uint8 (H // r, W // r), pixel = 1-based position of its instance
+                among the image's targets), else one 0/1 mask per target row.
+            settings: a Settings for what the parameters above do not cover (they win over it).
+            **fields: Settings fields by name (``split='val'``, ``cache_dir=...``).
+        """
         super().__init__(path, as_settings(settings, **fields).replace(
             img_size=img_size, batch_size=batch_size, augment=augment, hyp=hyp, rect=rect,
             image_weights=image_weights, cache=cache_images, single_cls=single_cls, stride=stride, pad=pad,

@@ -60,9 +60,9 @@ class ImageCacheSpec:
     'disk', in order (see :func:`disk_candidates`).  ``ram_dir``: folder of the RAM cache (None:
     :func:`shm_dir`).  ``reserve_bytes``: room to leave free for the DataLoader's shared-memory
     batches.  ``linear``: resize with linear interpolation also when shrinking (else area, as YOLOv5's
-    evaluation), as in ``images.resize_long_side``; ``reduced``: JPEGs decoded at a reduced scale where
-    they shrink 2x or more (``images.load_image``); ``capped``: no resized side above ``img_size``
-    (``images.target_size``)."""
+    evaluation), as in ``images.load.resize_long_side``; ``reduced``: JPEGs decoded at a reduced scale where
+    they shrink 2x or more (``images.load.load_image``); ``capped``: no resized side above ``img_size``
+    (``images.load.target_size``)."""
     mode: str
     img_size: int
     linear: bool
@@ -117,7 +117,7 @@ def cache_key(store: LabelStore, labels_fingerprint: str, img_size: int, linear:
 
 def planned_sizes(shapes_hw: np.ndarray, img_size: int, capped: bool = False) -> np.ndarray:
     """(n, 2) int64 [h, w] each image of decoded size ``shapes_hw`` (n, 2) [h, w] will have after
-    ``resize_long_side`` (sizes rounded up; ``capped``: at most ``img_size``), as ``images.target_size``
+    ``resize_long_side`` (sizes rounded up; ``capped``: at most ``img_size``), as ``images.load.target_size``
     computes it one image at a time."""
     h0, w0 = shapes_hw[:, 0].astype(np.int64), shapes_hw[:, 1].astype(np.int64)
     r = img_size / np.maximum(h0, w0)

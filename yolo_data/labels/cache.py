@@ -52,7 +52,7 @@ class CacheContents:
     counts: Dict[str, int]
     problems: List[Problem] = field(default_factory=list)
     names: List[str] = field(default_factory=list)  # the class names (the yaml's or the annotations' own)
-    # The label format's settings (labelformat.SplitSource.settings), and, for a format with a warm
+    # The label format's settings (formats/base.py: SplitSource.settings), and, for a format with a warm
     # start, every image the split listed, so the fingerprint is checked without listing it again.
     settings: Optional[Dict] = None
     listed: Optional[List[str]] = None
@@ -264,10 +264,24 @@ def _layout(contents: CacheContents, arrays: Dict) -> container.Layout:
 
 
 def load(path: Path) -> CacheContents:
-    """Map and check a cache file.  Raises FileNotFoundError or CacheError.
+    """Map and check a cache file.
 
     The store's arrays are read-only views of the mapping (kept alive by them).  yolo_data's writers
     never change a file in place (they rename a new one over it), so the mapping stays valid.
+
+    Args:
+        path: the label cache file (``*.yolo_data.cache``).
+
+    Returns:
+        CacheContents: ``store`` (the LabelStore, read-only: labels float32 (L, 5) [class, x, y, w, h]
+        normalised xywh with label_offsets per image, shapes_hw int32 (n, 2) [h, w], image paths,
+        polygons, keypoints), the fingerprint it was made for, the scan's counts and problems, class
+        names, the format's settings, the listed and the kept images.
+
+    Raises:
+        FileNotFoundError: there is no file at ``path``.
+        CacheError: the file is damaged, foreign, untrusted, of another version, or its contents
+            disagree with each other; the message says which.
     """
     c = container.read(path, KIND)
     try:
@@ -301,8 +315,15 @@ def load(path: Path) -> CacheContents:
 
 def save(path: Path, contents: CacheContents) -> None:
     """Write atomically (see container.NewFile): a crash leaves the old file (or none) in place, never
-    a torn one; concurrent writers each replace the file whole.  Raises OSError when the folder is not
-    writable or full."""
+    a torn one; concurrent writers each replace the file whole.
+
+    Args:
+        path: the label cache file to write (its folder must exist).
+        contents: the store and what the file holds besides it.
+
+    Raises:
+        OSError: the folder is not writable or full.
+    """
     arrays = _arrays(contents)
     container.write(Path(path), _layout(contents, arrays), arrays)
 

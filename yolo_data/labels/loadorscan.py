@@ -51,7 +51,7 @@ class SplitLabels:
     fingerprint: str = ""  # of the inputs (see cache.fingerprint)
     default_file: Optional[Path] = None  # where the cache goes by default (beside the labels)
     names: List[str] = field(default_factory=list)  # class names (the yaml's, or the annotations' own)
-    kind: str = "yolo"  # the label format's name (formats.py)
+    kind: str = "yolo"  # the label format's name (formats/__init__.py)
     label_file_of: Callable[[str], str] = img2label_path  # an image's annotation file
 
 

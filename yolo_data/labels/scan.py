@@ -32,7 +32,7 @@ def scan_pairs(im_files: Sequence[str], lb_files: Sequence, nc: Optional[int] = 
                workers: Optional[int] = None, progress: Optional[Progress] = None,
                reader: Optional[LabelReader] = None) -> List[PairRecord]:
     """Verify each (image, label) pair, in input order, using ``workers`` processes.  ``lb_files``:
-    YOLO label files, or what ``reader`` reads (see labels.LabelReader).
+    YOLO label files, or what ``reader`` reads (see formats.base.LabelReader).
 
     Header parsing and label parsing are Python-bound, so threads would share one core; the pairs are
     cut into chunks and checked in worker processes.  A pool is not worth starting for a few hundred
@@ -55,7 +55,7 @@ def scan_pairs(im_files: Sequence[str], lb_files: Sequence, nc: Optional[int] = 
     else:
         # fork (Linux only): the children run nothing but verify_pair, never CUDA, so forking a
         # process that already initialised CUDA is safe here, as it is for DataLoader workers.
-        # labels.image_size gives Pillow an open file, not a name, so Pillow's first open in a process
+        # verify.image_size gives Pillow an open file, not a name, so Pillow's first open in a process
         # imports its five common plugins (Image.preinit: BMP, GIF, JPEG, PPM, PNG, and what they
         # import) instead of the one the name's extension asks for.  Done here, once per process, the
         # workers inherit them; else each worker of each scan imported them again (~25M instructions).

@@ -33,7 +33,14 @@ class YoloDataLoader(DataLoader):
     ``state_dict()`` / ``load_state_dict(state)`` (torchdata's StatefulDataLoader convention): where
     the loader stands in its epoch, as a small JSON-serialisable dict; after loading it, the loader
     yields exactly the batches the saved run would have yielded next, on any number of ranks with the
-    same global batch (see sampling.py).
+    same global batch (see sampler.py).
+
+    Args:
+        *args: torch's DataLoader arguments (``dataset``, ``batch_size``, ...), as build.py passes them.
+        early_start: start the persistent workers on the first pass now (only with workers, persistent
+            workers and a YoloSampler); False: at the first ``iter``.
+        **kwargs: torch's DataLoader keyword arguments (``sampler``, ``collate_fn``, ``num_workers``,
+            ``persistent_workers``, ...).
     """
 
     def __init__(self, *args, early_start: bool = True, **kwargs):
@@ -111,8 +118,17 @@ class YoloDataLoader(DataLoader):
         return {"weights": digest(self.sampler.weights), "indices": None if identity else digest(indices)}
 
     def state_dict(self) -> dict:
-        """{'epoch', 'step' (global steps handed out in that epoch), ...}: JSON-serialisable, a few
-        hundred bytes.  Take it after the step's batch was used (e.g. with the model's checkpoint)."""
+        """Where the loader stands in its epoch.  Take it after the step's batch was used (e.g. with the
+        model's checkpoint).
+
+        Returns:
+            {'epoch', 'step' (global steps handed out in that epoch), ...}: JSON-serialisable, a few
+            hundred bytes, with what must match on resuming (images, dataset digest, global batch, seed,
+            shuffle, rect, partner group, drop_last, repeat factors) and digests of the weights and indices.
+
+        Raises:
+            TypeError: the loader's sampler is not its own YoloSampler.
+        """
         if not isinstance(self.sampler, YoloSampler):
             raise TypeError("state_dict needs the loader's own YoloSampler")
         epoch, step = self.sampler.position(self._yielded)
@@ -121,11 +137,16 @@ class YoloDataLoader(DataLoader):
 
     def load_state_dict(self, state: dict) -> None:
         """Go on from ``state`` (see state_dict): the next pass is the saved epoch from the saved step
-        (or the next epoch when that one was done).  Raises ValueError when ``state`` was made by a
-        loader that would give other batches (other images, global batch, seed, shuffle, rect, repeat
-        factors).  Image
-        weights and ``dataset.indices`` are set by the training script each epoch: the resumed pass
-        checks that they equal the saved run's when it starts."""
+        (or the next epoch when that one was done).  Image weights and ``dataset.indices`` are set by the
+        training script each epoch: the resumed pass checks that they equal the saved run's when it starts.
+
+        Args:
+            state: a dict from ``state_dict()`` (after a JSON round trip too).
+
+        Raises:
+            ValueError: ``state`` is not a loader state of this version, or was made by a loader that
+                would give other batches (other images, global batch, seed, shuffle, rect, repeat factors).
+        """
         if not isinstance(state, dict) or state.get("yolo_data_loader") != STATE_VERSION:
             raise ValueError(f"not a yolo_data loader state (version {STATE_VERSION}): {str(state)[:200]}")
         steps = self.sampler.layout.steps

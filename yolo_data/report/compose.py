@@ -2,7 +2,7 @@
 
     splits (label caches) -> figures per split (datastats) -> classes across splits -> duplicates and
     leakage (dedupe, reads every image once) -> class frequencies as sampled (balance) -> pictures
-    (training batches, the rarest classes) -> findings -> report.json + report.html (reporthtml)
+    (training batches, the rarest classes) -> findings -> report.json + report.html (html.py)
 
 The JSON file holds every figure the HTML page shows (the page is made from it, plus the pictures).
 Statistics come from each split's label cache; only the duplicate search and the pictures read images.
@@ -306,8 +306,23 @@ def _rare_pictures(splits: List[_Split], class_rows: List[dict], names, per_clas
 
 
 def make_report(data, options: ReportOptions = ReportOptions()) -> Report:
-    """The report of ``data`` (a dataset yaml, or one split: image folder, list, COCO JSON, VOC) with
-    ``options``; nothing written yet (see :meth:`write`, :func:`write_report`)."""
+    """The report of ``data`` with ``options``; nothing written yet (see :func:`write`,
+    :func:`write_report`).
+
+    Args:
+        data: a dataset yaml (every split it lists), or one split: image folder, .txt list, COCO JSON,
+            Pascal VOC folder or list, LabelMe folder.
+        options: image size, task, which parts to make (duplicates, pictures), workers, cache folder.
+
+    Returns:
+        A Report: ``figures`` (the JSON file's contents: per split, per class, duplicates, sampled
+        class frequencies, ``findings`` per category of FINDINGS) and ``pictures`` (name -> JPEG bytes).
+
+    Raises:
+        FileNotFoundError: the dataset yaml does not exist.
+        ValueError: a dataset yaml that is malformed or lists no split (a split that cannot be read is
+            named in the report instead).
+    """
     t0 = time.perf_counter()
     splits, names, task, spec = read_splits(data, options)
     nc = len(names)
@@ -353,7 +368,15 @@ def report_files(out) -> Tuple[Path, Path]:
 
 def write(report: Report, out) -> Report:
     """Write the report's page and figures to :func:`report_files` of ``out`` (their folder created)
-    for the user to read: the files get the permissions the user's umask gives new files."""
+    for the user to read: the files get the permissions the user's umask gives new files.
+
+    Args:
+        report: from :func:`make_report`.
+        out: a path without suffix, with ``.html`` or ``.json``, or an existing folder.
+
+    Returns:
+        ``report``, its ``html_file`` and ``json_file`` set.
+    """
     from .html import render
     html_file, json_file = report_files(out)
     html_file.parent.mkdir(parents=True, exist_ok=True)
@@ -376,5 +399,19 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def write_report(data, out="dataset_report", options: ReportOptions = ReportOptions()) -> Report:
-    """:func:`make_report` then :func:`write`: ``out``.html and ``out``.json (see :func:`report_files`)."""
+    """:func:`make_report` then :func:`write`: ``out``.html and ``out``.json (see :func:`report_files`).
+
+    Args:
+        data: a dataset yaml, or one split (see :func:`make_report`).
+        out: where the files go: ``out``.html and ``out``.json (a given ``.html`` or ``.json`` suffix
+            replaced), or ``dataset_report.html`` and ``.json`` inside an existing folder.
+        options: see :func:`make_report`.
+
+    Returns:
+        The Report, with ``html_file`` and ``json_file`` set to the files written.
+
+    Raises:
+        ValueError: as :func:`make_report`.
+        OSError: a file cannot be written.
+    """
     return write(make_report(data, options), out)

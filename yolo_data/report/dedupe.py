@@ -152,9 +152,8 @@ _REDUCED_GRAY = {8: cv2.IMREAD_REDUCED_GRAYSCALE_8, 4: cv2.IMREAD_REDUCED_GRAYSC
 
 
 def jpeg_size(data: bytes) -> Optional[Tuple[int, int]]:
-    """(height, width) from the frame header of JPEG ``data``, or None when it is not a JPEG or the
-    markers before the frame header do not parse.  Reads the header only: the size picks the decode
-    scale before anything is decoded."""
+    """(height, width) from the frame header of JPEG ``data``, or None when it is not a JPEG or the markers before the
+    frame header do not parse.  Reads the header only: the size picks the decode scale before anything is decoded."""
     if not data.startswith(b"\xff\xd8"):
         return None
     pos = 2
@@ -177,13 +176,12 @@ def jpeg_size(data: bytes) -> Optional[Tuple[int, int]]:
 
 
 def decode_small_gray(data: bytes) -> Optional[np.ndarray]:
-    """(h, w) uint8 grayscale of encoded image ``data``, EXIF orientation applied, or None when OpenCV
-    cannot decode it.  A JPEG is decoded at 1/8, 1/4 or 1/2 of each side, the smallest scale that keeps
-    _MIN_SIDE pixels: libjpeg then averages whole blocks in its IDCT instead of making every pixel.
-    Anything else is decoded whole.  The hashes shrink the picture by area averaging after this, so
-    the scale chosen (which differs between a photo and its resized copy) hardly moves them; a
-    reduced decode of a PNG is not used, as OpenCV shrinks it another way (measured: up to 10 DCT-hash
-    bits from the JPEG it was saved from, against 0 here)."""
+    """(h, w) uint8 grayscale of encoded image ``data``, EXIF orientation applied, or None when OpenCV cannot decode
+    it.  A JPEG is decoded at 1/8, 1/4 or 1/2 of each side, the smallest scale that keeps _MIN_SIDE pixels: libjpeg
+    then averages whole blocks in its IDCT instead of making every pixel.  Anything else is decoded whole.  The hashes
+    shrink the picture by area averaging after this, so the scale chosen (which differs between a photo and its
+    resized copy) hardly moves them; a reduced decode of a PNG is not used, as OpenCV shrinks it another way
+    (measured: up to 10 DCT-hash bits from the JPEG it was saved from, against 0 here)."""
     buf = np.frombuffer(data, np.uint8)
     size = jpeg_size(data)
     factor = 1
@@ -300,17 +298,16 @@ def _bucket_pairs(keys: np.ndarray, cap: int) -> Tuple[np.ndarray, np.ndarray, n
 def near_pairs(phash: np.ndarray, dhash: np.ndarray, max_distance: int = MAX_DISTANCE,
                max_dhash_distance: int = MAX_DHASH_DISTANCE, cap: int = BUCKET_CAP) -> np.ndarray:
     """(p, 2) int64 index pairs (i < j) of hashes within both bounds: hamming(phash) <= max_distance and
-    hamming(dhash) <= max_dhash_distance.  Meant for distinct (phash, dhash) values: equal values always
-    match, and find_duplicates merges them before it asks, however many there are.
+    hamming(dhash) <= max_dhash_distance.  Meant for distinct (phash, dhash) values: equal values always match, and
+    find_duplicates merges them before it asks, however many there are.
 
-    Multi-index hashing over both hashes: cut the DCT hash into max_distance + 1 bit fields and the
-    gradient hash into max_dhash_distance + 1; a pair within both bounds agrees exactly on at least one
-    field of each (pigeonhole), so it shares a bucket keyed by some (DCT field, gradient field) pair.
-    A key of one field of each hash (18 bits with the default bounds) makes buckets small enough that a
-    million random hashes give about 2 million candidates per table, checked in a vectorised step; each
-    of the (max_distance + 1) * (max_dhash_distance + 1) tables is one sort.  A bucket of over ``cap + 1``
-    items (many distinct but almost equal pictures) is only searched among sorted neighbours, and a
-    warning says so."""
+    Multi-index hashing over both hashes: cut the DCT hash into max_distance + 1 bit fields and the gradient hash into
+    max_dhash_distance + 1; a pair within both bounds agrees exactly on at least one field of each (pigeonhole), so it
+    shares a bucket keyed by some (DCT field, gradient field) pair.  A key of one field of each hash (18 bits with the
+    default bounds) makes buckets small enough that a million random hashes give about 2 million candidates per table,
+    checked in a vectorised step; each of the (max_distance + 1) * (max_dhash_distance + 1) tables is one sort.  A
+    bucket of over ``cap + 1`` items (many distinct but almost equal pictures) is only searched among sorted
+    neighbours, and a warning says so."""
     phash = np.asarray(phash, np.uint64)
     dhash = np.asarray(dhash, np.uint64)
     found, overfull = [np.zeros((0, 2), np.int64)], 0
@@ -367,18 +364,24 @@ def _equal_runs(values: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
 
 def find_duplicates(splits: Dict[str, Tuple[Sequence[str], ImagePrints]], max_distance: int = MAX_DISTANCE,
                     max_dhash_distance: int = MAX_DHASH_DISTANCE) -> List[DuplicateGroup]:
-    """Groups of two or more files that are one picture, over all ``splits`` ({name: (paths,
-    fingerprint_images(paths))}).  Files not ``ok`` take no part.
+    """Groups of two or more files that are one picture, over all ``splits``.  Files not ``ok`` take no part.
 
-    Two files are linked when their bytes are equal, or when neither is flat and their DCT hashes
-    differ in at most ``max_distance`` bits and their gradient hashes in at most
-    ``max_dhash_distance``; groups are the connected sets of links.  The defaults were measured on coco128 (256 photos), BCCD (364) and the
-    bundled sample (24), each saved again at JPEG quality 60, as PNG, and resized to 50% and 75%: the
-    copies moved the DCT hash by at most 6 bits (4 but for one 75% resize) and the gradient hash by at
-    most 5.  Different pictures: the closest two coco128 photos are 14 DCT bits apart (and then 18
-    gradient bits); two synthetic sample pictures are 6 DCT bits apart but 19 gradient bits, and another
-    two 4 gradient bits apart but 27 DCT bits, which is why a link needs both hashes near.
-    Groups are sorted by their first member; members by (split, index)."""
+    Two files are linked when their bytes are equal, or when neither is flat and their DCT hashes differ in at most
+    ``max_distance`` bits and their gradient hashes in at most ``max_dhash_distance``; groups are the connected sets
+    of links.  The defaults were measured on coco128 (256 photos), BCCD (364) and the bundled sample (24), each saved
+    again at JPEG quality 60, as PNG, and resized to 50% and 75%: the copies moved the DCT hash by at most 6 bits (4
+    but for one 75% resize) and the gradient hash by at most 5.  Different pictures: the closest two coco128 photos
+    are 14 DCT bits apart (and then 18 gradient bits); two synthetic sample pictures are 6 DCT bits apart but 19
+    gradient bits, and another two 4 gradient bits apart but 27 DCT bits, which is why a link needs both hashes near.
+
+    Args:
+        splits: {split name: (paths, ``fingerprint_images(paths)``)}, as many prints as paths (else ValueError).
+        max_distance: DCT-hash bits (of 64) that may differ between two copies.
+        max_dhash_distance: gradient-hash bits (of 64) that may differ between two copies.
+
+    Returns:
+        DuplicateGroups sorted by their first member, members sorted by (split, index); [] for none.
+    """
     names = list(splits)
     where, parts = [], []  # (split number, index in the split) of each file taking part
     for k, (split_paths, prints) in enumerate(splits.values()):

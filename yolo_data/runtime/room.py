@@ -70,7 +70,7 @@ def planning_lock(folder: Path):
 def batch_side(imgsz: int, stride: int, pad: float = 0.0) -> int:
     """The longest side a batch image can have: ``imgsz`` (square letterbox, mosaic) plus a stride of
     margin, or more for rect batches with a large ``pad`` (``ceil(imgsz / stride + pad)`` strides,
-    see geometry.rect_max_side).  Pass ``pad=0`` when the batches are not rect."""
+    see shapes.rect_max_side).  Pass ``pad=0`` when the batches are not rect."""
     return max(int(imgsz) + int(stride), rect_max_side(imgsz, stride, pad))
 
 

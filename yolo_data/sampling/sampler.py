@@ -237,20 +237,32 @@ def partner_group_size(wanted: int, batch_size: int) -> int:
 class YoloSampler(Sampler[ItemKey]):
     """This rank's items, one epoch at a time, as ItemKeys (see the module's docstring).
 
-    - ``batch_size``: per rank; the global batch is ``batch_size * world_size``.
-    - ``shuffle``: a new global order every epoch.
-    - ``rect``: positions come in rect batches of one global batch each (``dataset.batch``); a step
-      is one rect batch, so all ranks' images of a step share its shape.
-    - ``group``: partner-group size; one that does not divide ``batch_size`` becomes ``batch_size``
-      (ranks always take whole groups).  1: every item its own group.
     - image weights (``set_weights``): each epoch draws n positions with replacement, weighted.
-    - ``repeat_factors``: (n,) float64 r_i >= 1 (balance.repeat_factors): each epoch is
-      ``floor(sum r_i)`` draws, image i about r_i times (balance.repeat_draws), shuffled; fixed for the
-      sampler's life (the epoch's length depends on them).  Not with rect or image weights.
     - epoch: ``set_epoch(e)`` as with DistributedSampler; without it each new pass advances the
-      epoch by one.  ``shared_epoch``: the run's SharedEpoch, which only this sampler writes, before
-      the first key of a pass is produced (before any worker fetches an item of that pass).
+      epoch by one.
     - ``resume_at(epoch, step)``: the next pass of ``epoch`` starts at global step ``step``.
+
+    Args:
+        n: the dataset's length (positions 0..n-1).
+        batch_size: per rank; the global batch is ``batch_size * world_size``.
+        shuffle: a new global order every epoch.
+        seed: with the epoch, seeds the epoch's order (seeds.epoch_rng).
+        rank: this process's global rank; None: asked of torch.distributed now (0 outside DDP).
+        world_size: the number of ranks; None: asked of torch.distributed now (1 outside DDP).
+        rect: positions come in rect batches of one global batch each (``dataset.batch``); a step
+            is one rect batch, so all ranks' images of a step share its shape.
+        drop_last: leave out the last, partial step.
+        shared_epoch: the run's SharedEpoch, which only this sampler writes, before the first key of a
+            pass is produced (before any worker fetches an item of that pass).
+        group: partner-group size; one that does not divide ``batch_size`` becomes ``batch_size``
+            (ranks always take whole groups).  1: every item its own group.
+        repeat_factors: (n,) float64 r_i >= 1 (balance.repeat_factors): each epoch is ``floor(sum r_i)``
+            draws, image i about r_i times (balance.repeat_draws), shuffled; fixed for the sampler's life
+            (the epoch's length depends on them).  Not with rect or image weights.
+
+    Raises:
+        TypeError: a seed that is not a whole number (seeds.check_seed).
+        ValueError: repeat factors that are not n finite numbers >= 1, or that come with ``rect``.
     """
 
     def __init__(self, n: int, batch_size: int, shuffle: bool = False, seed: int = 0,
@@ -279,16 +291,32 @@ class YoloSampler(Sampler[ItemKey]):
 
     @property
     def global_batch(self) -> int:
+        """Images per global step: the per-rank batch times the world size."""
         return self.batch_size * self.world_size
 
     def set_epoch(self, epoch: int) -> None:
+        """Make the next pass epoch ``epoch`` (as DistributedSampler.set_epoch); a resume point of another
+        epoch is dropped.
+
+        Args:
+            epoch: the epoch, 0-based; with the seed it decides the epoch's order and every item's draws.
+        """
         if int(epoch) != self.epoch:
             self.start_step = 0  # a resume point belongs to its own epoch
         self.epoch = int(epoch)
         self._explicit = True
 
     def set_weights(self, weights: Optional[np.ndarray]) -> None:
-        """(n,) non-negative image weights (e.g. labels_to_image_weights), or None for uniform."""
+        """Weight the draws of the following passes (YOLOv5's ``--image-weights``).
+
+        Args:
+            weights: (n,) non-negative image weights, not all zero (e.g. labels_to_image_weights), or
+                None for uniform.
+
+        Raises:
+            ValueError: weights of another shape, negative, not finite or all zero, or a sampler with
+                repeat factors.
+        """
         if weights is not None:
             if self.repeat_factors is not None:
                 raise ValueError("image weights and repeat factors (class balance) both weight the draws; "
@@ -302,7 +330,12 @@ class YoloSampler(Sampler[ItemKey]):
 
     def resume_at(self, epoch: int, step: int) -> None:
         """Make the next pass epoch ``epoch`` from global step ``step`` (a pass whose every step was
-        done counts as finished: the next pass is then ``epoch + 1``, as after a whole pass)."""
+        done counts as finished: the next pass is then ``epoch + 1``, as after a whole pass).
+
+        Args:
+            epoch: the saved epoch.
+            step: global steps of it already done, 0..``layout.steps``.
+        """
         self.version += 1
         self._started = False
         if step >= self.layout.steps:
@@ -311,17 +344,31 @@ class YoloSampler(Sampler[ItemKey]):
             self.epoch, self.start_step, self._explicit = int(epoch), int(step), True
 
     def position(self, yielded: int) -> Tuple[int, int]:
-        """(epoch, global step) after ``yielded`` steps of the current pass; before any pass, after
-        ``resume_at``, or once ``set_epoch`` was called since the pass began (a checkpoint taken at the
-        start of an epoch, before its first batch), where the next pass begins."""
+        """Where the run stands, for a resume state.
+
+        Args:
+            yielded: batches the loader handed out in the current pass.
+
+        Returns:
+            (epoch, global step) after ``yielded`` steps of the current pass; before any pass, after
+            ``resume_at``, or once ``set_epoch`` was called since the pass began (a checkpoint taken at
+            the start of an epoch, before its first batch), where the next pass begins.
+        """
         if not self._started or self._explicit:
             return self.epoch, self.start_step
         return self.epoch, self.pass_start + yielded
 
     def keep_started_pass(self, epoch: int) -> bool:
         """For a pass started at ``epoch`` but not yet handed out (the loader's early start): whether it
-        is still the pass to make, i.e. no ``set_epoch`` to another epoch since (one to the same epoch
-        then counts as used)."""
+        is still the pass to make.
+
+        Args:
+            epoch: the epoch the pass was started for.
+
+        Returns:
+            True when no ``set_epoch`` to another epoch came since (one to the same epoch then counts
+            as used).
+        """
         if self._explicit and self.epoch != epoch:
             return False
         self._explicit = False
@@ -335,8 +382,11 @@ class YoloSampler(Sampler[ItemKey]):
 
     # -- the global order for an epoch ---------------------------------------------------------------
     def order(self) -> np.ndarray:
-        """(layout.length,) int64 positions of the current epoch in global order (computed once per
-        epoch): n of them, or floor(sum r_i) with repeat factors."""
+        """The current epoch's global order (computed once per epoch).
+
+        Returns:
+            (layout.length,) int64 dataset positions: n of them, or floor(sum r_i) with repeat factors.
+        """
         key = (self.epoch, self.version if self.weights is not None else -1)
         if self._order is None or self._order[0] != key:
             rng = epoch_rng(self.seed, self.epoch)
