@@ -29,17 +29,17 @@ import numpy as np
 import torch
 
 from . import distributed
-from .sampling.balance import class_factors, class_image_counts, epoch_length, image_factors
-from .loading.collate import QuadCollate, collate_fn
 from .dataset import YoloDataset
 from .items.parts import assemble
+from .labels.summary import console, printing_rank
+from .loading.collate import QuadCollate, collate_fn
 from .loading.loader import YoloDataLoader
 from .runtime.room import fit_workers_to_shm, shm_bytes_for_batches
+from .runtime.workers import WorkerInit
+from .sampling.balance import class_factors, class_image_counts, epoch_length, image_factors
 from .sampling.runstate import RunState
 from .sampling.sampler import ShardSampler, YoloSampler, partner_group_size
 from .settings import Settings
-from .labels.summary import console, printing_rank
-from .runtime.workers import WorkerInit
 
 LOGGER = logging.getLogger("yolo_data")
 

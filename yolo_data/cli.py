@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from .storage import Storage, StorageOptions, container, using
 from .formats.datayaml import is_dataset_yaml, load_dataset_yaml
 from .labels.split import SplitLabels, load_split
 from .labels.summary import progress_bar
+from .storage import Storage, StorageOptions, container, using
 
 # The bundled sample dataset and YOLOv5's hyperparameter files are package data (setup.cfg), so the
 # console scripts find them in an installed wheel as in a checkout (where this folder links to data/).

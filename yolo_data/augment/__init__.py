@@ -11,16 +11,16 @@ Modules, in the order data flows through them:
     pipeline     the order of the steps for one item
     augstate     hyp and mosaic switches that reach running workers
 """
+from .albument import AlbumentationsStep
+from .augstate import AugmentControl, SharedSettings, TrainSettings
 from .hyp import AugmentConfig, load_hyp
-from .sample import Points, Sample, box_polygons, join_extras
 from .mosaic import (copy_paste, cutmix, mixup, mosaic4, mosaic4_resized, mosaic9, mosaic_border, mosaic_centre,
     paste_objects)
 from .perspective import (PerspectiveParams, box_candidates, draw_perspective, flip_lr, flip_ud, perspective_matrix,
     random_perspective, warp_boxes, warp_sample)
 from .photometric import apply_hsv, augment_hsv, hsv_tables
-from .albument import AlbumentationsStep
 from .pipeline import draw_finish, flip_boxes, item_rng, mosaic_with_mixup, single_image_geometry
-from .augstate import AugmentControl, SharedSettings, TrainSettings
+from .sample import Points, Sample, box_polygons, join_extras
 
 __all__ = ["AugmentConfig", "load_hyp", "Points", "Sample", "box_polygons", "join_extras", "copy_paste", "cutmix",
            "mixup", "mosaic4", "mosaic4_resized", "mosaic9", "mosaic_border", "mosaic_centre",

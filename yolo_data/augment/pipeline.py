@@ -20,6 +20,7 @@ from typing import Callable, Optional, Sequence
 import cv2
 import numpy as np
 
+from ..sampling.seeds import item_rng  # noqa: F401  (a seeding rule; still importable from here)
 from .hyp import AugmentConfig
 from .mosaic import (copy_paste, cutmix, mixup, mosaic4, mosaic4_resized, mosaic9, mosaic_border, mosaic_centre,
                      paste_objects)
@@ -27,7 +28,6 @@ from .perspective import (draw_perspective, flip_lr, flip_ud, perspective_matrix
                           warp_sample)
 from .photometric import draw_hsv_gains
 from .sample import Sample
-from ..sampling.seeds import item_rng  # noqa: F401  (a seeding rule; still importable from here)
 
 LoadFn = Callable[[int], Sample]  # image i resized to img_size long side, pixel boxes on it
 

@@ -33,8 +33,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..storage import backend_for, ensure_listed, is_url, join_url, parent_url
-from .labelfile import first_unique, normalising_size, without_duplicates
 from .base import LabelFormat, SourceOptions, SplitSource, WarmStart
+from .labelfile import first_unique, normalising_size, without_duplicates
 from .problems import Problem
 from .sources import default_cache_file, nul_problem
 

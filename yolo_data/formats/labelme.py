@@ -30,8 +30,8 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
-from .labelfile import NotRegular, normalising_size, open_regular, without_duplicates
 from .base import LabelFormat, SourceOptions, SplitSource
+from .labelfile import NotRegular, normalising_size, open_regular, without_duplicates
 from .problems import LabelError, Problem
 from .sources import IMG_FORMATS, default_cache_file, img2label_path, walk_files
 

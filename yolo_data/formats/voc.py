@@ -21,8 +21,8 @@ from xml.parsers import expat
 
 import numpy as np
 
-from .labelfile import NotRegular, normalising_size, open_regular, read_limited, without_duplicates
 from .base import LabelFormat, SourceOptions, SplitSource
+from .labelfile import NotRegular, normalising_size, open_regular, read_limited, without_duplicates
 from .problems import LabelError, Problem
 from .sources import IMG_FORMATS, default_cache_file, read_list
 

@@ -31,9 +31,9 @@ from typing import Any, Callable, List, Optional, Tuple
 import numpy as np
 
 from ..geometry.boxes import polygon_to_xyxy, xywhn_to_xyxy, xyxy_to_xywh
-from .labelfile import COORD_TOLERANCE, MAX_CLASS_ID, first_unique, NotRegular, open_regular, read_limited, without_duplicates
 from ..storage import backend_for, ensure_listed, is_url, parent_url
 from .base import LabelFormat, SourceOptions, SplitSource
+from .labelfile import COORD_TOLERANCE, MAX_CLASS_ID, first_unique, NotRegular, open_regular, read_limited, without_duplicates
 from .problems import LabelError
 from .sources import default_cache_file, img2label_path, split_images
 

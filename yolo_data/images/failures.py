@@ -35,8 +35,8 @@ try:
 except ImportError:  # Windows: no POSIX locks; the worst outcome is a duplicate line
     fcntl = None
 
-from ..storage.container import CacheError, check_trust
 from ..formats.problems import Problem
+from ..storage.container import CacheError, check_trust
 
 LOGGER = logging.getLogger("yolo_data")
 SUFFIX = ".failed"

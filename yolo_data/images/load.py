@@ -17,8 +17,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import cv2
 import numpy as np
 
-from .decode import JPEG_SUFFIXES, REDUCED_FLAGS, ImageDecodeError, ImageReadError, imread_bgr  # noqa: F401
 from ..storage import Storage, current_storage, is_url
+from .decode import JPEG_SUFFIXES, REDUCED_FLAGS, ImageDecodeError, ImageReadError, imread_bgr  # noqa: F401
 from .decode import simplejpeg_module
 
 

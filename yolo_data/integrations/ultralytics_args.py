@@ -15,13 +15,13 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from ..sampling.balance import threshold_of
-from ..formats.datayaml import load_dataset_yaml
-from ..storage import Storage, StorageOptions, using
 from ..augment.hyp import AugmentConfig
+from ..formats.datayaml import load_dataset_yaml
+from ..labels.summary import printing_rank
+from ..sampling.balance import threshold_of
 from ..settings import checked_classes, Settings
 from ..settings import fraction_count  # noqa: F401 (where it was imported from)
-from ..labels.summary import printing_rank
+from ..storage import Storage, StorageOptions, using
 
 LOGGER = logging.getLogger("yolo_data")
 

@@ -13,8 +13,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
-from ..loading.collate import collate_fn
 from ..labels.store import LazySequence
+from ..loading.collate import collate_fn
 
 
 def whole_pixel_pad(pad: Tuple[float, float]) -> Tuple[int, int]:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from ..runtime import torch_private
 from ..build import build_loader
 from ..dataset import YoloDataset
 from ..loading.loader import YoloDataLoader
+from ..runtime import torch_private
 from ..sampling.sampler import ShardSampler  # noqa: F401 (callers import it from here too: sampling/sampler.py)
 from ..settings import Settings
 from .ultralytics_batch import DictCollate, LabelDicts

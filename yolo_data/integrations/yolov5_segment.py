@@ -17,8 +17,8 @@ In YOLOv5's own ``segment/train.py`` and ``segment/val.py``, after YOLOv5's impo
 from __future__ import annotations
 
 from ..build import build_loader
-from ..loading.collate import collate_fn
 from ..dataset import YoloDataset
+from ..loading.collate import collate_fn
 from ..settings import Settings, as_settings
 
 

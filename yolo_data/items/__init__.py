@@ -9,11 +9,11 @@ Modules, in the order data flows through them:
     mapping     the evaluation and the training mapper; a caller's own mapper in their place
     parts       a dataset's parts from a path and a Settings: labels, index, images, mapper
 """
-from .index import SplitIndex, build_index
 from .imagecache import ImageCacheSpec, disk_candidates, normalise_mode, open_or_build, shm_dir
-from .task import LabelTask, polygons_of, resolve_task
+from .index import SplitIndex, build_index
 from .mapping import DrawKey, EvalMapper, IndexItem, ItemMapper, TrainMapper, make_mapper
 from .parts import DatasetParts, assemble
+from .task import LabelTask, polygons_of, resolve_task
 
 __all__ = ["SplitIndex", "build_index", "ImageCacheSpec", "disk_candidates", "normalise_mode", "open_or_build",
            "shm_dir", "LabelTask", "polygons_of", "resolve_task", "DrawKey", "EvalMapper", "IndexItem", "ItemMapper",

@@ -39,13 +39,13 @@ from typing import Optional, Tuple
 import cv2
 import numpy as np
 
-from ..storage import carried, container
 from .. import distributed
-from ..runtime import room
-from ..storage.container import CacheError, NoSpaceError
-from ..images.load import ImageReadError, load_image
 from ..formats.sources import cache_stem
+from ..images.load import ImageReadError, load_image
 from ..labels.store import LabelStore
+from ..runtime import room
+from ..storage import carried, container
+from ..storage.container import CacheError, NoSpaceError
 
 LOGGER = logging.getLogger("yolo_data")
 KIND = "images"

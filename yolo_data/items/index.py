@@ -9,9 +9,9 @@ from typing import List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..geometry.shapes import rect_plan
-from ..settings import IndexSettings, Settings  # noqa: F401 (IndexSettings: its part, re-exported)
 from ..labels.store import LabelStore
 from ..labels.summary import printing_rank
+from ..settings import IndexSettings, Settings  # noqa: F401 (IndexSettings: its part, re-exported)
 
 LOGGER = logging.getLogger("yolo_data")
 

@@ -22,18 +22,18 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ..geometry.boxes import xywhn_to_xyxy
-from ..geometry.shapes import LetterboxPlan, letterbox_image, letterbox_plan
 from ..augment.albument import AlbumentationsStep
 from ..augment.augstate import SharedSettings, TrainSettings
-from ..images.load import ImageReadError, ImageSource
-from ..geometry.masks import MaskSpec, with_masks
-from .index import SplitIndex
 from ..augment.pipeline import draw_finish, flip_boxes, mosaic_with_mixup, single_image_geometry
 from ..augment.sample import Sample
-from .task import LabelTask, batch_extras, object_extras, polygons_of, warn_unflipped
+from ..geometry.boxes import xywhn_to_xyxy
+from ..geometry.masks import MaskSpec, with_masks
+from ..geometry.shapes import LetterboxPlan, letterbox_image, letterbox_plan
+from ..images.load import ImageReadError, ImageSource
 from ..loading.tensors import BatchImages, Scratch, targets_of, write_letterboxed, write_rgb
 from ..sampling.seeds import item_rng
+from .index import SplitIndex
+from .task import LabelTask, batch_extras, object_extras, polygons_of, warn_unflipped
 
 LOGGER = logging.getLogger("yolo_data")
 MAX_SUBSTITUTES = 8  # unreadable images in a row before a training item gives up

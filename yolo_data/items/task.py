@@ -19,8 +19,8 @@ from typing import Dict, List, Optional, Tuple
 import cv2
 import numpy as np
 
-from ..geometry.boxes import xywhn_to_xyxy
 from ..augment.sample import Points, Sample, box_polygons
+from ..geometry.boxes import xywhn_to_xyxy
 from ..settings import TargetSettings
 
 LOGGER = logging.getLogger("yolo_data")

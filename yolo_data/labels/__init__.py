@@ -10,12 +10,12 @@ Modules, in the order data flows through them:
     split       once per node and once per job: rank 0 loads or scans, the others get its cache file
     summary     the line each split prints, and its first problems
 """
-from .verify import PairRecord, image_size, verify_pair
-from .scan import default_workers, scan_pairs
-from .store import ImageFiles, Keypoints, LabelFiles, LabelStore, Labels, LazySequence, Segments
 from .cache import folder_cache_file
+from .scan import default_workers, scan_pairs
 from .split import SplitLabels, load_split, publish
+from .store import ImageFiles, Keypoints, LabelFiles, LabelStore, Labels, LazySequence, Segments
 from .summary import console, plural, printing_rank, progress_bar, split_summary
+from .verify import PairRecord, image_size, verify_pair
 
 __all__ = ["PairRecord", "image_size", "verify_pair", "default_workers", "scan_pairs", "ImageFiles", "Keypoints",
            "LabelFiles", "LabelStore", "Labels", "LazySequence", "Segments", "folder_cache_file",

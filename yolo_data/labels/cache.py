@@ -24,14 +24,14 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..formats.labelfile import COORD_TOLERANCE, MAX_CLASS_ID, MAX_LABEL_BYTES
+from ..formats.problems import Problem
+from ..formats.sources import CACHE_DIR_ENV, LABEL_CACHE_SUFFIX, MAX_CACHE_STEM, cache_stem, user_cache_dir  # noqa: F401
 from ..storage import backend_for, carried, container, scheme_of
 from ..storage.container import CacheError
 from .scan import default_workers
-from ..formats.labelfile import COORD_TOLERANCE, MAX_CLASS_ID, MAX_LABEL_BYTES
-from .verify import MIN_IMAGE_SIDE
-from ..formats.problems import Problem
-from ..formats.sources import CACHE_DIR_ENV, LABEL_CACHE_SUFFIX, MAX_CACHE_STEM, cache_stem, user_cache_dir  # noqa: F401
 from .store import LabelStore
+from .verify import MIN_IMAGE_SIDE
 
 LOGGER = logging.getLogger("yolo_data")
 

@@ -22,13 +22,13 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from . import cache
 from .. import formats
-from ..storage import backend_for, current_storage, ensure_listed, is_url
 from ..formats.base import LabelFormat, SourceOptions
 from ..formats.problems import Problem
-from .scan import scan_pairs
 from ..formats.sources import LABEL_CACHE_SUFFIX, img2label_path, remote_cache_url
+from ..storage import backend_for, current_storage, ensure_listed, is_url
+from . import cache
+from .scan import scan_pairs
 from .store import LabelStore
 
 LOGGER = logging.getLogger("yolo_data")

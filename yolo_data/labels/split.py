@@ -16,14 +16,14 @@ import time
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from . import cache
 from .. import distributed, formats
+from ..formats.base import SourceOptions
+from ..formats.sources import remote_cache_url
 from ..images import failures
 from ..storage import backend_for, is_url
-from ..formats.base import SourceOptions
+from . import cache
 from .loadorscan import SplitLabels, cache_candidates, cache_of_bytes, load_or_scan
 from .scan import Progress
-from ..formats.sources import remote_cache_url
 
 LOGGER = logging.getLogger("yolo_data")
 

@@ -14,8 +14,8 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
-from .verify import PairRecord
 from ..formats.sources import img2label_path
+from .verify import PairRecord
 
 
 def _offsets(counts: Iterable[int]) -> np.ndarray:

@@ -16,12 +16,12 @@ from typing import BinaryIO, List, Optional, Tuple
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from ..images.load import ImageReadError, imread_bgr
-from ..formats.labelfile import NotRegular, open_regular
 from ..formats.base import LabelReader
+from ..formats.labelfile import NotRegular, open_regular
 from ..formats.problems import LabelError, Problem
 from ..formats.sources import IMG_FORMATS
 from ..formats.yolotxt import YoloReader
+from ..images.load import ImageReadError, imread_bgr
 # where these were imported from before each format had its module
 from ..formats.labelfile import (ASPECT_TOLERANCE, COORD_TOLERANCE, MAX_CLASS_ID, MAX_LABEL_BYTES,  # noqa: F401,E402
                         normalising_size, without_duplicates)

@@ -7,9 +7,9 @@ Modules, in the order data flows through them:
     collate      YOLOv5's collate_fn and its quad variant
     loader       `YoloDataLoader`: early start, `state_dict`
 """
-from .tensors import BatchImages, Scratch, shared_fd, targets_of, write_letterboxed, write_rgb
 from .collate import QuadCollate, collate_fn, one_batch
 from .loader import YoloDataLoader
+from .tensors import BatchImages, Scratch, shared_fd, targets_of, write_letterboxed, write_rgb
 
 __all__ = ["BatchImages", "Scratch", "shared_fd", "targets_of", "write_letterboxed", "write_rgb", "QuadCollate",
            "collate_fn", "one_batch", "YoloDataLoader"]

@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import get_worker_info
 
-from .batchmemory import batch_bytes, transport
 from ..runtime.torch_private import new_shared_storage
 from ..sampling.seeds import quad_rng
+from .batchmemory import batch_bytes, transport
 
 
 def one_batch(tensors) -> Optional[torch.Tensor]:

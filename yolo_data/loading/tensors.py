@@ -17,11 +17,11 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from .batchmemory import worker_pool
+from ..augment.photometric import apply_hsv
 from ..geometry.boxes import xyxy_to_xywhn
 from ..geometry.shapes import PAD_VALUE, LetterboxPlan, resize_to
 from ..runtime import torch_private
-from ..augment.photometric import apply_hsv
+from .batchmemory import worker_pool
 
 
 def new_images(n: int, h: int, w: int) -> torch.Tensor:

@@ -39,16 +39,16 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..sampling import balance
-from . import datastats, dedupe
 from .. import formats
-from ..storage import is_url
-from ..labels.cache import user_cache_dir
 from ..formats.datayaml import is_dataset_yaml, load_dataset_yaml
-from ..settings import Settings, TargetSettings
+from ..items.task import resolve_task
+from ..labels.cache import user_cache_dir
 from ..labels.split import SplitLabels, load_split
 from ..labels.summary import progress_bar
-from ..items.task import resolve_task
+from ..sampling import balance
+from ..settings import Settings, TargetSettings
+from ..storage import is_url
+from . import datastats, dedupe
 
 LOGGER = logging.getLogger("yolo_data")
 REPORT_VERSION = 1

@@ -15,9 +15,9 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..sampling import balance
 from ..formats.problems import Problem
 from ..labels.store import LabelStore
+from ..sampling import balance
 
 # What the training loader's candidate filter (perspective.box_candidates) drops: a side of 2 pixels
 # or less, an aspect ratio of 100 or more.

@@ -7,8 +7,8 @@ Modules, in the order data flows through them:
     workers        what each DataLoader worker sets up, OpenCV's thread pool across a fork, workers ending with their parent
     workerheap     workers keep the heap memory they free
 """
-from .torch_private import disabled_torch_function, new_shared_storage, second_mapping, sharing_record
 from .room import fit_workers_to_shm, shm_bytes_for_batches
+from .torch_private import disabled_torch_function, new_shared_storage, second_mapping, sharing_record
 from .workers import WorkerInit, guard_opencv_pool
 
 __all__ = ["disabled_torch_function", "new_shared_storage", "second_mapping", "sharing_record",

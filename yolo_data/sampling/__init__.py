@@ -9,12 +9,12 @@ Modules, in the order data flows through them:
     weights   YOLOv5's class and image weights
     runstate  what one run shares (the epoch, the partner group), each with one writer
 """
-from .seeds import SEED_SPAN, check_seed, epoch_rng, item_rng, quad_rng, seed_entropy
-from .sampler import ItemKey, ShardSampler, SharedEpoch, YoloSampler, digest, partner_group_size, weighted_draws
 from .balance import (class_factors, class_image_counts, epoch_length, image_factors, repeat_draws, repeat_factors,
     sampled_counts, systematic_counts, threshold_of)
-from .weights import labels_to_class_weights, labels_to_image_weights
 from .runstate import RunState
+from .sampler import ItemKey, ShardSampler, SharedEpoch, YoloSampler, digest, partner_group_size, weighted_draws
+from .seeds import SEED_SPAN, check_seed, epoch_rng, item_rng, quad_rng, seed_entropy
+from .weights import labels_to_class_weights, labels_to_image_weights
 
 __all__ = ["SEED_SPAN", "check_seed", "epoch_rng", "item_rng", "quad_rng", "seed_entropy", "ItemKey", "ShardSampler",
            "SharedEpoch", "YoloSampler", "digest", "partner_group_size", "weighted_draws", "class_factors",

@@ -37,11 +37,11 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional
 
 from .base import (Backend, ListingError, ObjectInfo, StorageOptions, is_url, join_url, parent_url, scheme_of,
                    text_tag)
-from .local import LocalBackend, local_backend
-from .s3 import S3Backend, S3Options, s3_backend
-from .keyspace import cut_after
-from .objectcache import ObjectCache
 from .container import CacheError, NoSpaceError, check_trust
+from .keyspace import cut_after
+from .local import LocalBackend, local_backend
+from .objectcache import ObjectCache
+from .s3 import S3Backend, S3Options, s3_backend
 
 __all__ = ["Backend", "ObjectInfo", "ListingError", "StorageOptions", "Storage", "LocalBackend", "S3Backend",
            "S3Options", "register", "unregister", "schemes", "backend_for", "using", "current_storage",

@@ -23,11 +23,11 @@ import logging
 import posixpath
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+from . import current_storage, default_storage
 from . import s3
 from .base import ListingError, ObjectInfo  # noqa: F401 - the names this module always had
 from .s3 import SCHEME, S3Backend, split_url  # noqa: F401
 from .s3client import RemoteUnavailable  # noqa: F401
-from . import current_storage, default_storage
 
 LOGGER = logging.getLogger("yolo_data")
 
