@@ -17,8 +17,8 @@ import pytest
 
 from conftest import ROOT, SHARED
 from yolo_data.report import dedupe
-from yolo_data.report.dedupe import (DuplicateGroup, ImagePrints, find_duplicates, fingerprint_images, hamming,
-                              labels_agree, near_pairs)
+from yolo_data.report.dedupe import DuplicateGroup, ImagePrints, find_duplicates, fingerprint_images, labels_agree
+from yolo_data.report.nearpairs import hamming, near_pairs
 
 SAMPLE = ROOT / "data" / "sample" / "images"
 
