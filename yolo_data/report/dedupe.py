@@ -215,9 +215,17 @@ def _print_chunk(paths: Sequence[str]) -> list:
 
 def fingerprint_images(paths: Sequence[str], workers: Optional[int] = None,
                        progress: Optional[Progress] = None) -> ImagePrints:
-    """ImagePrints of ``paths`` (in their order), each file read once, in ``workers`` threads (default
-    ``default_workers()``).  ``progress(done, total)`` is called as files complete.  A file that cannot
-    be read or decoded is marked in ``ok`` and named in ``errors``; the others go on."""
+    """Fingerprints of ``paths``, each file read once.  A file that cannot be read or decoded is marked in ``ok`` and
+    named in ``errors``; the others go on.
+
+    Args:
+        paths: image files (local paths or ``s3://`` URLs).
+        workers: threads reading and hashing (default ``default_workers()``).
+        progress: ``progress(done, total)``, called as files complete.
+
+    Returns:
+        ImagePrints, row i for ``paths[i]``: digest (n, 16) uint8, phash, dhash (n,) uint64, ok, flat (n,) bool.
+    """
     n = len(paths)
     digest = np.zeros((n, DIGEST_BYTES), np.uint8)
     phash = np.zeros(n, np.uint64)
@@ -342,10 +350,17 @@ def _iou_xywh(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def labels_agree(a: np.ndarray, b: np.ndarray, iou: float = 0.9) -> bool:
-    """Do two images' labels say the same?  ``a``, ``b``: (m, 5) and (k, 5) rows [class, x, y, w, h],
-    normalised (a resized copy keeps them).  True when the classes are the same multiset and each box of
-    ``a`` is matched, one to one, by a box of ``b`` of its class with IoU >= ``iou`` (greedy, best pairs
-    first)."""
+    """Do two images' labels say the same?
+
+    Args:
+        a: (m, 5) rows [class, x, y, w, h], xywh normalised (a resized copy keeps them).
+        b: (k, 5) rows, the same.
+        iou: the IoU a matched pair reaches at least.
+
+    Returns:
+        True when the classes are the same multiset and each box of ``a`` is matched, one to one, by a box of ``b``
+        of its class with IoU >= ``iou`` (greedy, best pairs first).
+    """
     a = np.asarray(a, np.float64).reshape(-1, 5)
     b = np.asarray(b, np.float64).reshape(-1, 5)
     if len(a) != len(b):
