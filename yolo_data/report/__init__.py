@@ -5,11 +5,13 @@ Modules, in the order data flows through them:
     compose    `yolo-data report`: what a dataset holds and what is wrong with it
     datastats  figures of a split from its label store
     dedupe     duplicate images within and across splits
+    nearpairs  near-identical hashes among many, by multi-index hashing
     plots      a batch as a grid, objects of one class as a strip
     html       the report as one self-contained page
 """
 from .compose import ReportOptions, make_report, read_splits, write, write_report
-from .dedupe import (DuplicateGroup, ImagePrints, find_duplicates, fingerprint_images, hamming, labels_agree, near_pairs)
+from .dedupe import DuplicateGroup, ImagePrints, find_duplicates, fingerprint_images, labels_agree
+from .nearpairs import hamming, near_pairs
 from .plots import class_colour, draw_batch
 
 __all__ = ["ReportOptions", "make_report", "read_splits", "write", "write_report", "DuplicateGroup", "ImagePrints",
