@@ -1,5 +1,6 @@
 """The package's shape in numbers: parameters and lines of the entry points and the dataset class, and
-the import graph between the package's modules (its depth, and whether any import runs back up).
+the import graph between the package's modules (its depth, whether any import runs back up, and how many
+modules each folder holds).
 
     python tools/code_shape.py [package folder]
 
@@ -13,11 +14,12 @@ import ast
 import sys
 from pathlib import Path
 
-# where each entry point lives now, and where it lived before the composition root (build.py)
+# where each entry point lives now, and where it lived before (a file that is absent is skipped)
 ENTRY_POINTS = [
     ("dataset.py", "YoloDataset"), ("dataset.py", "YoloDataset.__init__"),
-    ("dataset.py", "LoadImagesAndLabels.__init__"), ("yolov5.py", "create_dataloader"),
-    ("loader.py", "create_dataloader"), ("integrations/ultralytics_loader.py", "create_loader"),
+    ("dataset.py", "LoadImagesAndLabels.__init__"), ("integrations/yolov5.py", "create_dataloader"),
+    ("yolov5.py", "create_dataloader"), ("loader.py", "create_dataloader"),
+    ("integrations/ultralytics_loader.py", "create_loader"),
     ("integrations/ultralytics_loader.py", "UltralyticsDataset.__init__"), ("build.py", "build_loader"),
 ]
 
@@ -96,10 +98,16 @@ def main(package: Path) -> None:
           f"depth (longest chain of imports): {max(depth.values())}")
     print("arrows running back up (cycles): " + ("none" if not back else "; ".join(sorted(set(back)))))
     chain, m = [], max(depth, key=depth.get)
-    while m is not None:
+    while m is not None and m.rpartition(".")[2] not in chain:  # a cycle would go round for ever
         chain.append(m.rpartition(".")[2])
         m = max(graph[m], key=lambda d: depth[d], default=None)
     print("longest chain: " + " -> ".join(chain))
+    folders = {}
+    for m in modules:
+        parts = m.split(".")
+        folders.setdefault(parts[1] if len(parts) > 2 else "(top)", []).append(m)
+    counts = sorted(folders.items(), key=lambda x: -len(x[1]))
+    print("modules per folder: " + ", ".join(f"{f} {len(ms)}" for f, ms in counts))
 
 
 if __name__ == "__main__":
