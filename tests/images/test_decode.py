@@ -238,3 +238,14 @@ def test_the_dataset_settles_the_decoder_before_workers_fork(tmp_path, monkeypat
     monkeypatch.setattr(decode, "_simplejpeg", decode._MISSING)
     LoadImagesAndLabels(str(REPO / "data" / "sample.yaml"), 160, 4, cache_dir=str(tmp_path))
     assert decode._simplejpeg is not decode._MISSING
+
+
+def test_simplejpeg_is_a_dependency_of_the_default_install():
+    """A plain ``pip install yolo-data`` decodes JPEGs by simplejpeg: it is in the package's requirements
+    without an extra, and the environment the tests run in has it."""
+    import importlib.metadata
+    import re
+
+    plain = [r for r in importlib.metadata.requires("yolo-data") or [] if "extra ==" not in r]
+    assert any(re.match(r"simplejpeg\b", r) for r in plain), plain
+    assert decode.simplejpeg_module() is not None

@@ -1,6 +1,6 @@
 """Image files to BGR pixels: JPEGs by simplejpeg where it gives OpenCV's pixels, the rest by OpenCV.
 
-simplejpeg (an optional wheel: ``pip install yolo-data[fast]``) and OpenCV both decode with
+simplejpeg (a dependency; an install without it decodes everything by OpenCV) and OpenCV both decode with
 libjpeg-turbo's default (accurate) IDCT and upsampling, so their pixels are the same; simplejpeg gets
 there with less around the decode (measured on 640-px photos: 1.43 against 1.79 ms for cv2.imread).
 It is used only where that sameness is certain:
