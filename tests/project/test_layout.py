@@ -143,16 +143,13 @@ def private_names(known: dict) -> list:
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     bound[alias.asname or alias.name.split(".")[0]] = alias.name
-        module_names = {local for local, _ in bound.items()}
-        for target, imported, _ in imports(name, path, known):
-            if imported is None:
-                module_names.add(target.rsplit(".", 1)[-1])
+        # local names bound to a module of the package (``from . import remote``, ``import yolo_data.x``)
+        module_names = {local for local, full in bound.items()
+                        if any(t == full or t.endswith("." + full) for t in known)}
         for node in ast.walk(tree):
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                     and node.attr.startswith("_") and not node.attr.startswith("__")
-                    and node.value.id in module_names and node.value.id in bound
-                    and any(t.endswith("." + bound[node.value.id]) or t == bound[node.value.id]
-                            for t in known)):
+                    and node.value.id in module_names):
                 out.append(f"{path.relative_to(ROOT)}:{node.lineno} uses {node.value.id}.{node.attr}")
     return out
 

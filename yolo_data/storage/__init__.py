@@ -115,10 +115,6 @@ class Storage:
             backend = self._made.setdefault(scheme, factory(self.options))
         return backend
 
-    def made(self) -> Dict[str, Backend]:
-        """The backends made so far, by scheme."""
-        return dict(self._made)
-
     def renew(self, scheme: str) -> None:
         """Drop the backend of ``scheme``: the next use makes it again (with the defaults of then)."""
         self._made.pop(scheme, None)

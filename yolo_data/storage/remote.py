@@ -20,12 +20,11 @@ Where and as whom: see s3.py and s3client.py.  The client library is MinIO's
 from __future__ import annotations
 
 import logging
-import posixpath
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import current_storage, default_storage
 from . import s3
-from .base import ListingError, ObjectInfo  # noqa: F401 - the names this module always had
+from .base import ListingError, ObjectInfo, join_url, parent_url  # noqa: F401 - the names this module always had
 from .s3 import SCHEME, S3Backend, split_url  # noqa: F401
 from .s3client import RemoteUnavailable  # noqa: F401
 
@@ -41,20 +40,8 @@ def is_remote(path) -> bool:
     return isinstance(path, str) and path.startswith(SCHEME)
 
 
-def join(folder: str, relative: str) -> str:
-    """``relative`` (a key with ``./`` or ``../`` parts, or a whole URL) taken from the folder URL
-    ``folder`` (the yaml's ``path:``, a list's lines)."""
-    if is_remote(relative):
-        return relative
-    bucket, key = split_url(folder)
-    joined = posixpath.normpath(posixpath.join("/" + key, relative)).lstrip("/")
-    return f"{SCHEME}{bucket}/{joined}"
-
-
-def parent(url: str) -> str:
-    """The folder URL of ``url`` (``s3://b/a/x.jpg`` -> ``s3://b/a``)."""
-    bucket, key = split_url(url)
-    return f"{SCHEME}{bucket}/{posixpath.dirname(key.rstrip('/'))}".rstrip("/")
+join = join_url  # ``relative`` taken from the folder URL ``folder`` (base.join_url, any scheme)
+parent = parent_url  # the folder URL of ``url`` (``s3://b/a/x.jpg`` -> ``s3://b/a``)
 
 
 def configure(**changes) -> s3.S3Options:
