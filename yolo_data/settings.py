@@ -8,7 +8,7 @@
       images:       ImageSettings    how pixels are read (cache, ram_dir, linear_resize, reduced_decode, scale_up,
                                      capped_resize)
       augmentation: AugmentSettings  training augmentation (hyp, batch_partners, partner_group)
-      loader:       LoaderOptions    the DataLoader (workers, shuffle, quad, early_start, each_image_once)
+      loader:       LoaderOptions    the DataLoader (workers, shuffle, quad, early_start, each_image_once, device)
       targets:      TargetSettings   what a label row holds and the batch carries besides boxes (task,
                                      kpt_shape, flip_idx, mask_ratio, overlap_mask,
                                      mask_rule)
@@ -46,6 +46,9 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Sequence, Union
 
+import torch
+
+from .formats.sources import checked_fraction
 from .sampling.balance import threshold_of
 from .sampling.seeds import check_seed
 
@@ -164,12 +167,21 @@ class LoaderOptions:
     ``shuffle``: a new order every epoch (None: the preset's).  ``quad``: YOLOv5's collate_fn4.
     ``early_start``: persistent workers start when the loader is built.  ``each_image_once``:
     evaluation under DDP gives each rank whole batches, each image exactly once (no padding; the
-    ranks' step counts may differ)."""
+    ranks' step counts may differ).  ``device``: where batches are handed over ('cuda', 'cuda:1', 'cpu'; None:
+    CPU tensors); a training loader decodes and augments its JPEGs there (docs/device.md)."""
     workers: int = 8
     shuffle: Optional[bool] = None
     quad: bool = False
     early_start: bool = True
     each_image_once: bool = False
+    device: Optional[str] = None
+
+    def __post_init__(self):  # torch reads the device: 'cuda', 'cuda:1', 'cpu', a torch.device
+        try:
+            object.__setattr__(self, "device", None if self.device is None else str(torch.device(self.device)))
+        except (RuntimeError, TypeError) as e:
+            raise ValueError(f"settings: device must be None, 'cpu', 'cuda' or 'cuda:N', got {self.device!r} "
+                             f"({e})") from None
 
 
 TASKS = ("detect", "segment", "pose", "obb")
@@ -391,23 +403,6 @@ class Settings:
         return self.batch_size if self.sharded(world) else self.batch_size * world
 
 
-def checked_fraction(value) -> Union[float, int]:
-    """``value`` as a fraction setting: a float ratio in (0, 1], or an int count >= 2 (1 is 1.0, the
-    whole split; NumPy numbers too).  Raises ValueError naming the field and the value for 0, a
-    negative, a ratio above 1, NaN, inf, True/False (a bool is an int to Python) or a non-number."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"settings: fraction must be a float ratio in (0, 1] or an int number of images "
-                         f">= 1, got {value!r}")
-    if isinstance(value, numbers.Integral):
-        if value < 1:
-            raise ValueError(f"settings: fraction as a number of images must be >= 1, got {value!r}")
-        return int(value) if value > 1 else 1.0  # 1 is all of it, as Ultralytics reads fraction=1
-    if not (0.0 < float(value) <= 1.0):  # NaN fails this comparison too
-        raise ValueError(f"settings: fraction as a ratio must be in (0, 1] (an int for a number of images), "
-                         f"got {value!r}")
-    return float(value)
-
-
 def _checked_size_gb(name: str, value) -> float:
     """``value`` as a size in GB: a finite number >= 0 (0: off).  Raises ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
@@ -433,13 +428,6 @@ def checked_classes(value) -> Optional[tuple]:
     if repeated:
         raise ValueError(f"settings: classes lists {', '.join(map(str, repeated))} more than once: {value!r}")
     return tuple(int(c) for c in items)
-
-
-def fraction_count(n: int, fraction: Union[float, int]) -> int:
-    """How many of a split's ``n`` images ``fraction`` keeps (a float ratio, or an int count; at least 1,
-    at most n)."""
-    k = fraction if isinstance(fraction, int) and not isinstance(fraction, bool) else max(1, round(n * float(fraction)))
-    return max(1, min(n, int(k)))
 
 
 def as_settings(settings: Optional[Settings], **fields) -> Settings:

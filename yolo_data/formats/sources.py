@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import numbers
 import logging
 import os
 import sys
@@ -331,3 +332,27 @@ def cache_stem(cache_file: PathLike) -> str:
     ``train2017`` for ``labels/train2017.yolo_data.cache``, ``train-images-64`` for ``train-images-64.imgcache``."""
     name = Path(cache_file).name
     return name[:-len(LABEL_CACHE_SUFFIX)] if name.endswith(LABEL_CACHE_SUFFIX) else Path(name).stem
+
+
+def checked_fraction(value) -> Union[float, int]:
+    """``value`` as a fraction setting: a float ratio in (0, 1], or an int count >= 2 (1 is 1.0, the
+    whole split; NumPy numbers too).  Raises ValueError naming the field and the value for 0, a
+    negative, a ratio above 1, NaN, inf, True/False (a bool is an int to Python) or a non-number."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"settings: fraction must be a float ratio in (0, 1] or an int number of images "
+                         f">= 1, got {value!r}")
+    if isinstance(value, numbers.Integral):
+        if value < 1:
+            raise ValueError(f"settings: fraction as a number of images must be >= 1, got {value!r}")
+        return int(value) if value > 1 else 1.0  # 1 is all of it, as Ultralytics reads fraction=1
+    if not (0.0 < float(value) <= 1.0):  # NaN fails this comparison too
+        raise ValueError(f"settings: fraction as a ratio must be in (0, 1] (an int for a number of images), "
+                         f"got {value!r}")
+    return float(value)
+
+
+def fraction_count(n: int, fraction: Union[float, int]) -> int:
+    """How many of a split's ``n`` images ``fraction`` keeps (a float ratio, or an int count; at least 1,
+    at most n)."""
+    k = fraction if isinstance(fraction, int) and not isinstance(fraction, bool) else max(1, round(n * float(fraction)))
+    return max(1, min(n, int(k)))

@@ -20,7 +20,7 @@ from ..formats.datayaml import load_dataset_yaml
 from ..labels.summary import printing_rank
 from ..sampling.balance import threshold_of
 from ..settings import checked_classes, Settings
-from ..settings import fraction_count  # noqa: F401 (where it was imported from)
+from ..formats.sources import fraction_count  # noqa: F401 (where it was imported from)
 from ..storage import Storage, StorageOptions, using
 
 LOGGER = logging.getLogger("yolo_data")

@@ -26,7 +26,8 @@ from ..labels.split import SplitLabels, load_split
 from ..loading.tensors import Scratch
 from ..runtime.workers import guard_opencv_pool
 from ..sampling.runstate import RunState
-from ..settings import Settings, fraction_count
+from ..formats.sources import fraction_count
+from ..settings import Settings
 from ..storage import Storage, using
 from .imagecache import ImageCacheSpec, disk_candidates, normalise_mode, open_or_build
 from .index import SplitIndex, build_index
