@@ -22,11 +22,16 @@ def draw_hsv_gains(rng: np.random.Generator, hgain: float = 0.5, sgain: float = 
 
 
 def hsv_tables(gains: np.ndarray) -> List[np.ndarray]:
-    """Three (256,) uint8 lookup tables for OpenCV's 8-bit H, S and V planes: hue runs 0..179, so the
-    scaled hue wraps modulo 180; saturation and value saturate at 255."""
+    """Three uint8 lookup tables for OpenCV's 8-bit H, S and V planes: hue runs 0..179, so the scaled
+    hue wraps modulo 180; saturation and value saturate at 255 (level * gain, truncated).
+
+    ``gains``: (3,) hue, saturation and value multipliers, giving three (256,) tables; or (B, 3), one
+    row per image, giving three (B, 256) tables (row i equal to the tables of ``gains[i]``).
+    """
+    g = np.asarray(gains, dtype=np.float64)[..., None]  # (3, 1) or (B, 3, 1)
     x = np.arange(256, dtype=np.float64)
-    return [((x * gains[0]) % 180).astype(np.uint8), np.clip(x * gains[1], 0, 255).astype(np.uint8),
-            np.clip(x * gains[2], 0, 255).astype(np.uint8)]
+    return [((x * g[..., 0, :]) % 180).astype(np.uint8), np.clip(x * g[..., 1, :], 0, 255).astype(np.uint8),
+            np.clip(x * g[..., 2, :], 0, 255).astype(np.uint8)]
 
 
 def apply_hsv(img: np.ndarray, gains: np.ndarray, to: int = cv2.COLOR_HSV2BGR, hsv: np.ndarray = None,
