@@ -30,6 +30,7 @@ import torch
 
 from . import distributed
 from .dataset import YoloDataset
+from .device.stage import DeviceStage
 from .items.parts import assemble
 from .labels.summary import console, printing_rank
 from .loading.collate import QuadCollate, collate_fn
@@ -103,7 +104,7 @@ def build_loader(path, settings: Settings, rank: int = -1, prefix: str = "", *, 
         dataset = dataset_class(path, settings, prefix, run, parts=parts)
     batch_size = min(per_rank, len(dataset))
     if opts.quad:
-        _check_quad(batch_size, prefix)
+        _check_quad(batch_size, prefix, opts.device)
     workers = fit_workers_to_shm(min(workers, batch_size if batch_size > 1 else 0), batch_size, settings.img_size,
                                  settings.stride, local_ranks, prefix, pad=pad)
     sampler = choose_sampler(sampler, dataset, settings, run, batch_size, world, ddp, prefix)
@@ -112,6 +113,8 @@ def build_loader(path, settings: Settings, rank: int = -1, prefix: str = "", *, 
     loader = loader_class(dataset, batch_size=batch_size, sampler=sampler, num_workers=workers,
                           pin_memory=torch.cuda.is_available(), collate_fn=collate, drop_last=opts.quad,
                           persistent_workers=workers > 0, worker_init_fn=WorkerInit(), early_start=opts.early_start)
+    if opts.device is not None:
+        loader.device_stage = DeviceStage(opts.device)
     if ddp and not settings.sharded(world):  # a rank with other data would hang the first collective
         distributed.check_ranks_agree({"images": len(dataset), "boxes": dataset.store.num_boxes(),
                                        "steps per epoch": len(loader)}, f"{prefix}{path}",
@@ -180,7 +183,10 @@ def balance_factors(dataset, threshold: float, single_cls: bool = False, prefix:
     return factors
 
 
-def _check_quad(batch_size: int, prefix: str) -> None:
+def _check_quad(batch_size: int, prefix: str, device: Optional[str]) -> None:
+    if device is not None:
+        raise ValueError(f"quad=True (YOLOv5's collate_fn4) with device={device!r}: the device stage makes "
+                         "batches of one image per item; leave one of them out")
     if batch_size < 4:
         raise ValueError(f"quad=True makes one image of every 4 items: the batch size must be at least 4, "
                          f"got {batch_size}")

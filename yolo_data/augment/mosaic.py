@@ -15,6 +15,7 @@ import numpy as np
 
 from ..geometry.boxes import bbox_ioa
 from ..geometry.shapes import PAD_VALUE
+from .layout import Layout, placed
 from .perspective import flip_lr, is_axis_aligned
 from .sample import Sample, box_polygons
 
@@ -87,12 +88,23 @@ def mosaic4(parts: List[Sample], img_size: int, centre: Tuple[int, int]) -> Samp
     nothing are kept (the perspective step that follows drops them, as in YOLOv5).
     """
     s2 = 2 * img_size
-    canvas = _canvas(parts, s2)
-    placed = []
-    for part, (left, top, x1, y1, x2, y2) in zip(parts, _tiles(parts, img_size, centre)):
-        _paste(canvas[y1:y2, x1:x2], part.img[y1 - top:y2 - top, x1 - left:x2 - left])
-        placed.append(_shifted(part, left, top, s2))
-    return Sample.concat(placed, canvas)
+    regions = _tiles(parts, img_size, centre)
+    moved = [_shifted(part, left, top, s2) for part, (left, top, *_) in zip(parts, regions)]
+    return Sample.concat(moved, _placed_pixels(parts, [r + (0, 0) for r in regions], (s2, s2)))
+
+
+def _placed_pixels(parts: Sequence[Sample], regions, hw: Tuple[int, int]):
+    """A (h, w, 4) BGRA canvas of PAD_VALUE with each part's image drawn at its region (left, top, x1,
+    y1, x2, y2, dx, dy): the tile whose top-left corner is at (left, top) on a larger plane, cut to
+    [x1, x2) x [y1, y2) there, lands moved by (-dx, -dy) on the canvas.  For parts that are layouts
+    (layout.py), the layout of that canvas."""
+    if isinstance(parts[0].img, Layout):
+        return placed(hw, [(p.img, (x1 - left, y1 - top, x2 - left, y2 - top), (x1 - dx, y1 - dy, x2 - dx, y2 - dy))
+                           for p, (left, top, x1, y1, x2, y2, dx, dy) in zip(parts, regions)])
+    canvas = _canvas(parts, hw[0])
+    for part, (left, top, x1, y1, x2, y2, dx, dy) in zip(parts, regions):
+        _paste(canvas[y1 - dy:y2 - dy, x1 - dx:x2 - dx], part.img[y1 - top:y2 - top, x1 - left:x2 - left])
+    return canvas
 
 
 def _span(a: float, b: float, lo: int, hi: int, size: int):
@@ -131,19 +143,23 @@ def mosaic4_resized(parts: List[Sample], img_size: int, centre: Tuple[int, int],
     if not is_axis_aligned(M):
         raise ValueError("mosaic4_resized takes scale and translation only")
     s, s2 = img_size, 2 * img_size
-    out = np.full((s, s, 3), PAD_VALUE, dtype=np.uint8)
-    placed, blocks = [], []
+    deferred = isinstance(parts[0].img, Layout)
+    out = None if deferred else np.full((s, s, 3), PAD_VALUE, dtype=np.uint8)
+    moved, blocks, tiles = [], [], []
     for part, (left, top, x1, y1, x2, y2) in zip(parts, _tiles(parts, img_size, centre)):
-        placed.append(_shifted(part, left, top, s2))
+        moved.append(_shifted(part, left, top, s2))
         cols, rows = _span(M[0, 0], M[0, 2], x1, x2, s), _span(M[1, 1], M[1, 2], y1, y2, s)
         if cols is None or rows is None:  # the tile is outside the output: its boxes are clipped away
             blocks.append((len(part), M))
             continue
         (c1, c2, u1, u2, kx, tx), (r1, r2, v1, v2, ky, ty) = cols, rows
-        src = part.img[v1 - top:v2 - top, u1 - left:u2 - left, :3]
-        cv2.resize(src, dsize=(c2 - c1, r2 - r1), dst=out[r1:r2, c1:c2], interpolation=cv2.INTER_LINEAR)  # (cols, rows)
+        if deferred:
+            tiles.append((part.img, (u1 - left, v1 - top, u2 - left, v2 - top), (c1, r1, c2, r2)))
+        else:
+            src = part.img[v1 - top:v2 - top, u1 - left:u2 - left, :3]
+            cv2.resize(src, dsize=(c2 - c1, r2 - r1), dst=out[r1:r2, c1:c2], interpolation=cv2.INTER_LINEAR)  # (cols, rows)
         blocks.append((len(part), np.array([[kx, 0.0, tx], [0.0, ky, ty], [0.0, 0.0, 1.0]])))
-    return Sample.concat(placed, out), blocks
+    return Sample.concat(moved, placed((s, s), tiles) if deferred else out), blocks
 
 
 def mosaic9(parts: List[Sample], img_size: int, rng: np.random.Generator) -> Sample:
@@ -158,7 +174,6 @@ def mosaic9(parts: List[Sample], img_size: int, rng: np.random.Generator) -> Sam
     if len(parts) != 9:
         raise ValueError(f"mosaic9 needs 9 samples, got {len(parts)}")
     s = img_size
-    canvas = _canvas(parts, 3 * s)
     h0, w0 = parts[0].img.shape[:2]
     hp = wp = 0  # size of the previous tile, which the next one is laid against
     origins = []
@@ -167,15 +182,19 @@ def mosaic9(parts: List[Sample], img_size: int, rng: np.random.Generator) -> Sam
         left, top = [(s, s), (s, s - h), (s + wp, s - h), (s + w0, s), (s + w0, s + hp),
                      (s + w0 - w, s + h0), (s + w0 - wp - w, s + h0), (s - w, s + h0 - h),
                      (s - w, s + h0 - hp - h)][i]
-        # Tiles never pass the far edges of the 3s canvas (every side is <= s); only the near ones.
-        x1, y1 = max(left, 0), max(top, 0)
-        _paste(canvas[y1:top + h, x1:left + w], part.img[y1 - top:, x1 - left:])
         origins.append((left, top))
         hp, wp = h, w
     yc, xc = int(rng.uniform(0, s)), int(rng.uniform(0, s))
-    crop = np.ascontiguousarray(canvas[yc:yc + 2 * s, xc:xc + 2 * s])
-    placed = [_shifted(p, left - xc, top - yc, 2 * s) for p, (left, top) in zip(parts, origins)]
-    return Sample.concat(placed, crop)
+    # Each tile cut at the near edges of the 3s plane (tiles never pass its far ones: every side is
+    # <= s) and at the 2s crop at (xc, yc) that is kept.
+    regions = []
+    for part, (left, top) in zip(parts, origins):
+        h, w = part.img.shape[:2]
+        x1, y1 = max(left, xc, 0), max(top, yc, 0)
+        x2, y2 = max(min(left + w, xc + 2 * s), x1), max(min(top + h, yc + 2 * s), y1)
+        regions.append((left, top, x1, y1, x2, y2, xc, yc))
+    moved = [_shifted(p, left - xc, top - yc, 2 * s) for p, (left, top) in zip(parts, origins)]
+    return Sample.concat(moved, _placed_pixels(parts, regions, (2 * s, 2 * s)))
 
 
 def mixup(a: Sample, b: Sample, rng: np.random.Generator) -> Sample:
@@ -184,7 +203,7 @@ def mixup(a: Sample, b: Sample, rng: np.random.Generator) -> Sample:
     if a.img.shape != b.img.shape:
         raise ValueError(f"mixup needs images of one shape, got {a.img.shape} and {b.img.shape}")
     r = rng.beta(32.0, 32.0)
-    img = (a.img * r + b.img * (1 - r)).astype(np.uint8)
+    img = a.img.blended(b.img, r) if isinstance(a.img, Layout) else (a.img * r + b.img * (1 - r)).astype(np.uint8)
     return Sample.concat([a, b], img)
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..geometry.boxes import box_corners, clip_xyxy, resample_polygon, transform_points
 from ..geometry.shapes import PAD_VALUE
+from .layout import Layout
 from .sample import Sample, join_extras
 
 #: Points per polygon before warping: dense enough that the envelope of the points that stay inside
@@ -121,6 +122,8 @@ def warp_image(img: np.ndarray, M: np.ndarray, out_hw: Tuple[int, int],
     pixels set to ``border_value``.  Returns ``img`` itself when ``M`` is the identity and the size
     is unchanged (nothing to resample)."""
     h, w = int(out_hw[0]), int(out_hw[1])
+    if isinstance(img, Layout):  # its pixels are made later, by a device (layout.py)
+        return img.warped(M, (h, w))
     if (h, w) == img.shape[:2] and np.array_equal(M, np.eye(3)):
         return img
     fill = (border_value,) * img.shape[2]

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..sampling.seeds import item_rng  # noqa: F401  (a seeding rule; still importable from here)
 from .hyp import AugmentConfig
+from .layout import Layout
 from .mosaic import (copy_paste, cutmix, mixup, mosaic4, mosaic4_resized, mosaic9, mosaic_border, mosaic_centre,
                      paste_objects)
 from .perspective import (draw_perspective, flip_lr, flip_ud, perspective_matrix, random_perspective,
@@ -63,8 +64,8 @@ def mosaic_sample(load: LoadFn, pool: Sequence[int], index: int, img_size: int, 
                                 border=mosaic_border(img_size))
     # The canvas is BGRA only for the warp's speed (see mosaic._canvas): every mosaic leaves here BGR,
     # whichever path made it, so the steps after it (mixup, Albumentations) see one format.
-    return Sample(cv2.cvtColor(sample.img, cv2.COLOR_BGRA2BGR), sample.cls, sample.boxes, sample.segments,
-                  sample.extras)
+    img = sample.img if isinstance(sample.img, Layout) else cv2.cvtColor(sample.img, cv2.COLOR_BGRA2BGR)
+    return Sample(img, sample.cls, sample.boxes, sample.segments, sample.extras)
 
 
 def _flip_paste(cfg: AugmentConfig) -> bool:

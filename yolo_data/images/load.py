@@ -19,7 +19,7 @@ import numpy as np
 
 from ..storage import Storage, current_storage, is_url
 from .decode import JPEG_SUFFIXES, REDUCED_FLAGS, ImageDecodeError, ImageReadError, imread_bgr  # noqa: F401
-from .decode import simplejpeg_module
+from .decode import JPEG_SIGNATURE, exif_orientation, read_whole, simplejpeg_module
 
 
 @dataclass
@@ -28,6 +28,23 @@ class LoadedImage:
     img: np.ndarray
     hw0: Tuple[int, int]
     hw: Tuple[int, int]
+
+
+@dataclass
+class EncodedImage:
+    """A JPEG for a device to decode (yolo_data.device), with what the CPU path would do with it:
+    ``data`` uint8 (n,) the file's bytes; ``orientation`` its EXIF orientation (1..8: the decoded pixels
+    are turned upright by it); ``hw0`` (h0, w0) upright as decoded; ``hw`` (h, w) after the resize to
+    long side img_size; ``factor`` the reduced decode the CPU path makes (1, 2, 4 or 8: the decoded
+    image is averaged over f x f blocks first, as libjpeg's scaled decode does); ``linear``: bilinear
+    when shrinking (else area)."""
+    path: str
+    data: np.ndarray
+    orientation: int
+    hw0: Tuple[int, int]
+    hw: Tuple[int, int]
+    factor: int
+    linear: bool
 
 
 def reduction(hw0: Tuple[int, int], img_size: int) -> int:
@@ -158,12 +175,36 @@ class ImageSource:
             if cached is not None:
                 return LoadedImage(*cached)
         path = self.store.im_file(i)
-        h0, w0 = self.store.shapes_hw[i]
+        return self._decoded(i, path, self._bytes(i, path) if self.in_bucket else self.fetched.get(i))
+
+    def _bytes(self, i: int, path: str) -> bytes:
+        """Image ``i``'s bytes: fetched with its batch, else read now.  ImageReadError when they cannot be."""
         data = self.fetched.get(i)
-        if data is None and self.in_bucket:  # not fetched with a batch (an item asked for on its own)
-            data = self._read_many([path])[0]
+        if data is None:  # not fetched with a batch (an item asked for on its own)
+            data = self._read_many([path])[0] if self.in_bucket else read_whole(path)[0]
         if isinstance(data, OSError):  # its fetch failed, retries and all: as a file that cannot be read
             raise ImageReadError(f"{path}: image cannot be read ({data.strerror or data})")
+        return data
+
+    def encoded(self, i: int):
+        """Image ``i`` for a device to decode (yolo_data.device): an EncodedImage for a JPEG whose EXIF
+        orientation is known for certain and that is not in the image cache; anything else as ``self(i)``
+        gives it (a LoadedImage: cached pixels, or decoded here).  Raises ImageReadError as ``self(i)``."""
+        path = self.store.im_file(i)
+        if (self.cache is not None and self.cache.ok[i]) or path.rpartition(".")[2].lower() not in JPEG_SUFFIXES:
+            return self(i)
+        data = self._bytes(i, path)
+        orientation = exif_orientation(data) if data.startswith(JPEG_SIGNATURE) else -1
+        if not 1 <= orientation <= 8:  # not a JPEG after all, or an orientation OpenCV reads its own way
+            return self._decoded(i, path, data)
+        hw0 = tuple(int(v) for v in self.store.shapes_hw[i])
+        return EncodedImage(path, np.frombuffer(data, np.uint8), orientation, hw0,
+                            target_size(hw0, self.img_size, self.capped),
+                            reduction(hw0, self.img_size) if self.reduced else 1, self.linear)
+
+    def _decoded(self, i: int, path: str, data: Optional[bytes]) -> LoadedImage:
+        """Image ``i`` decoded and resized (from ``data`` when given, else from its file)."""
+        h0, w0 = self.store.shapes_hw[i]
         try:
             return load_image(path, self.img_size, self.linear, (int(h0), int(w0)), self.reduced, self.capped, data)
         except ImageDecodeError as e:

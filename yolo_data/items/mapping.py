@@ -24,10 +24,12 @@ import torch
 
 from ..augment.albument import AlbumentationsStep
 from ..augment.augstate import SharedSettings, TrainSettings
+from ..augment.layout import Layout
 from ..augment.pipeline import draw_finish, flip_boxes, mosaic_with_mixup, single_image_geometry
 from ..augment.sample import Sample
 from ..geometry.boxes import xywhn_to_xyxy
 from ..geometry.masks import MaskSpec, with_masks
+from ..device.plan import ItemPlan
 from ..geometry.shapes import LetterboxPlan, letterbox_image, letterbox_plan
 from ..images.load import ImageReadError, ImageSource
 from ..loading.tensors import BatchImages, Scratch, targets_of, write_letterboxed, write_rgb
@@ -118,13 +120,16 @@ class TrainMapper:
     change while workers run (dataset.hyp, dataset.mosaic, close_mosaic).  ``extra``: the optional
     Albumentations step, (sample, rng) -> sample, applied while ``cfg.albumentations`` is on (made
     here, in the process that needs it, when not given).  ``masks``: add instance masks of the final
-    polygons (masks.py), or None."""
+    polygons (masks.py), or None.  ``plans``: items carry a device.plan.ItemPlan in place of their
+    image tensor, for a device stage to make the pixels (a layout of the images' bytes; the item made
+    here, as without ``plans``, while copy-paste, CutMix or Albumentations are on)."""
 
     def __init__(self, index: SplitIndex, images: ImageSource, settings, extra: Optional[Callable] = None,
                  scratch: Optional[Scratch] = None, prefix: str = "", scale_up: bool = True,
-                 task: LabelTask = LabelTask(), masks: Optional[MaskSpec] = None):
+                 task: LabelTask = LabelTask(), masks: Optional[MaskSpec] = None, plans: bool = False):
         self.index, self.images, self.extra, self.scale_up = index, images, extra, scale_up
-        self.task, self.masks = task, masks
+        self.task, self.masks, self.plans = task, masks, plans
+        self._deferring = False  # whether the item being made leaves its pixels to the device stage
         self.shared = settings if isinstance(settings, SharedSettings) else SharedSettings(settings)
         self.scratch = scratch or Scratch()
         self.prefix = prefix
@@ -135,23 +140,33 @@ class TrainMapper:
         """What the next item follows."""
         return self.shared.get()
 
+    def _image(self, i: int):
+        """(image, (h0, w0), (h, w)) of item ``i`` resized to long side img_size: (h, w, 3) uint8 BGR, or
+        the Layout of its bytes while the item's pixels are left to the device stage."""
+        if not self._deferring:
+            li = self.images(i)
+            return li.img, li.hw0, li.hw
+        src = self.images.encoded(i)
+        return Layout.image(i, src.hw, src), src.hw0, src.hw
+
     def resized(self, i: int) -> Sample:
         """Item ``i`` with its long side at img_size and pixel boxes (a mosaic tile)."""
-        li = self.images(i)
-        h, w = li.hw
+        img, _, (h, w) = self._image(i)
         labels = self.index.store.labels_of(i)
         segments = [seg * np.array([w, h], np.float32) for seg in polygons_of(self.task, self.index.store, i)]
-        return Sample(li.img, labels[:, 0].copy(), xywhn_to_xyxy(labels[:, 1:], w, h), segments,
+        return Sample(img, labels[:, 0].copy(), xywhn_to_xyxy(labels[:, 1:], w, h), segments,
                       object_extras(self.task, self.index.store.keypoints_of(i), (h, w)))
 
     def letterboxed(self, i: int):
         """Item ``i`` letterboxed to its shape: (Sample with pixel boxes, YOLOv5 shapes)."""
-        img, plan, (h0, w0), (h, w) = _letterbox(self.index, self.images, i, scaleup=self.scale_up)
+        img, (h0, w0), (h, w) = self._image(i)
+        plan = letterbox_plan((h, w), self.index.shape_of(i), auto=False, scaleup=self.scale_up)
         segments = _segments_on(self.index, self.task, i, plan, (h, w))
         shapes = (h0, w0), ((h / h0, w / w0), plan.pad)
         extras = object_extras(self.task, self.index.store.keypoints_of(i), (plan.ratio[1] * h, plan.ratio[0] * w),
                                plan.pad)
-        return Sample(letterbox_image(img, plan), self.index.store.labels_of(i)[:, 0].copy(),
+        img = img.letterboxed(plan) if isinstance(img, Layout) else letterbox_image(img, plan)
+        return Sample(img, self.index.store.labels_of(i)[:, 0].copy(),
                       _boxes_on(self.index, i, plan, (h, w)), segments, extras), shapes
 
     def attempt(self, i: int, rng: np.random.Generator, out: BatchImages, k: int,
@@ -160,6 +175,8 @@ class TrainMapper:
         by ``load`` (default: ``resized``).  Raises ImageReadError when an image cannot be read."""
         settings = self.shared.get()
         cfg = settings.cfg
+        # steps that need the pixels themselves are made here, on the CPU (augment.layout)
+        self._deferring = self.plans and not (cfg.albumentations or cfg.cutmix or cfg.copy_paste)
         if settings.mosaic and rng.random() < cfg.mosaic:
             sample = mosaic_with_mixup(load or self.resized, range(len(self.index)) if pool is None else pool, i,
                                        settings.img_size, cfg, rng)
@@ -176,12 +193,17 @@ class TrainMapper:
             draws = dataclasses.replace(draws, flip_lr=False)
         unflipped = sample.segments  # masks are drawn from these and flipped with the pixels, as YOLOv5 does
         img, sample = sample.img, flip_boxes(sample, draws)  # pixels are flipped on their way out
-        t = out.write(k, img.shape[:2], lambda planes: write_rgb(img, planes, draws.hsv_gains, draws.flip_ud,
-                                                                 draws.flip_lr, self.scratch))
-        item = (t, targets_of(sample.cls, sample.boxes, img.shape[:2]), self.index.store.im_file(i), shapes)
-        item = _with_extras(item, self.task, sample, img.shape[:2])
+        hw = img.shape[:2]
+        if self._deferring:  # the layout, flipped with the boxes
+            t = ItemPlan(sample.img, draws.hsv_gains)
+        else:
+            t = out.write(k, hw, lambda planes: write_rgb(img, planes, draws.hsv_gains, draws.flip_ud, draws.flip_lr,
+                                                          self.scratch))
+            t = ItemPlan(made=t) if self.plans else t
+        item = (t, targets_of(sample.cls, sample.boxes, hw), self.index.store.im_file(i), shapes)
+        item = _with_extras(item, self.task, sample, hw)
         if self.masks is not None:
-            item = with_masks(item, unflipped, img.shape[:2], self.masks, draws.flip_ud, draws.flip_lr)
+            item = with_masks(item, unflipped, hw, self.masks, draws.flip_ud, draws.flip_lr)
         return item
 
     def __call__(self, i: int, key: DrawKey, out: BatchImages, k: int):
@@ -209,12 +231,13 @@ class TrainMapper:
         pools: Dict[int, List[int]] = {}
         for g, i in zip(groups, ids):
             pools.setdefault(g, []).append(i)
-        loaded: Dict[int, Sample] = {}
+        loaded: Dict[Tuple[int, bool], Sample] = {}
 
         def load(i: int) -> Sample:
-            if i not in loaded:
-                loaded[i] = self.resized(i)
-            return loaded[i]
+            key = i, self._deferring  # a layout or pixels, as the item being made needs
+            if key not in loaded:
+                loaded[key] = self.resized(i)
+            return loaded[key]
 
         items = []
         for k, (i, key) in enumerate(zip(ids, keys)):
@@ -329,4 +352,4 @@ def make_mapper(index: SplitIndex, images: ImageSource, settings, task: LabelTas
         return EvalMapper(index, images, scale_up=settings.scale_up, task=task, masks=masks)
     warn_unflipped(task, control.shared.given().cfg.fliplr, f"{prefix}{where}")
     return TrainMapper(index, images, control.shared, control.albumentations, scratch, prefix,
-                       scale_up=settings.scale_up, task=task, masks=masks)
+                       scale_up=settings.scale_up, task=task, masks=masks, plans=settings.loader.device is not None)

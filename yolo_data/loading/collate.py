@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import get_worker_info
 
+from ..device.plan import BatchPlan, ItemPlan
 from ..runtime.torch_private import new_shared_storage
 from ..sampling.seeds import quad_rng
 from .batchmemory import batch_bytes, transport
@@ -53,7 +54,8 @@ def collate_fn(batch):
     ims, targets, paths, shapes, *extras = zip(*batch)
     for i, t in enumerate(targets):
         t[:, 0] = i
-    out = stack(ims), torch.cat(targets, 0), paths, shapes
+    # a loader with a device stage: the items' plans become the batch's, in place of its image tensor
+    out = BatchPlan.join(ims) if isinstance(ims[0], ItemPlan) else stack(ims), torch.cat(targets, 0), paths, shapes
     return out + (join_objects(extras[0]),) if extras else out
 
 

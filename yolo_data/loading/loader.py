@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from itertools import islice
-from typing import Iterable, List, Optional
+from typing import Callable, Iterable, List, Optional
 
 import numpy as np
 from torch.utils.data import DataLoader
@@ -45,6 +45,8 @@ class YoloDataLoader(DataLoader):
 
     def __init__(self, *args, early_start: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
+        # what each batch goes through on its way out: device.stage.DeviceStage for Settings(device=...)
+        self.device_stage: Optional[Callable] = None
         self._early = None  # (what decided the early pass, its iterator)
         self._yielded = 0  # batches handed out by the current pass
         self._expect = None  # (what, digest) a resumed pass checks before it starts
@@ -223,7 +225,8 @@ class _Counted:
     def __next__(self):
         batch = next(self._it)
         self._loader._yielded += 1
-        return batch
+        stage = self._loader.device_stage
+        return batch if stage is None else stage(batch)
 
     def __len__(self) -> int:
         return len(self._it)

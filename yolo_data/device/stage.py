@@ -1,0 +1,64 @@
+"""The device stage: a batch from the DataLoader workers made into the batch a training step takes, on
+its device.
+
+A training batch arrives as ``(BatchPlan, targets, paths, shapes[, ...])`` (plan.py): its JPEGs are
+decoded on the device in one call (decode.py), each item's layout is made there (render.py), the HSV
+gains are applied to the whole batch at once (colour.py), and the image tensor goes on as uint8
+(B, 3, H, W) RGB on the device, as the CPU path's would after ``.to(device)``.  Any other batch (an
+evaluation loader's, a caller's own mapper's) has its tensors moved to the device, unchanged.
+Targets, masks and per-object extras are moved too, so that the training step's ``.to(device)`` calls
+cost nothing.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .colour import apply_hsv
+from .decode import decoded
+from .plan import BatchPlan
+from .render import made
+
+
+class DeviceStage:
+    """Called with each batch the loader yields (loading.loader.YoloDataLoader's ``device_stage``);
+    returns it on ``device`` (a torch.device or its name: 'cuda', 'cuda:1', 'cpu')."""
+
+    def __init__(self, device):
+        self.device = torch.device(device)
+
+    def __call__(self, batch):
+        first, rest = batch[0], batch[1:]
+        images = self.images(first) if isinstance(first, BatchPlan) else to_device(first, self.device)
+        return (images,) + tuple(to_device(part, self.device) for part in rest)
+
+    def images(self, plan: BatchPlan) -> torch.Tensor:
+        """uint8 (B, 3, H, W) RGB on the device: the batch's items made from their layouts (HSV gains
+        applied), or copied where a worker made them."""
+        pixels = decoded(plan.sources, self.device)
+        out = torch.empty((len(plan), 3, *plan.hw), dtype=torch.uint8, device=self.device)
+        rows, gains = [], []
+        for k, item in enumerate(plan.items):
+            if item.made is not None:
+                out[k] = item.made.to(self.device, non_blocking=True)
+                continue
+            out[k] = made(item.layout, pixels)
+            if item.hsv_gains is not None:
+                rows.append(k)
+                gains.append(item.hsv_gains)
+        if rows:
+            idx = torch.tensor(rows, device=self.device)
+            out[idx] = apply_hsv(out[idx], torch.from_numpy(np.stack(gains)).to(self.device))
+        return out
+
+
+def to_device(part, device: torch.device):
+    """``part`` with its tensors (also inside a dict, list or tuple) moved to ``device``, non-blocking
+    from pinned memory; anything else as it is."""
+    if isinstance(part, torch.Tensor):
+        return part.to(device, non_blocking=True)
+    if isinstance(part, dict):
+        return {k: to_device(v, device) for k, v in part.items()}
+    if isinstance(part, (list, tuple)) and any(isinstance(v, (torch.Tensor, dict)) for v in part):
+        return type(part)(to_device(v, device) for v in part)
+    return part
