@@ -99,7 +99,7 @@ def _rgb_to_hsv(images: torch.Tensor, divisions: torch.Tensor):
     diff = v - torch.minimum(torch.minimum(r, g), b)
     half = 1 << (_SHIFT - 1)
     s = (diff * _gather(divisions[0], v) + half) >> _SHIFT
-    # Hue before scaling: the max channel decides, red first, then green (OpenCV's order for ties).
+    # Hue before scaling, by the max channel (on ties any order gives the same value).
     h = torch.where(v == r, g - b, torch.where(v == g, b - r + 2 * diff, r - g + 4 * diff))
     h = (h * _gather(divisions[1], diff) + half) >> _SHIFT  # arithmetic shift: floors negative values, as C
     h = torch.where(h < 0, h + _HUE_RANGE, h)
