@@ -83,6 +83,14 @@ def opencv_block() -> int:
     return 128 - int(rounded[0]) if rounded.size else 128
 
 
+def _gather(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``table[..., index]``: the last axis of ``table`` looked up at ``index`` (int32, any shape), shaped
+    ``table.shape[:-1] + index.shape``.  index_select is 3-6x faster than advanced indexing on the CPU
+    (measured on (480, 640) planes) and takes int32 indices on any device."""
+    flat = table.index_select(table.dim() - 1, index.reshape(-1))
+    return flat.view(*table.shape[:-1], *index.shape)
+
+
 def _rgb_to_hsv(images: torch.Tensor, divisions: torch.Tensor):
     """OpenCV's 8-bit RGB->HSV of ``images`` ((B, 3, H, W) uint8 RGB): hue 0..179, saturation and
     value 0..255, three (B, H, W) int32 planes."""
@@ -90,10 +98,10 @@ def _rgb_to_hsv(images: torch.Tensor, divisions: torch.Tensor):
     v = torch.maximum(torch.maximum(r, g), b)
     diff = v - torch.minimum(torch.minimum(r, g), b)
     half = 1 << (_SHIFT - 1)
-    s = (diff * divisions[0][v] + half) >> _SHIFT
-    # Hue before scaling: the max channel decides, red first, then green (OpenCV's order for ties).
+    s = (diff * _gather(divisions[0], v) + half) >> _SHIFT
+    # Hue before scaling, by the max channel (on ties any order gives the same value).
     h = torch.where(v == r, g - b, torch.where(v == g, b - r + 2 * diff, r - g + 4 * diff))
-    h = (h * divisions[1][diff] + half) >> _SHIFT  # arithmetic shift: floors negative values, as C
+    h = (h * _gather(divisions[1], diff) + half) >> _SHIFT  # arithmetic shift: floors negative values, as C
     h = torch.where(h < 0, h + _HUE_RANGE, h)
     return h, s, v
 
@@ -106,14 +114,16 @@ def _look_up(planes, gains: torch.Tensor, device: torch.device):
     out = []
     for c, plane in enumerate(planes):  # three planes, each a batch-wide gather
         offset = ((torch.arange(n, device=device, dtype=torch.int32) * 3 + c) * 256).view(n, 1, 1)
-        out.append(flat[plane + offset].to(torch.int32))
+        out.append(_gather(flat, plane + offset).to(torch.int32))
     return out
 
 
 def _hsv_to_rgb(h: torch.Tensor, s: torch.Tensor, v: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
     """OpenCV's 8-bit HSV->RGB of three (B, H, W) int32 planes: (B, 3, H, W) uint8 RGB."""
-    value = v.to(torch.float32) * torch.tensor(np.float32(1) / np.float32(255), device=v.device)
-    rgb = factors[:, h * 256 + s] * value * torch.tensor(255, dtype=torch.float32, device=v.device)
+    # torch multiplies a float32 tensor by a Python float in float32, and float32(1/255) is OpenCV's
+    # 1.0f/255.0f, so these are OpenCV's two float32 products: (factor * v) * 255.
+    value = v.to(torch.float32).mul_(1 / 255)
+    rgb = _gather(factors, h * 256 + s).mul_(value).mul_(255.0)  # (3, B, H, W)
     width = rgb.shape[-1]
     cut = width - width % opencv_block()
     rgb[..., cut:] = rgb[..., cut:].round()  # OpenCV's scalar tail of each row rounds (half to even)
