@@ -95,10 +95,12 @@ def synthetic_root(arg=None) -> Path:
 
 
 def synthetic_set(n: int = 2000, seed: int = 0, size: int = 640, quality: int = 90, root=None,
-                  say: Callable[[str], None] = None, objects=None, segments: bool = False) -> Path:
+                  say: Callable[[str], None] = None, objects=None, segments: bool = False,
+                  workers: Optional[int] = None) -> Path:
     """The data.yaml of the generated set with these settings under ``synthetic_root(root)``, generated
     (a few minutes for 2,000 images) only when no complete one is there.  ``objects`` (min, max) per
-    image (None: make_synthetic's 1-15) and ``segments`` (polygon labels) name a set of their own."""
+    image (None: make_synthetic's 1-15) and ``segments`` (polygon labels) name a set of their own.
+    ``workers``: processes that generate it (None: 2; the images do not depend on it)."""
     import make_synthetic
     say = say or log
     objects = list(objects or make_synthetic.OBJECTS)
@@ -116,8 +118,9 @@ def synthetic_set(n: int = 2000, seed: int = 0, size: int = 640, quality: int = 
     say(f"generating {n} images into {out} ...")
     # in a child process: its spawn pool leaves multiprocessing's resource tracker running in the
     # process that made it, which a benchmark would then count as a leftover child
+    workers = workers or min(2, os.cpu_count() or 1)
     subprocess.run([sys.executable, str(GENERATORS / "make_synthetic.py"), str(out), "--n", str(n), "--seed", str(seed),
-                    "--size", str(size), "--quality", str(quality), "--workers", str(min(2, os.cpu_count() or 1)),
+                    "--size", str(size), "--quality", str(quality), "--workers", str(workers),
                     "--objects", str(objects[0]), str(objects[1]), *(["--segments"] if segments else []),
                     "--overwrite"], check=True, stdout=sys.stderr)
     st = make_synthetic.dataset_settings(out)

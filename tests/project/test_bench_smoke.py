@@ -178,11 +178,64 @@ def test_bench_first_batch(tiny, tmp_path):
     assert all(numbers(rows[k][:1])[0] > 0 for k in ("early start (yolo_data)", "start on first iter"))
 
 
+def dali_importable() -> bool:
+    try:
+        return util.find_spec("nvidia.dali") is not None
+    except ModuleNotFoundError:  # no ``nvidia`` package at all
+        return False
+
+
 def test_bench_cuda_dry_run(tiny, tmp_path):
+    """Both paths at 0 and 1 workers, each row with img/s, CPU ms of the process tree, no GPU peak on CPU,
+    the device path against the cpu path; the two decode ceilings; the targets left unjudged; the numbers
+    as printed in the results file."""
     rc, out, err = run(tiny, tmp_path, "speed/bench_cuda.py", "--device", "cpu", "--data",
-                       tiny["set"] / "images" / "train", "--workers", 1, "--images", N, "--repeats", 1)
+                       tiny["set"] / "images" / "train", "--workers", "0,1", "--images", N, "--repeats", 1,
+                       "--batch-size", 8, "--decode-images", N)
     rows = ok(rc, out, err, "speed/bench_cuda.py")
-    assert numbers(rows["train"][1:])[0] > 0 and numbers(rows["val"][1:])[0] > 0, rows
+    for workers in (0, 1):
+        cpu, dev = rows[f"cpu, {workers} workers"], rows[f"device, {workers} workers"]
+        for cells in (cpu, dev):
+            assert numbers(cells[:1])[0] > 0 and numbers(cells[1:2])[0] >= 0 and cells[2] == "-", rows
+        assert cpu[3] == "base" and numbers([dev[3].rstrip("×")])[0] > 0, rows
+    dali = rows["decode ceiling: DALI mixed decoder, batch 8"][0]
+    assert dali == ("DALI installed; its mixed decoder needs a CUDA device" if dali_importable()
+                    else "DALI not installed"), rows
+    assert numbers(rows["decode ceiling: torchvision decode_jpeg, batch 8"][:1])[0] > 0, rows
+    assert "with mosaic, >= 2x the cpu path" in out and "not judged (no CUDA device: a dry run)" in out
+    # 2 batches an epoch: every window crosses one, and the report says so
+    assert "crossed an epoch's end, where the pipeline drains, in cpu, 0 workers; device, 0 workers; cpu, 1" in out
+    doc = json.loads((tmp_path / "results" / "cuda.json").read_text())["results"]
+    assert [(r["path"], r["workers"]) for r in doc["rows"]] == [("cpu", 0), ("device", 0), ("cpu", 1),
+                                                                 ("device", 1)]
+    assert rows["cpu, 1 workers"][0] == f"{doc['rows'][2]['median_img_s']:.1f} " + \
+        "({0:.1f}–{0:.1f})".format(doc["rows"][2]["img_s"][0])
+    assert doc["ceilings"]["DALI mixed decoder"]["note"] == dali and doc["ceilings"]["torchvision decode_jpeg"][
+        "median_img_s"] > 0
+
+
+def test_bench_cuda_options_and_targets(monkeypatch):
+    """--quick's preset gives way to typed options, worker counts are capped at the cores, and the targets
+    are judged from the medians on CUDA (no GPU needed: only the verdict is computed)."""
+    monkeypatch.syspath_prepend(str(BENCH / "speed"))
+    import bench_cuda
+    import torch
+    args = bench_cuda.parse_args(["--quick", "--repeats", "5", "--workers", f"1,{os.cpu_count() + 7},1"])
+    assert (args.repeats, args.images, args.worker_counts) == (5, bench_cuda.QUICK["images"], [1, os.cpu_count()])
+    assert bench_cuda.parse_args([]).worker_counts == list(dict.fromkeys(
+        min(w, os.cpu_count()) for w in (1, 2, 4, 8, 16)))
+
+    def row(path, workers, img_s, cpu_ms):
+        return {"path": path, "workers": workers, "median_img_s": img_s, "median_cpu_ms": cpu_ms}
+    met = [row("cpu", 8, 1400.0, 10.0), row("cpu", 16, 1500.0, 10.5), row("device", 8, 2000.0, 4.0),
+           row("device", 16, 3100.0, 3.0)]
+    line = bench_cuda.targets_line(met, torch.device("cuda"))
+    assert line.count("**met**") == 3 and "3,100 img/s (16 workers)" in line and "2.07x" in line, line
+    assert "0.29 of the cpu path's CPU time per image" in line, line
+    short = [row("cpu", 16, 1500.0, 9.0), row("device", 16, 2900.0, 3.5)]
+    line = bench_cuda.targets_line(short, torch.device("cuda"))
+    assert line.count("**not met**") == 3, line
+    assert "not judged (no CUDA device: a dry run)" in bench_cuda.targets_line(met, torch.device("cpu"))
 
 
 def test_profile_items(tiny, tmp_path):
