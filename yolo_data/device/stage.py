@@ -48,7 +48,8 @@ class DeviceStage:
                 gains.append(item.hsv_gains)
         if rows:
             idx = torch.tensor(rows, device=self.device)
-            out[idx] = apply_hsv(out[idx], torch.from_numpy(np.stack(gains)).to(self.device))
+            # the gains stay on the CPU: colour.apply_hsv reads them there without waiting for the device
+            out[idx] = apply_hsv(out[idx], torch.from_numpy(np.stack(gains)))
         return out
 
 
