@@ -227,3 +227,29 @@ def _with_orientation(jpeg: bytes, orientation: int) -> bytes:
     tiff = b"II" + struct.pack("<HI", 42, 8) + ifd
     body = b"Exif\x00\x00" + tiff
     return jpeg[:2] + b"\xff\xe1" + struct.pack(">H", len(body) + 2) + body + jpeg[2:]
+
+
+def test_yolov5s_create_dataloader_takes_the_device_as_a_keyword(datasets):
+    from yolo_data import create_dataloader
+    data = str(datasets["sample"])
+    kw = dict(augment=True, hyp=str(REPO / "data/hyps/hyp.scratch-low.yaml"), workers=0, shuffle=True, seed=5)
+    cpu_loader, _ = create_dataloader(data, 320, 4, 32, **kw)
+    dev_loader, _ = create_dataloader(data, 320, 4, 32, device="cpu", **kw)
+    assert dev_loader.device_stage is not None and cpu_loader.device_stage is None
+    assert_same_batches([next(iter(cpu_loader))], [next(iter(dev_loader))], "cpu")
+
+
+def test_ultralytics_batches_get_their_images_from_the_device_stage(datasets):
+    """The plug-in's loader (its batches are Ultralytics' dicts, made in the workers): 'img' is made
+    by the device stage, the other keys are the CPU path's, moved."""
+    from yolo_data.integrations.ultralytics_loader import create_loader
+    data = str(datasets["sample"])
+    settings = Settings.training(img_size=320, batch_size=4, workers=0, seed=5, hyp=HYP)
+    cpu = next(iter(create_loader(data, settings)))
+    dev = next(iter(create_loader(data, settings.replace(device="cpu"))))
+    assert cpu.keys() == dev.keys() and isinstance(dev["img"], torch.Tensor)
+    assert dev["img"].shape == cpu["img"].shape
+    assert (cpu["img"].int() - dev["img"].int()).abs().float().mean() <= MAD_BOUND
+    for k in ("batch_idx", "cls", "bboxes"):
+        assert torch.equal(cpu[k], dev[k])
+    assert cpu["im_file"] == dev["im_file"]

@@ -45,6 +45,11 @@ class BatchPlan:
     def __len__(self) -> int:
         return len(self.items)
 
+    @property
+    def shape(self) -> Tuple[int, int, int, int]:
+        """(B, 3, H, W): the shape of the image tensor the batch becomes."""
+        return len(self.items), 3, int(self.hw[0]), int(self.hw[1])
+
     @classmethod
     def join(cls, items: Sequence[ItemPlan]) -> "BatchPlan":
         """The batch of ``items``.  Raises ValueError when they are not all one size (items of a batch

@@ -28,9 +28,14 @@ class DeviceStage:
         self.device = torch.device(device)
 
     def __call__(self, batch):
-        first, rest = batch[0], batch[1:]
-        images = self.images(first) if isinstance(first, BatchPlan) else to_device(first, self.device)
-        return (images,) + tuple(to_device(part, self.device) for part in rest)
+        """``batch`` (a tuple whose first part is the images, or a dict whose 'img' is: Ultralytics'
+        batch) with its images made or moved, and every tensor moved, to the device."""
+        if isinstance(batch, dict):
+            return {k: self._part(v) for k, v in batch.items()}
+        return tuple(self._part(v) for v in batch)
+
+    def _part(self, part):
+        return self.images(part) if isinstance(part, BatchPlan) else to_device(part, self.device)
 
     def images(self, plan: BatchPlan) -> torch.Tensor:
         """uint8 (B, 3, H, W) RGB on the device: the batch's items made from their layouts (HSV gains

@@ -180,9 +180,15 @@ class YoloDataTrainer(DetectionTrainer):
         return class_subset(data, self.args.classes, self.remap_classes, bool(self.args.single_cls))
 
     def _settings(self, mode: str, batch: int):
-        return loader_settings(self.args, mode, batch, _grid(unwrap_model(self.model).stride),
-                               workers=self.requested_workers, data=self.data, class_balance=self.class_balance,
-                               remap_classes=self.remap_classes, warn=False, endpoint_url=self.endpoint_url)
+        settings = loader_settings(self.args, mode, batch, _grid(unwrap_model(self.model).stride),
+                                   workers=self.requested_workers, data=self.data, class_balance=self.class_balance,
+                                   remap_classes=self.remap_classes, warn=False, endpoint_url=self.endpoint_url)
+        # training on a GPU: its batches are decoded and augmented there (yolo_data.device); on the CPU
+        # OpenCV's path is the faster one
+        device = getattr(self, "device", None)
+        if mode == "train" and getattr(device, "type", None) == "cuda":
+            settings = settings.replace(device=str(device))
+        return settings
 
     def build_dataset(self, img_path, mode: str = "train", batch=None):
         """An UltralyticsDataset (used on its own by Ultralytics' auto_batch; loaders build theirs)."""
