@@ -114,7 +114,7 @@ def build_loader(path, settings: Settings, rank: int = -1, prefix: str = "", *, 
                           pin_memory=torch.cuda.is_available(), collate_fn=collate, drop_last=opts.quad,
                           persistent_workers=workers > 0, worker_init_fn=WorkerInit(), early_start=opts.early_start)
     if opts.device is not None:
-        loader.device_stage = DeviceStage(opts.device)
+        loader.device_stage = DeviceStage(opts.device, getattr(dataset, "image_cache", None))
     if ddp and not settings.sharded(world):  # a rank with other data would hang the first collective
         distributed.check_ranks_agree({"images": len(dataset), "boxes": dataset.store.num_boxes(),
                                        "steps per epoch": len(loader)}, f"{prefix}{path}",

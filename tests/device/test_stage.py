@@ -253,3 +253,15 @@ def test_ultralytics_batches_get_their_images_from_the_device_stage(datasets):
     for k in ("batch_idx", "cls", "bboxes"):
         assert torch.equal(cpu[k], dev[k])
     assert cpu["im_file"] == dev["im_file"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_images_of_the_image_cache_are_read_where_the_stage_runs(datasets, tmp_path, device):
+    """With an image cache the workers send each cached image's number, not its pixels: the stage
+    reads them in its own view of the cache.  The batches are the CPU path's."""
+    data = data_of(datasets, "coco128")
+    cache = dict(cache="disk", cache_dir=str(tmp_path))
+    cpu, _ = batches(data, None, n=2, **cache)
+    dev, loader = batches(data, device, n=2, **cache)
+    assert loader.dataset.image_cache is not None and loader.device_stage.cache is loader.dataset.image_cache
+    assert_same_batches(cpu, dev, device)

@@ -20,23 +20,29 @@ import torch.nn.functional as F
 
 from ..geometry.shapes import PAD_VALUE
 from ..images.decode import ImageReadError, imread_bgr
-from ..images.load import EncodedImage
+from ..images.load import CachedImage, EncodedImage
 from .plan import Source
 
 LOGGER = logging.getLogger("yolo_data")
 
 
-def decoded(sources: Dict[int, Source], device: torch.device) -> Dict[int, torch.Tensor]:
+def decoded(sources: Dict[int, Source], device: torch.device, cache=None) -> Dict[int, torch.Tensor]:
     """index -> float32 (3, h, w) RGB pixels on ``device`` minus PAD_VALUE (so that zero is the pad and a
-    warp's empty border needs no fill), at each source's resized size ``hw``."""
+    warp's empty border needs no fill), at each source's resized size ``hw``.  ``cache``: the image
+    cache (items.imagecache) that CachedImage sources are read from."""
     out: Dict[int, torch.Tensor] = {}
     jpegs = [(i, s) for i, s in sources.items() if isinstance(s, EncodedImage)]
     for (i, s), rgb in zip(jpegs, _decode_all([s for _, s in jpegs], device)):
         out[i] = _resized(_upright(rgb, s.orientation), s) - PAD_VALUE
     for i, s in sources.items():
-        if not isinstance(s, EncodedImage):  # (h, w, 3) BGR, resized by the worker
-            bgr = torch.from_numpy(np.ascontiguousarray(s.img)).to(device, non_blocking=True)
-            out[i] = bgr.permute(2, 0, 1).flip(0).float() - PAD_VALUE
+        if isinstance(s, EncodedImage):
+            continue
+        # (h, w, 3) BGR resized: in this process's view of the image cache, or made by the worker
+        img = cache.get(s.index)[0] if isinstance(s, CachedImage) else s.img
+        with warnings.catch_warnings():  # a cache's pages are read-only; nothing writes them
+            warnings.simplefilter("ignore")
+            bgr = torch.from_numpy(img).to(device, non_blocking=True)
+        out[i] = bgr.permute(2, 0, 1).flip(0).float() - PAD_VALUE
     return out
 
 

@@ -15,9 +15,10 @@ import numpy as np
 import torch
 
 from ..augment.layout import Layout
-from ..images.load import EncodedImage, LoadedImage
+from ..images.load import CachedImage, EncodedImage, LoadedImage
 
-Source = Union[EncodedImage, LoadedImage]  # a JPEG to decode, or pixels (resized BGR) decoded already
+# a JPEG to decode, an image of the node's image cache, or pixels (resized BGR) a worker decoded
+Source = Union[EncodedImage, CachedImage, LoadedImage]
 
 
 @dataclass

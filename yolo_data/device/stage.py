@@ -24,8 +24,9 @@ class DeviceStage:
     """Called with each batch the loader yields (loading.loader.YoloDataLoader's ``device_stage``);
     returns it on ``device`` (a torch.device or its name: 'cuda', 'cuda:1', 'cpu')."""
 
-    def __init__(self, device):
+    def __init__(self, device, cache=None):
         self.device = torch.device(device)
+        self.cache = cache  # the image cache (items.imagecache) the workers' CachedImages point into
 
     def __call__(self, batch):
         """``batch`` (a tuple whose first part is the images, or a dict whose 'img' is: Ultralytics'
@@ -40,17 +41,16 @@ class DeviceStage:
     def images(self, plan: BatchPlan) -> torch.Tensor:
         """uint8 (B, 3, H, W) RGB on the device: the batch's items made from their layouts (HSV gains
         applied), or copied where a worker made them."""
-        pixels = decoded(plan.sources, self.device)
+        pixels = decoded(plan.sources, self.device, self.cache)
         out = torch.empty((len(plan), 3, *plan.hw), dtype=torch.uint8, device=self.device)
-        rows, gains = [], []
+        laid = [k for k, item in enumerate(plan.items) if item.made is None]
         for k, item in enumerate(plan.items):
             if item.made is not None:
                 out[k] = item.made.to(self.device, non_blocking=True)
-                continue
-            out[k] = made(item.layout, pixels)
-            if item.hsv_gains is not None:
-                rows.append(k)
-                gains.append(item.hsv_gains)
+        if laid:
+            out[laid] = made([plan.items[k].layout for k in laid], pixels).to(torch.uint8)
+        rows = [k for k in laid if plan.items[k].hsv_gains is not None]
+        gains = [plan.items[k].hsv_gains for k in rows]
         if rows:
             idx = torch.tensor(rows, device=self.device)
             # the gains stay on the CPU: colour.apply_hsv reads them there without waiting for the device

@@ -47,6 +47,15 @@ class EncodedImage:
     linear: bool
 
 
+@dataclass(frozen=True)
+class CachedImage:
+    """Image ``index`` of the image cache (items.imagecache), which every process of the node maps:
+    the device stage reads its pixels there instead of having them sent.  ``hw0``, ``hw``: as LoadedImage's."""
+    index: int
+    hw0: Tuple[int, int]
+    hw: Tuple[int, int]
+
+
 def reduction(hw0: Tuple[int, int], img_size: int) -> int:
     """The largest f of 8, 4, 2 for which a 1/f decode of an (h0, w0) image is still at least as large
     as the resize target (long side >= img_size * f), else 1: the resize after it then only shrinks."""
@@ -187,11 +196,15 @@ class ImageSource:
         return data
 
     def encoded(self, i: int):
-        """Image ``i`` for a device to decode (yolo_data.device): an EncodedImage for a JPEG whose EXIF
-        orientation is known for certain and that is not in the image cache; anything else as ``self(i)``
-        gives it (a LoadedImage: cached pixels, or decoded here).  Raises ImageReadError as ``self(i)``."""
+        """Image ``i`` for a device to decode (yolo_data.device): a CachedImage when the image cache holds
+        it, an EncodedImage for a JPEG whose EXIF orientation is known for certain, anything else as
+        ``self(i)`` gives it (a LoadedImage, decoded here).  Raises ImageReadError as ``self(i)``."""
+        if self.cache is not None and self.cache.ok[i]:
+            cached = self.cache.get(i)
+            if cached is not None:
+                return CachedImage(i, tuple(cached[1]), tuple(cached[2]))
         path = self.store.im_file(i)
-        if (self.cache is not None and self.cache.ok[i]) or path.rpartition(".")[2].lower() not in JPEG_SUFFIXES:
+        if path.rpartition(".")[2].lower() not in JPEG_SUFFIXES:
             return self(i)
         data = self._bytes(i, path)
         orientation = exif_orientation(data) if data.startswith(JPEG_SIGNATURE) else -1
