@@ -104,8 +104,9 @@ HYPS = {
 @pytest.mark.parametrize("hyp", HYPS)
 def test_device_batches_are_the_cpu_paths(datasets, hyp, device):
     data = data_of(datasets, "coco128")
-    cpu, _ = batches(data, None, hyp=HYPS[hyp])
-    dev, _ = batches(data, device, hyp=HYPS[hyp])
+    # 20 items: more than the stage makes at once (stage.CHUNK)
+    cpu, _ = batches(data, None, n=2, batch_size=20, hyp=HYPS[hyp])
+    dev, _ = batches(data, device, n=2, batch_size=20, hyp=HYPS[hyp])
     assert_same_batches(cpu, dev, device)
 
 

@@ -25,14 +25,10 @@ from ..augment.layout import Layout
 from ..geometry.shapes import PAD_VALUE
 
 
-#: warped canvases made at once: a mosaic's float32 (3, 2s, 2s) canvas at s = 640 is 19.7 MB
-CHUNK = 16
-
-
 def made(layouts: Sequence[Layout], pixels: Dict[int, torch.Tensor]) -> torch.Tensor:
     """float32 (n, 3, H, W) whole levels 0..255 of ``layouts`` (all of one ``shape``), from ``pixels``
     (index -> float32 (3, h, w) RGB minus PAD_VALUE, as decode.decoded gives them), flips applied.
-    Canvases of one size are warped together, CHUNK at a time."""
+    Canvases of one size are warped together."""
     h, w = layouts[0].shape[:2]
     first = next(iter(pixels.values()))
     out = torch.empty((len(layouts), 3, h, w), dtype=torch.float32, device=first.device)
@@ -43,10 +39,8 @@ def made(layouts: Sequence[Layout], pixels: Dict[int, torch.Tensor]) -> torch.Te
         else:
             sizes.setdefault(layout.canvas_hw, []).append(k)
     for ks in sizes.values():
-        for c in range(0, len(ks), CHUNK):
-            part = ks[c:c + CHUNK]
-            canvases = torch.stack([_canvas(layouts[k], pixels) for k in part])
-            out[part] = warped(canvases, np.stack([layouts[k].matrix for k in part]), (h, w))
+        canvases = torch.stack([_canvas(layouts[k], pixels) for k in ks])
+        out[ks] = warped(canvases, np.stack([layouts[k].matrix for k in ks]), (h, w))
     out.add_(PAD_VALUE).round_().clamp_(0, 255)
     blended = [k for k, layout in enumerate(layouts) if layout.mixed is not None]
     if blended:

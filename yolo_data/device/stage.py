@@ -19,6 +19,10 @@ from .decode import decoded
 from .plan import BatchPlan
 from .render import made
 
+#: items made at once: their float32 canvases (a warped mosaic's is (3, 2s, 2s): 19.7 MB at s = 640)
+#: and the HSV step's working memory (about 50 bytes per pixel) bound the stage's GPU memory
+CHUNK = 16
+
 
 class DeviceStage:
     """Called with each batch the loader yields (loading.loader.YoloDataLoader's ``device_stage``);
@@ -47,14 +51,12 @@ class DeviceStage:
         for k, item in enumerate(plan.items):
             if item.made is not None:
                 out[k] = item.made.to(self.device, non_blocking=True)
-        if laid:
-            out[laid] = made([plan.items[k].layout for k in laid], pixels).to(torch.uint8)
-        rows = [k for k in laid if plan.items[k].hsv_gains is not None]
-        gains = [plan.items[k].hsv_gains for k in rows]
-        if rows:
-            idx = torch.tensor(rows, device=self.device)
-            # the gains stay on the CPU: colour.apply_hsv reads them there without waiting for the device
-            out[idx] = apply_hsv(out[idx], torch.from_numpy(np.stack(gains)))
+        for c in range(0, len(laid), CHUNK):  # CHUNK items at a time bound the float32 working memory
+            part = laid[c:c + CHUNK]
+            out[part] = made([plan.items[k].layout for k in part], pixels).to(torch.uint8)
+            rows = [k for k in part if plan.items[k].hsv_gains is not None]
+            if rows:  # the gains stay on the CPU: colour.apply_hsv reads them there without a device wait
+                out[rows] = apply_hsv(out[rows], torch.from_numpy(np.stack([plan.items[k].hsv_gains for k in rows])))
         return out
 
 
