@@ -44,6 +44,7 @@ HOW = {
     "collate": "the loader's collate function on the batch's items",
     "transfer": "the batch's images and targets pinned and copied to the device, non_blocking, synchronised",
 }
+STAGES = tuple(HOW)  # the table's rows, in order; a stage measured elsewhere is appended to BenchResult.stages
 CPU_TRANSFER = "device cpu has no transfer: a copy of the batch's images and targets, the least a hand-over costs"
 
 
@@ -201,12 +202,12 @@ def one_thread():
         torch.set_num_threads(torch_threads)
 
 
-def epoch_keys(loader):
-    """The loader's batches of keys (ItemKeys), epoch after epoch."""
+def epochs(loader, keys: bool = False):
+    """The loader's batches (``keys``: its batch sampler's lists of ItemKeys), epoch after epoch."""
     epoch = 0
     while True:
         loader.sampler.set_epoch(epoch)
-        yield from loader.batch_sampler
+        yield from (loader.batch_sampler if keys else loader)
         epoch += 1
 
 
@@ -230,7 +231,7 @@ def measure_stages(loader, images: int, device: torch.device, progress: bool = T
     mapper = make_mapper(base.index, timed, base.settings, base.task, base.control, scratch)
     dataset = YoloDataset(base.path, base.settings, run=base.run, parts=DatasetParts(
         base.split_labels, base.task, base.index, timed, base.control, scratch, mapper, base.storage))
-    seconds, batches, n = dict.fromkeys(("made", "collate", "transfer"), 0.0), epoch_keys(loader), 0
+    seconds, batches, n = dict.fromkeys(("made", "collate", "transfer"), 0.0), epochs(loader, keys=True), 0
     with one_thread(), Progress("timing stages on one thread", images, enabled=progress) as bar:
         hand_over(loader.collate_fn(dataset.__getitems__(next(batches))), device)
         timed.read, timed.decode, timed.decodes = 0.0, 0.0, 0
@@ -289,15 +290,6 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def endless(loader):
-    """The loader's batches, epoch after epoch."""
-    epoch = 0
-    while True:
-        loader.sampler.set_epoch(epoch)
-        yield from loader
-        epoch += 1
-
-
 def loader_rate(data, settings: Settings, images: int, progress: bool = True) -> LoaderRate:
     """The real loader of ``data`` under ``settings``: after one warm-up batch per worker (their start
     included), the wall time and the process tree's CPU time of the next batches of ``images`` items.
@@ -306,7 +298,7 @@ def loader_rate(data, settings: Settings, images: int, progress: bool = True) ->
     reaped0 = children_cpu()
     loader = build_loader(data, settings)
     workers, warm = loader.num_workers, max(loader.num_workers, 1)
-    batches = endless(loader)
+    batches = epochs(loader)
     with Progress(f"timing the loader, {workers} worker{'s' * (workers != 1)}", images, enabled=progress) as bar:
         for _ in range(warm):
             next(batches)
@@ -413,10 +405,15 @@ def stage_table(stages: List[StageTime]) -> List[str]:
     return lines
 
 
+def figure(rate: float) -> str:
+    """A rate as printed: one decimal, or three significant digits below 1 (never a 0 to divide by)."""
+    return f"{rate:.1f}" if rate >= 1 else f"{rate:.3g}"
+
+
 def verdict(loader_rate: float, consumer_rate: float) -> str:
     """Which side is slower, from the two rates as printed."""
     if loader_rate < consumer_rate:
-        return f"verdict: the loader is the bottleneck ({loader_rate:.1f} img/s < {consumer_rate:.1f} img/s)"
+        return f"verdict: the loader is the bottleneck ({figure(loader_rate)} img/s < {figure(consumer_rate)} img/s)"
     spare = 100 * (loader_rate / consumer_rate - 1)
     return f"verdict: the model is the bottleneck: the loader keeps up with {spare:.0f}% to spare"
 
@@ -426,7 +423,7 @@ def suggestion(cpu_ms: float, consumer_rate: float, cpus: int) -> str:
     least 1 and at most ``cpus``, with the arithmetic (on the values as printed)."""
     need = consumer_rate * cpu_ms / 1000
     n = min(max(math.ceil(need), 1), cpus)
-    line = (f"suggested workers: {n} = ceil({consumer_rate:.1f} img/s x {cpu_ms:.2f} ms CPU/img / 1000) = "
+    line = (f"suggested workers: {n} = ceil({figure(consumer_rate)} img/s x {cpu_ms:.2f} ms CPU/img / 1000) = "
             f"ceil({need:.2f})")
     if math.ceil(need) > cpus:
         return line + (f", capped at {cpus} CPUs: about {cpus * 1000 / cpu_ms:.1f} img/s at most on this "
@@ -438,13 +435,13 @@ def format_bench(result: BenchResult) -> str:
     """The report ``yolo-data bench`` prints (see the module docstring)."""
     ld, co = result.loader, result.consumer
     # the verdict and the suggestion use the numbers as printed, so a reader can redo them
-    rate, cpu_ms, consumer = float(f"{ld.rate:.1f}"), float(f"{ld.cpu_ms:.2f}"), float(f"{co.rate:.1f}")
+    rate, cpu_ms, consumer = float(figure(ld.rate)), float(f"{ld.cpu_ms:.2f}"), float(figure(co.rate))
     lines = [result.title, ""] + stage_table(result.stages) + [""]
-    lines.append(f"loader: {rate:.1f} img/s with {ld.workers} worker{'s' * (ld.workers != 1)} ({ld.images} images "
+    lines.append(f"loader: {figure(rate)} img/s with {ld.workers} worker{'s' * (ld.workers != 1)} ({ld.images} images "
                  f"after {ld.warmup_batches} warm-up batch{'es' * (ld.warmup_batches != 1)})")
     lines.append(f"        CPU {cpu_ms:.2f} ms/img: main {1000 * ld.cpu_main / ld.images:.2f} + workers "
                  f"{1000 * ld.cpu_workers / ld.images:.2f} (the workers' read from {ld.cpu_how})")
-    lines.append(f"consumer: {consumer:.1f} img/s: {co.step_ms:.1f} ms per batch of {co.batch} ({co.how}, "
+    lines.append(f"consumer: {figure(consumer)} img/s: {figure(co.step_ms)} ms per batch of {co.batch} ({co.how}, "
                  f"on {result.device})")
     lines += [verdict(rate, consumer), suggestion(cpu_ms, consumer, result.cpus)]
     return "\n".join(lines)
