@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import run_all
 from procs import descendants
@@ -135,3 +136,10 @@ def test_a_bad_path_is_one_line_naming_it(data, tmp_path, monkeypatch, capsys):
     status = main(["bench", data, "--device", "cpu"])
     out, err = capsys.readouterr()
     assert status == 2 and out == "" and len(err.splitlines()) == 1 and err.startswith("error: ") and data in err, err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal of a CUDA device that is not there")
+def test_a_cuda_device_that_is_not_there_is_one_line(capsys):
+    assert main(["bench", str(SAMPLE_YAML), "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("error: device cuda: ") and "no CUDA device" in err, err

@@ -16,7 +16,7 @@ import math
 import os
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
@@ -124,7 +124,7 @@ class BenchResult:
     device: str = "cpu"
 
 
-class Progress:
+class Progress(AbstractContextManager):
     """A bar on stderr, redrawn in place on a terminal; elsewhere one line when the phase starts."""
 
     def __init__(self, label: str, total: int, unit: str = "img", enabled: bool = True):
@@ -144,9 +144,6 @@ class Progress:
             self.stream.write(f"\r{self.label} |{bar}| {self.done}/{self.total} {self.unit}")
             self.stream.flush()
             self.drawn = now
-
-    def __enter__(self) -> "Progress":
-        return self
 
     def __exit__(self, *exc) -> None:
         if self.live:
@@ -305,8 +302,7 @@ def loader_rate(data, settings: Settings, images: int, progress: bool = True) ->
     with Progress(f"timing the loader, {workers} worker{'s' * (workers != 1)}", images, enabled=progress) as bar:
         for _ in range(warm):
             next(batches)
-        t0, main0, tree0 = time.perf_counter(), time.process_time(), tree_cpu(os.getpid())
-        n = 0
+        t0, main0, tree0, n = time.perf_counter(), time.process_time(), tree_cpu(os.getpid()), 0
         while n < images:
             k = len(next(batches)[0])  # no reference kept: the workers reuse a batch's memory once dropped
             n += k
@@ -331,10 +327,11 @@ def stand_in_model() -> nn.Sequential:
     return nn.Sequential(*layers, *conv(256, 256), nn.Conv2d(256, 255, 1))
 
 
-def stand_in_step_ms(batch: int, hw, device: torch.device, progress: bool = True, warm: int = 1,
-                     steps: int = 3) -> float:
+def stand_in_step_ms(batch: int, hw, device: torch.device, progress: bool = True) -> float:
     """ms per training step of the stand-in model (forward, backward, SGD step) on a (batch, 3, H, W)
-    uint8 batch on ``device``, scaled to [0, 1] as a trainer does; autocast float16 on CUDA."""
+    uint8 batch on ``device``, scaled to [0, 1] as a trainer does; autocast float16 on CUDA.  Timed
+    after warm-up steps (CUDA's context and kernels are made by the first ones)."""
+    warm, steps = (1, 3) if device.type == "cpu" else (3, 10)
     model = stand_in_model().to(device).train()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     x = torch.zeros((batch, 3, *hw), dtype=torch.uint8, device=device)
@@ -372,9 +369,12 @@ def run_bench(data, options: BenchOptions = BenchOptions()) -> BenchResult:
         options: what to measure (BenchOptions).
 
     Returns:
-        The BenchResult, for format_bench.  OSError or ValueError for data that cannot be read.
+        The BenchResult, for format_bench.  OSError or ValueError for data that cannot be read or a
+        CUDA device that is not there.
     """
     device = torch.device(options.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device}: torch finds no CUDA device here (torch.cuda.is_available() is False)")
     cpus = cpu_count()
     workers = min(8, cpus) if options.workers is None else options.workers
     settings = Settings.training(img_size=options.img_size, batch_size=options.batch, hyp=options.hyp,
@@ -398,7 +398,7 @@ def run_bench(data, options: BenchOptions = BenchOptions()) -> BenchResult:
 def stage_table(stages: List[StageTime]) -> List[str]:
     """The per-stage table: ms per image and share of the total, a total row, then how each was timed."""
     total = sum(s.seconds for s in stages)
-    width = max(len(s.name) for s in stages + [StageTime("total", 0, 0, "")])
+    width = max(len("total"), *(len(s.name) for s in stages))
     lines = [f"{'stage':<{width}}  {'ms/img':>9}  {'share':>6}"]
     for s in stages:
         lines.append(f"{s.name:<{width}}  {s.ms_per_image:9.3f}  {100 * s.seconds / total:5.1f}%")
@@ -430,7 +430,7 @@ def suggestion(cpu_ms: float, consumer_rate: float, cpus: int) -> str:
             f"ceil({need:.2f})")
     if math.ceil(need) > cpus:
         return line + (f", capped at {cpus} CPUs: about {cpus * 1000 / cpu_ms:.1f} img/s at most on this "
-                       "machine; fewer CPU ms per image (a RAM cache, smaller images, a device stage) or more CPUs")
+                       "machine")
     return line + f" (of {cpus} CPUs)"
 
 
