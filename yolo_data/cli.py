@@ -1,4 +1,4 @@
-"""Command-line entry points: ``yolo-data`` (report, cache, demo), ``yolo-data-cache`` (= ``python tools/build_cache.py``) and the demo."""
+"""Command-line entry points: ``yolo-data`` (report, cache, demo, bench), ``yolo-data-cache`` (= ``python tools/build_cache.py``) and the demo."""
 from __future__ import annotations
 
 import argparse
@@ -288,16 +288,59 @@ def report_main(argv=None) -> int:
     return 0
 
 
-COMMANDS = {"report": report_main, "cache": build_cache_main, "demo": demo_main}
+def bench_main(argv=None) -> int:
+    """``yolo-data bench DATA``: where a training loader's time goes (report/bench.py); exit 2 when the
+    data cannot be read."""
+    from .report.bench import BenchOptions, format_bench, run_bench
+    ap = argparse.ArgumentParser(
+        prog="yolo-data bench",
+        description="Time a training loader: per-stage time per image (read, decode, augment, collate, transfer), "
+                    "the loader's img/s and CPU time per image, a training step's img/s, which is the bottleneck, "
+                    "and the workers that keep the step fed.")
+    ap.add_argument("data", nargs="?", default=str(SAMPLE_YAML),
+                    help="dataset yaml (its train split), image folder or .txt list; default: the bundled sample")
+    ap.add_argument("--img-size", type=int, default=640, help="training image size (default 640)")
+    ap.add_argument("--batch", type=int, default=16, help="batch size (default 16)")
+    ap.add_argument("--workers", type=int, default=None, help="loader workers (default: min(8, CPUs))")
+    ap.add_argument("--images", type=int, default=None,
+                    help="images timed in each phase (default: 256, or the split when smaller)")
+    ap.add_argument("--hyp", default=None, help="YOLOv5 hyp yaml (default: hyp.scratch-low's values)")
+    ap.add_argument("--device", default=None,
+                    help="where batches are copied and the stand-in step runs (default: cuda when available, else cpu)")
+    ap.add_argument("--step-ms", type=float, default=None, metavar="MS",
+                    help="your model's training step in ms per batch, instead of timing the stand-in step")
+    ap.add_argument("--cache-dir", default=None, help="read and write label caches in this folder")
+    args = ap.parse_args(argv)
+    for name in ("img_size", "batch", "images"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.workers is not None and args.workers < 0:
+        ap.error("--workers must be at least 0")
+    if args.step_ms is not None and not 0 < args.step_ms < float("inf"):
+        ap.error("--step-ms must be a positive number of milliseconds")
+    logging.basicConfig(level=logging.ERROR, format="%(message)s")
+    options = BenchOptions(img_size=args.img_size, batch=args.batch, workers=args.workers, images=args.images,
+                           hyp=args.hyp, device=args.device, step_ms=args.step_ms,
+                           cache_dir=cache_dir_for(args.data, args.cache_dir))
+    try:
+        print(format_bench(run_bench(args.data, options)))
+    except (OSError, ValueError, RuntimeError) as e:  # a missing path, a malformed yaml, an absent device: one line
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+COMMANDS = {"report": report_main, "cache": build_cache_main, "demo": demo_main, "bench": bench_main}
 
 
 def main(argv=None) -> int:
-    """``yolo-data COMMAND ...``: report (a dataset report), cache (= yolo-data-cache), demo."""
+    """``yolo-data COMMAND ...``: report (a dataset report), cache (= yolo-data-cache), demo, bench."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = ("usage: yolo-data {report,cache,demo} ...\n\n"
+    usage = ("usage: yolo-data {report,cache,demo,bench} ...\n\n"
              "  report DATA   write a dataset report (HTML and JSON): problems, classes, sizes, duplicates, leakage\n"
              "  cache DATA    build or refresh the label caches of a dataset (= yolo-data-cache)\n"
-             "  demo [DATA]   build the caches and describe one batch (= yolo-data-demo)\n")
+             "  demo [DATA]   build the caches and describe one batch (= yolo-data-demo)\n"
+             "  bench DATA    time a training loader: per stage, against a training step, and the workers it needs\n")
     if argv[:1] in (["-h"], ["--help"]):
         print(usage)
         return 0

@@ -84,11 +84,11 @@ def help_options(main, argv):
 
 
 def test_every_console_script_option_is_documented():
-    """Each option of yolo-data-cache and yolo-data-demo is in docs/cli.md; yolo-data report's are on
-    its own page, docs/report.md, which docs/cli.md points to."""
+    """Each option of yolo-data-cache, yolo-data-demo and yolo-data bench is in docs/cli.md; yolo-data
+    report's are on its own page, docs/report.md, which docs/cli.md points to."""
     from yolo_data.cli import main
     cli, report = (ROOT / "docs" / "cli.md").read_text(), (ROOT / "docs" / "report.md").read_text()
-    for command, page in (("cache", cli), ("demo", cli), ("report", report)):
+    for command, page in (("cache", cli), ("demo", cli), ("bench", cli), ("report", report)):
         options = help_options(main, [command])
         assert options, command
         undocumented = [o for o in sorted(options) if not re.search(rf"(?<![\w-]){o}(?![\w-])", page)]

@@ -1,4 +1,4 @@
-"""The dataset report: figures, duplicates, pictures, the page.
+"""The dataset report: figures, duplicates, pictures, the page; and where a training loader's time goes.
 
 Modules, in the order data flows through them:
 
@@ -8,6 +8,7 @@ Modules, in the order data flows through them:
     nearpairs  near-identical hashes among many, by multi-index hashing
     plots      a batch as a grid, objects of one class as a strip
     html       the report as one self-contained page
+    bench      `yolo-data bench`: time per stage, the loader's rate against a training step's, the workers it needs
 """
 from .compose import ReportOptions, make_report, read_splits, write, write_report
 from .dedupe import DuplicateGroup, ImagePrints, find_duplicates, fingerprint_images, labels_agree
