@@ -294,7 +294,8 @@ def bench_main(argv=None) -> int:
     from .report.bench import BenchOptions, format_bench, run_bench
     ap = argparse.ArgumentParser(
         prog="yolo-data bench",
-        description="Time a training loader: per-stage time per image (read, decode, augment, collate, transfer), "
+        description="Time a training loader: per-stage time per image (read, decode, augment, collate, transfer; "
+                    "or the device stage's), "
                     "the loader's img/s and CPU time per image, a training step's img/s, which is the bottleneck, "
                     "and the workers that keep the step fed.")
     ap.add_argument("data", nargs="?", default=str(SAMPLE_YAML),
@@ -310,6 +311,8 @@ def bench_main(argv=None) -> int:
     ap.add_argument("--step-ms", type=float, default=None, metavar="MS",
                     help="your model's training step in ms per batch, instead of timing the stand-in step")
     ap.add_argument("--cache-dir", default=None, help="read and write label caches in this folder")
+    ap.add_argument("--device-stage", action="store_true",
+                    help="time the loader that decodes and augments on --device (Settings device=..., docs/device.md)")
     args = ap.parse_args(argv)
     for name in ("img_size", "batch", "images"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
@@ -321,7 +324,7 @@ def bench_main(argv=None) -> int:
     logging.basicConfig(level=logging.ERROR, format="%(message)s")
     options = BenchOptions(img_size=args.img_size, batch=args.batch, workers=args.workers, images=args.images,
                            hyp=args.hyp, device=args.device, step_ms=args.step_ms,
-                           cache_dir=cache_dir_for(args.data, args.cache_dir))
+                           cache_dir=cache_dir_for(args.data, args.cache_dir), device_stage=args.device_stage)
     try:
         print(format_bench(run_bench(args.data, options)))
     except (OSError, ValueError, RuntimeError) as e:  # a missing path, a malformed yaml, an absent device: one line

@@ -143,3 +143,19 @@ def test_a_cuda_device_that_is_not_there_is_one_line(capsys):
     assert main(["bench", str(SAMPLE_YAML), "--device", "cuda"]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith("error: device cuda: ") and "no CUDA device" in err, err
+
+
+def test_the_device_stage_report():
+    """``--device-stage``: the workers hand each item's layout over and the stage makes the pixels: its
+    row replaces the transfer's, the JPEGs are read by the workers and decoded by the stage (no decode
+    row time), and the suggestion counts the workers' CPU only (the stage runs in the main process)."""
+    r = bench("--workers", 1, "--step-ms", 1e4, "--device-stage")
+    report = parsed(r.stdout.replace("device stage ", "device_stage "))
+    rows = report["rows"]
+    assert list(rows) == ["read", "decode", "augment", "collate", "device_stage", "total"], r.stdout
+    assert rows["decode"][0] == 0 and rows["read"][0] > 0 and rows["device_stage"][0] > 0
+    assert sum(share for name, (_, share) in rows.items() if name != "total") == pytest.approx(100, abs=0.3)
+    assert "with the device stage" in r.stdout.splitlines()[0]
+    workers_cpu = report["cpu_parts"][1]
+    assert report["suggest_args"][:2] == (report["consumer"], workers_cpu)
+    assert report["suggested"] == min(max(math.ceil(report["consumer"] * workers_cpu / 1000), 1), cpu_count())

@@ -14,25 +14,21 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import time
-from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Dict, List, Optional
 
-import cv2
 import torch
 from torch import nn
 
 from ..build import build_loader
 from ..dataset import YoloDataset
-from ..images.decode import read_whole
-from ..images.load import LoadedImage, load_image
 from ..items.mapping import make_mapper
 from ..items.parts import DatasetParts
 from ..loading.tensors import Scratch
 from ..settings import Settings
-from ..storage import using
+from .benchtimers import Progress, TimedImages, one_thread
 
 DEFAULT_IMAGES = 256  # timed per phase, or the whole split when it is smaller
 STAND_IN = "stand-in model of 12 convolutions, 4.2 GFLOPs per 640x640 image forward (YOLOv5n: 4.5)"
@@ -45,6 +41,16 @@ HOW = {
     "transfer": "the batch's images and targets pinned and copied to the device, non_blocking, synchronised",
 }
 STAGES = tuple(HOW)  # the table's rows, in order; a stage measured elsewhere is appended to BenchResult.stages
+# with the device stage (Settings(device=...)): what the rows time instead
+HOW_STAGE = {
+    "read": "the encoded bytes (ImageSource.encoded): a JPEG's file read whole, or the batch's fetch",
+    "decode": "images a worker decodes itself (not JPEG): read, decode and resize",
+    "augment": "the rest of the dataset's batch: labels through mosaic, perspective and flips, and each "
+               "item's layout (its pixels are made by the device stage)",
+    "collate": "the loader's collate function: the items' layouts and bytes joined into the batch's",
+    "device stage": "decode on the device, resize, mosaic, warp, mixup, HSV and flips (DeviceStage), "
+                    "targets moved, synchronised",
+}
 CPU_TRANSFER = "device cpu has no transfer: a copy of the batch's images and targets, the least a hand-over costs"
 
 
@@ -54,7 +60,8 @@ class BenchOptions:
     timed per phase (None: DEFAULT_IMAGES or the split, the smaller); ``hyp``: YOLOv5 hyp yaml (None:
     hyp.scratch-low's); ``device``: where batches go and the stand-in step runs (None: 'cuda' when
     available, else 'cpu'); ``step_ms``: the caller's own training step, in ms per batch, instead of
-    the stand-in; ``cache_dir``: where label caches go (Settings.cache_dir); ``progress``: bars on stderr."""
+    the stand-in; ``cache_dir``: where label caches go (Settings.cache_dir); ``progress``: bars on stderr;
+    ``device_stage``: the loader decodes and augments on ``device`` (Settings.loader.device, docs/device.md)."""
     img_size: int = 640
     batch: int = 16
     workers: Optional[int] = None
@@ -64,6 +71,7 @@ class BenchOptions:
     step_ms: Optional[float] = None
     cache_dir: Optional[str] = None
     progress: bool = True
+    device_stage: bool = False
 
 
 @dataclass(frozen=True)
@@ -122,81 +130,7 @@ class BenchResult:
     consumer: ConsumerRate
     cpus: int
     device: str = "cpu"
-
-
-class Progress(AbstractContextManager):
-    """A bar on stderr, redrawn in place on a terminal; elsewhere one line when the phase starts."""
-
-    def __init__(self, label: str, total: int, unit: str = "img", enabled: bool = True):
-        self.label, self.total, self.unit, self.done, self.drawn = label, max(total, 1), unit, 0, 0.0
-        self.stream = sys.stderr
-        self.live = enabled and self.stream.isatty()
-        if enabled and not self.live:
-            print(f"bench: {label} ({total} {unit})", file=self.stream, flush=True)
-        self.update(0)
-
-    def update(self, n: int) -> None:
-        self.done += n
-        now = time.monotonic()
-        if self.live and (now - self.drawn >= 0.1 or self.done >= self.total):
-            filled = min(20, 20 * self.done // self.total)
-            bar = "#" * filled + "." * (20 - filled)
-            self.stream.write(f"\r{self.label} |{bar}| {self.done}/{self.total} {self.unit}")
-            self.stream.flush()
-            self.drawn = now
-
-    def __exit__(self, *exc) -> None:
-        if self.live:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
-
-
-class TimedImages:
-    """An ImageSource's images made as it makes them, with the read and the decode timed apart: the
-    bytes are read whole (or taken from its batch's fetch), then decoded and resized by load_image."""
-
-    def __init__(self, source):
-        self.source, self.read, self.decode, self.decodes = source, 0.0, 0.0, 0
-        self.cache, self.in_bucket = source.cache, source.in_bucket
-
-    def fetch(self, ids, ahead=()) -> None:
-        t = time.perf_counter()
-        self.source.fetch(ids, ahead)  # a bucket's batch at once, as the dataset asks it
-        self.read += time.perf_counter() - t
-
-    def forget(self) -> None:
-        self.source.forget()
-
-    def __call__(self, i: int) -> LoadedImage:
-        src = self.source
-        if src.cache is not None and src.cache.ok[i]:
-            return src(i)
-        path, (h0, w0) = src.store.im_file(i), src.store.shapes_hw[i]
-        t0 = time.perf_counter()
-        data = src.fetched.get(i)
-        if data is None:
-            with using(src.storage):
-                data = read_whole(path)[0]
-        elif isinstance(data, OSError):  # its fetch failed: the source raises what it raises
-            return src(i)
-        t1 = time.perf_counter()
-        image = load_image(path, src.img_size, src.linear, (int(h0), int(w0)), src.reduced, src.capped, data)
-        self.read, self.decode = self.read + t1 - t0, self.decode + time.perf_counter() - t1
-        self.decodes += 1
-        return image
-
-
-@contextmanager
-def one_thread():
-    """OpenCV and torch on one thread, as in a DataLoader worker; their thread counts put back after."""
-    cv_threads, torch_threads = cv2.getNumThreads(), torch.get_num_threads()
-    cv2.setNumThreads(0)
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        cv2.setNumThreads(cv_threads)
-        torch.set_num_threads(torch_threads)
+    device_stage: bool = False  # the suggestion then counts the workers' CPU only (the stage runs in main)
 
 
 def epochs(loader, keys: bool = False):
@@ -228,9 +162,10 @@ def measure_stages(loader, images: int, device: torch.device, progress: bool = T
     mapper = make_mapper(base.index, timed, base.settings, base.task, base.control, scratch)
     dataset = YoloDataset(base.path, base.settings, run=base.run, parts=DatasetParts(
         base.split_labels, base.task, base.index, timed, base.control, scratch, mapper, base.storage))
+    finish = hand_over if loader.device_stage is None else partial(through_stage, loader.device_stage)
     seconds, batches = dict.fromkeys(("made", "collate", "transfer"), 0.0), epochs(loader, keys=True)
     with one_thread(), Progress("timing stages on one thread", images, enabled=progress) as bar:
-        hand_over(loader.collate_fn(dataset.__getitems__(next(batches))), device)
+        finish(loader.collate_fn(dataset.__getitems__(next(batches))), device)
         n, hw = 0, None
         timed.read, timed.decode, timed.decodes = 0.0, 0.0, 0
         while n < images:
@@ -240,18 +175,28 @@ def measure_stages(loader, images: int, device: torch.device, progress: bool = T
             t1 = time.perf_counter()
             batch = loader.collate_fn(items)
             t2 = time.perf_counter()
-            moved = hand_over(batch, device)
+            moved = finish(batch, device)
             for name, t in zip(seconds, (t1 - t0, t2 - t1, time.perf_counter() - t2)):
                 seconds[name] += t
             # freed outside the timings, as a training loop frees them (a 640 batch: 20 MB given back)
             n, hw = n + len(keys), tuple(batch[0].shape[2:])
             del items, batch, moved
             bar.update(len(keys))
+    last = "transfer" if loader.device_stage is None else "device stage"
     stages = {"read": timed.read, "decode": timed.decode, "augment": seconds["made"] - timed.read - timed.decode,
-              "collate": seconds["collate"], "transfer": seconds["transfer"]}
-    how = dict(HOW, decode=f"{HOW['decode']} ({timed.decodes / n:.2f} per training image)")
-    how["transfer"] = CPU_TRANSFER if device.type == "cpu" else how["transfer"]
+              "collate": seconds["collate"], last: seconds["transfer"]}
+    how = dict(HOW if loader.device_stage is None else HOW_STAGE)
+    how["decode"] = f"{how['decode']} ({timed.decodes / n:.2f} per training image)"
+    how["transfer"] = CPU_TRANSFER if device.type == "cpu" else how.get("transfer")
     return [StageTime(name, s, n, how[name]) for name, s in stages.items()], hw
+
+
+def through_stage(stage, batch, device: torch.device):
+    """The batch made by the device ``stage`` (images and targets on the device), synchronised."""
+    out = stage(batch)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return out
 
 
 def tree_cpu(pid: int) -> Optional[Dict[int, float]]:
@@ -378,7 +323,8 @@ def run_bench(data, options: BenchOptions = BenchOptions()) -> BenchResult:
     cpus = cpu_count()
     workers = min(8, cpus) if options.workers is None else options.workers
     settings = Settings.training(img_size=options.img_size, batch_size=options.batch, hyp=options.hyp,
-                                 workers=workers, cache_dir=options.cache_dir)
+                                 workers=workers, cache_dir=options.cache_dir,
+                                 device=str(device) if options.device_stage else None)
     probe = build_loader(data, settings.replace(workers=0))
     images = min(DEFAULT_IMAGES, len(probe.dataset)) if options.images is None else options.images
     stages, hw = measure_stages(probe, images, device, options.progress)
@@ -391,8 +337,8 @@ def run_bench(data, options: BenchOptions = BenchOptions()) -> BenchResult:
         consumer = ConsumerRate(options.step_ms, options.batch, "--step-ms")
     hyp = os.path.basename(options.hyp) if options.hyp else "hyp.scratch-low"
     title = (f"{data}: training loader at img size {options.img_size}, batch {options.batch}, {hyp}, "
-             f"device {device}; {images} images timed")
-    return BenchResult(title, stages, loader, consumer, cpus, str(device))
+             f"device {device}{' with the device stage' * options.device_stage}; {images} images timed")
+    return BenchResult(title, stages, loader, consumer, cpus, str(device), options.device_stage)
 
 
 def stage_table(stages: List[StageTime]) -> List[str]:
@@ -446,5 +392,7 @@ def format_bench(result: BenchResult) -> str:
                  f"{1000 * ld.cpu_workers / ld.images:.2f} (the workers' read from {ld.cpu_how})")
     lines.append(f"consumer: {figure(consumer)} img/s: {figure(co.step_ms)} ms per batch of {co.batch} ({co.how}, "
                  f"on {result.device})")
+    if result.device_stage:  # the main process's share is the stage's: more workers do not spread it
+        cpu_ms = float(f"{1000 * ld.cpu_workers / ld.images:.2f}")
     lines += [verdict(rate, consumer), suggestion(cpu_ms, consumer, result.cpus)]
     return "\n".join(lines)
