@@ -21,9 +21,9 @@ further, and the row names the count it used) and two paths:
 * **cpu**: the loader as it is (``device`` unset): workers decode and augment, batches come as uint8
   (B, 3, H, W) CPU tensors in pinned memory (build_loader pins where CUDA is available) and go to the
   device with ``non_blocking=True``;
-* **device**: the same loader built with ``device=--device``, which decodes and augments on that device
-  and hands over uint8 (B, 3, H, W) tensors already there (where that stage is not built, batches come as
-  in the cpu path); ``.to(device, non_blocking=True)`` is then no copy.
+* **device**: the same loader built with ``device=--device`` (docs/device.md): the workers read the
+  encoded bytes and make the labels, the training process decodes and augments on that device and hands
+  over uint8 (B, 3, H, W) tensors already there; ``.to(device, non_blocking=True)`` is then no copy.
 
 Either way each batch then becomes float in [0, 1] on the device and its targets go there too, as a
 training step's first line does.  Per row: img/s over ``--images`` images (at least 3 batches a worker)
@@ -33,7 +33,8 @@ window crossed an epoch's end (the pipeline drains there, which a training epoch
 once in thousands of batches).  **CPU ms/img**: user + system CPU time over the same window of
 the whole process tree (this process with all its threads, and every live descendant: the DataLoader
 workers, persistent through the window), read from /proc/<pid>/stat before and after it, divided by the
-window's images.  **GPU peak**: torch.cuda.max_memory_allocated after reset_peak_memory_stats at the
+window's images; **of it, workers**: the DataLoader workers' part of it (the rest is the training
+process, where the device stage runs).  **GPU peak**: torch.cuda.max_memory_allocated after reset_peak_memory_stats at the
 loader's construction (what torch's allocator holds: batches, their float copies, the device stage's
 buffers), '-' on CPU.  **× cpu**: the device path's median over the cpu path's with the same workers.
 
@@ -82,6 +83,7 @@ class Run:
     gpu_mib: Optional[float]
     workers: int = 0
     crossed_epoch: bool = False
+    workers_ms: Optional[float] = None  # the DataLoader workers' part of cpu_ms
 
 
 class Window:
@@ -106,7 +108,9 @@ class Window:
         cpu1 = common.tree_cpu_seconds() if self.proc else {}
         # a pid that appeared inside the window counts from 0; none vanishes (persistent workers)
         cpu = sum(t - self.cpu0.get(pid, 0.0) for pid, t in cpu1.items()) if self.proc else None
-        return Run(images / seconds, None if cpu is None else cpu / images * 1e3, gpu_mib, workers)
+        main = cpu1.get(os.getpid(), 0.0) - self.cpu0.get(os.getpid(), 0.0) if self.proc else None
+        return Run(images / seconds, None if cpu is None else cpu / images * 1e3, gpu_mib, workers,
+                   workers_ms=None if cpu is None else (cpu - main) / images * 1e3)
 
 
 def reset_gpu_peak(device: torch.device) -> None:
@@ -316,14 +320,15 @@ def loader_rows(args, device: torch.device, cache_dir: str) -> List[Dict]:
             row = {"path": path, "workers_asked": workers, "workers": used, "img_s": [r.img_s for r in runs],
                    "cpu_ms_per_img": [r.cpu_ms for r in runs], "gpu_peak_mib": [r.gpu_mib for r in runs],
                    "median_img_s": median(runs, "img_s"), "median_cpu_ms": median(runs, "cpu_ms"),
-                   "median_gpu_mib": median(runs, "gpu_mib"), "crossed_epoch": any(r.crossed_epoch for r in runs)}
+                   "median_gpu_mib": median(runs, "gpu_mib"), "crossed_epoch": any(r.crossed_epoch for r in runs),
+                   "workers_cpu_ms_per_img": [r.workers_ms for r in runs], "median_workers_cpu_ms": median(runs, "workers_ms")}
             base = next((r for r in rows if r["path"] == "cpu" and r["workers_asked"] == workers), None)
             row["x_cpu"] = row["median_img_s"] / base["median_img_s"] if path == "device" else 1.0
             rows.append(row)
             label = f"{path}, {used} workers" + (f" (asked {workers})" if used != workers else "")
             ratio = f"{row['x_cpu']:.2f}×" if path == "device" else "base"
-            print(f"| {label} | {cell(runs, 'img_s')} | {cell(runs, 'cpu_ms', 2)} | {cell(runs, 'gpu_mib', 0)} "
-                  f"| {ratio} |", flush=True)
+            print(f"| {label} | {cell(runs, 'img_s')} | {cell(runs, 'cpu_ms', 2)} | {cell(runs, 'workers_ms', 2)} "
+                  f"| {cell(runs, 'gpu_mib', 0)} | {ratio} |", flush=True)
     return rows
 
 
@@ -345,7 +350,7 @@ def ceiling_rows(args, device: torch.device, cache_dir: str) -> Dict[str, object
         if note:
             print(f"| {label} | {note} | - | - | - |")
         else:
-            print(f"| {label} | {cell(runs, 'img_s')} | {cell(runs, 'cpu_ms', 2)} | {cell(runs, 'gpu_mib', 0)} | - |")
+            print(f"| {label} | {cell(runs, 'img_s')} | {cell(runs, 'cpu_ms', 2)} | - | {cell(runs, 'gpu_mib', 0)} | - |")
         out[name] = {"note": note, "img_s": [r.img_s for r in runs], "cpu_ms_per_img": [r.cpu_ms for r in runs],
                      "gpu_peak_mib": [r.gpu_mib for r in runs], "median_img_s": median(runs, "img_s")}
     return out
@@ -362,8 +367,8 @@ def main(argv=None) -> int:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (dry run)"
     print(f"### Training loader into {name}: mosaic at 640, hyp.scratch-low, batch {args.batch_size}, the cpu "
           f"path against the device path, {args.images} images a window, {args.repeats} repeats, {args.data}\n")
-    print("| path, workers | img/s median (min–max) | CPU ms/img (process tree) | GPU peak MiB | × cpu |\n"
-          "|---|---:|---:|---:|---:|")
+    print("| path, workers | img/s median (min–max) | CPU ms/img (process tree) | of it, workers | GPU peak MiB | × cpu |\n"
+          "|---|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         rows = loader_rows(args, device, tmp)
         ceilings = ceiling_rows(args, device, tmp)

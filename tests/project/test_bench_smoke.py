@@ -186,7 +186,8 @@ def dali_importable() -> bool:
 
 
 def test_bench_cuda_dry_run(tiny, tmp_path):
-    """Both paths at 0 and 1 workers, each row with img/s, CPU ms of the process tree, no GPU peak on CPU,
+    """Both paths at 0 and 1 workers, each row with img/s, CPU ms of the process tree and the workers' part
+    of it, no GPU peak on CPU,
     the device path against the cpu path; the two decode ceilings; the targets left unjudged; the numbers
     as printed in the results file."""
     rc, out, err = run(tiny, tmp_path, "speed/bench_cuda.py", "--device", "cpu", "--data",
@@ -196,8 +197,9 @@ def test_bench_cuda_dry_run(tiny, tmp_path):
     for workers in (0, 1):
         cpu, dev = rows[f"cpu, {workers} workers"], rows[f"device, {workers} workers"]
         for cells in (cpu, dev):
-            assert numbers(cells[:1])[0] > 0 and numbers(cells[1:2])[0] >= 0 and cells[2] == "-", rows
-        assert cpu[3] == "base" and numbers([dev[3].rstrip("×")])[0] > 0, rows
+            assert numbers(cells[:1])[0] > 0 and numbers(cells[1:2])[0] >= 0 and cells[3] == "-", rows
+            assert 0 <= numbers(cells[2:3])[0] <= numbers(cells[1:2])[0] + 0.01, rows  # the workers' part
+        assert cpu[4] == "base" and numbers([dev[4].rstrip("×")])[0] > 0, rows
     dali = rows["decode ceiling: DALI mixed decoder, batch 8"][0]
     assert dali == ("DALI installed; its mixed decoder needs a CUDA device" if dali_importable()
                     else "DALI not installed"), rows
