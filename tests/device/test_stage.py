@@ -129,6 +129,13 @@ def test_tasks_keep_their_targets(datasets, name, task):
     assert_same_batches(cpu, dev, "cpu")
 
 
+def test_class_balance_draws_the_same_items(datasets):
+    data = data_of(datasets, "coco128")
+    cpu, _ = batches(data, None, n=2, class_balance=0.1)
+    dev, _ = batches(data, "cpu", n=2, class_balance=0.1)
+    assert_same_batches(cpu, dev, "cpu")
+
+
 def test_copy_paste_items_are_made_by_the_workers(datasets):
     """Copy-paste needs the pixels: those items come as the CPU path makes them, exactly."""
     data = data_of(datasets, "coco128-seg")

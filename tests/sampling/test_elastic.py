@@ -1,6 +1,6 @@
 """Elastic determinism with real processes (gloo on loopback): for a fixed seed and global batch, every
 global step (the union of the ranks' batches: images, targets, paths) is the same on 1, 2 and 4 ranks,
-with mosaic, mixup, rect and image weights, for 0 and 2 workers; and a state saved on one world size
+with mosaic, mixup, rect, image weights and the device stage, for 0 and 2 workers; and a state saved on one world size
 resumes on another."""
 import faulthandler
 import json
@@ -51,7 +51,8 @@ def _rank(rank, world, port, yaml, hyp, out, cfg):
         loader, ds = create_dataloader(yaml, 64, GLOBAL_BATCH // world, 32, hyp=hyp, augment=True,
                                        rect=cfg.get("rect", False), rank=rank, workers=cfg["workers"],
                                        shuffle=True, seed=3, split="train",
-                                       partner_group=cfg.get("group", 4))
+                                       partner_group=cfg.get("group", 4), device=cfg.get("device"))
+        assert (loader.device_stage is not None) == bool(cfg.get("device"))
         if cfg.get("weights"):
             loader.sampler.set_weights(labels_to_image_weights(ds.labels, 2))
         if "resume" in cfg:
@@ -101,6 +102,7 @@ CONFIGS = {
     "mosaic+mixup, 2 workers": dict(workers=2),
     "rect": dict(workers=0, rect=True),
     "image weights": dict(workers=0, weights=True),
+    "device stage, 2 workers": dict(workers=2, device="cpu"),  # pixels made in each rank's own process
 }
 
 
