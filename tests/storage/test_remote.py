@@ -35,6 +35,17 @@ def test_training_and_evaluation_batches_equal_those_of_a_local_copy(s3, workers
     assert bucket_digest(client, "data") == before  # nothing written into the bucket
 
 
+def test_the_device_stage_reads_a_buckets_jpegs_as_a_local_copys(s3):
+    """The workers send the objects' bytes (fetched with their batch) for the device stage to decode:
+    the batches equal those of a local copy with the device stage."""
+    client, local = s3
+    kw = dict(augment=True, shuffle=True, seed=3, workers=2, device="cpu")
+    got, _ = create_dataloader("s3://data/sample.yaml", 64, 4, 32, **kw)
+    want, _ = create_dataloader(str(local / "sample.yaml"), 64, 4, 32, **kw)
+    assert got.device_stage is not None and got.dataset.images.in_bucket
+    same(batches(got, 2), batches(want, 2), str(local))
+
+
 def test_the_label_cache_is_kept_in_the_user_cache_folder_and_a_warm_start_reads_no_label(s3, user_cache_dir):
     _, dataset = create_dataloader("s3://data/sample.yaml", 64, 4, 32, workers=0)
     cache_file = Path(dataset.split_labels.cache_file)
