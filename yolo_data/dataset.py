@@ -17,6 +17,8 @@ import torch
 from torch.utils.data import Dataset
 
 from .augment.augstate import TrainSettings
+from .device.plan import BatchPlan, ItemPlan
+from .device.stage import DeviceStage
 from .items.mapping import DrawKey
 from .items.parts import DatasetParts, assemble
 from .labels.store import ImageFiles, Keypoints, LabelFiles, Labels, Segments
@@ -188,7 +190,10 @@ class YoloDataset(Dataset):
 
     def __getitem__(self, key):
         position, draw = self._key(key)
-        return self.mapper(int(self.indices[position]), DrawKey(self.epoch, draw), BatchImages(1, self._scratch), 0)
+        item = self.mapper(int(self.indices[position]), DrawKey(self.epoch, draw), BatchImages(1, self._scratch), 0)
+        if isinstance(item[0], ItemPlan):  # a loader with a device stage: one item on its own gets its pixels here
+            item = (DeviceStage("cpu", self.image_cache).images(BatchPlan.join([item[0]]))[0],) + tuple(item[1:])
+        return item
 
     def __getitems__(self, keys_in: List):
         """A whole batch at once (torch's DataLoader calls this with the sampler's ItemKeys, or ints).  The

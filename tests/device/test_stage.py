@@ -273,3 +273,15 @@ def test_images_of_the_image_cache_are_read_where_the_stage_runs(datasets, tmp_p
     dev, loader = batches(data, device, n=2, **cache)
     assert loader.dataset.image_cache is not None and loader.device_stage.cache is loader.dataset.image_cache
     assert_same_batches(cpu, dev, device)
+
+
+def test_an_item_on_its_own_has_its_pixels(datasets):
+    """``dataset[i]`` of a loader with a device stage: the image is a uint8 (3, H, W) CPU tensor, the
+    item as the device stage makes it in a batch."""
+    data = str(datasets["sample"])
+    settings = Settings.training(img_size=320, batch_size=4, workers=0, seed=5, hyp=HYP)
+    cpu = build_loader(data, settings).dataset[0]
+    dev = build_loader(data, settings.replace(device="cpu")).dataset[0]
+    assert isinstance(dev[0], torch.Tensor) and dev[0].dtype == torch.uint8 and dev[0].shape == cpu[0].shape
+    assert torch.equal(cpu[1], dev[1]) and cpu[2] == dev[2]
+    assert (cpu[0].int() - dev[0].int()).abs().float().mean() <= MAD_BOUND
