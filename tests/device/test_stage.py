@@ -14,6 +14,7 @@ import pytest
 import torch
 import yaml
 
+from conftest import SHARED, copy_shared
 from yolo_data.build import build_loader
 from yolo_data.device.decode import decoded
 from yolo_data.device.plan import BatchPlan, ItemPlan
@@ -22,19 +23,10 @@ from yolo_data.images.load import EncodedImage, ImageSource
 from yolo_data.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared" / "datasets"
 HYP = yaml.safe_load((REPO / "data/hyps/hyp.scratch-low.yaml").read_text())
 DEVICES = ["cpu"] + [f"cuda:{k}" for k in range(torch.cuda.device_count())]
 #: the bound docs/device.md states: per image, the mean absolute difference from the CPU path's pixels
 MAD_BOUND = 3.0
-
-
-def shared(name: str, tmp: Path) -> Path:
-    src = SHARED / name
-    if not src.is_dir():
-        pytest.skip(f"{src} is not available (a clone without ../shared)")
-    shutil.copytree(src, tmp / name)
-    return tmp / name
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +38,7 @@ def datasets(tmp_path_factory):
     shutil.copy(REPO / "data/sample.yaml", out["sample"])
     if SHARED.is_dir():
         for name in ("coco128", "coco128-seg", "tiger-pose", "pen-obb"):
-            out[name] = shared(name, tmp)
+            out[name] = copy_shared(name, tmp)
     return out
 
 
