@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import SHARED, copy_shared
+from conftest import SHARED, copy_shared, make_dataset
 from yolo_data.build import build_loader
 from yolo_data.device.decode import decoded
 from yolo_data.device.plan import BatchPlan, ItemPlan
@@ -277,3 +277,17 @@ def test_an_item_on_its_own_has_its_pixels(datasets):
     assert isinstance(dev[0], torch.Tensor) and dev[0].dtype == torch.uint8 and dev[0].shape == cpu[0].shape
     assert torch.equal(cpu[1], dev[1]) and cpu[2] == dev[2]
     assert (cpu[0].int() - dev[0].int()).abs().float().mean() <= MAD_BOUND
+
+
+def test_other_formats_are_decoded_by_the_workers(tmp_path):
+    """PNG (and JPEG mixed in): the workers decode what is not JPEG and send its pixels; the batches
+    are the CPU path's."""
+    items = [(f"{i:02d}.{'png' if i % 3 else 'jpg'}", (96 + 8 * i, 64 + 4 * i), "0 0.5 0.5 0.3 0.4\n1 0.3 0.3 0.2 0.2\n")
+             for i in range(12)]
+    data = str(make_dataset(tmp_path, items, names=("a", "b")))
+    cpu, _ = batches(data, None, n=2, batch_size=4, img_size=96, cache_dir=str(tmp_path / "c"))
+    dev, loader = batches(data, "cpu", n=2, batch_size=4, img_size=96, cache_dir=str(tmp_path / "c"))
+    assert_same_batches(cpu, dev, "cpu")
+    plan = loader.collate_fn(loader.dataset.__getitems__(list(range(4))))[0]
+    kinds = {type(s).__name__ for s in plan.sources.values()}
+    assert kinds == {"LoadedImage", "EncodedImage"}, kinds
