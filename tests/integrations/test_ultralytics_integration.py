@@ -404,6 +404,23 @@ def test_validation_inputs_equal_ultralytics(sample, ultra):
         np.testing.assert_allclose(t[f][4][0], o[f][4][0], rtol=1e-12)
 
 
+def test_a_trainer_on_a_gpu_has_its_training_batches_made_there(ultra, monkeypatch):
+    """The trainer's device decides: a CUDA trainer's training loader gets the device stage, its
+    validation loader and a CPU trainer's loaders do not (no GPU needed: only the settings are made)."""
+    from yolo_data.integrations import ultralytics as plugin
+    from yolo_data.settings import Settings
+    monkeypatch.setattr(plugin, "loader_settings",
+                        lambda cfg, mode, *a, **k: Settings.training() if mode == "train" else Settings.evaluation())
+    monkeypatch.setattr(plugin, "unwrap_model", lambda model: SimpleNamespace(stride=torch.tensor([8.0, 16.0, 32.0])))
+    trainer = SimpleNamespace(args=None, model=None, requested_workers=0, data={}, class_balance=False,
+                              remap_classes=False, endpoint_url=None, device=torch.device("cuda", 1))
+    settings = plugin.YoloDataTrainer._settings
+    assert settings(trainer, "train", 16).loader.device == "cuda:1"
+    assert settings(trainer, "val", 16).loader.device is None
+    trainer.device = torch.device("cpu")
+    assert settings(trainer, "train", 16).loader.device is None
+
+
 def test_trainer_runs_an_epoch_with_0_and_2_workers(sample, ultra, tmp_path):
     from ultralytics import YOLO
     from yolo_data.integrations.ultralytics import YoloDataTrainer, YoloDataValidator
