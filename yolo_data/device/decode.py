@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 import torch
@@ -21,18 +21,20 @@ import torch.nn.functional as F
 from ..geometry.shapes import PAD_VALUE
 from ..images.decode import ImageReadError, imread_bgr
 from ..images.load import CachedImage, EncodedImage
-from .plan import Source
+from .plan import Source, bytes_of
 
 LOGGER = logging.getLogger("yolo_data")
 
 
-def decoded(sources: Dict[int, Source], device: torch.device, cache=None) -> Dict[int, torch.Tensor]:
+def decoded(sources: Dict[int, Source], device: torch.device, cache=None,
+            blob: Optional[torch.Tensor] = None) -> Dict[int, torch.Tensor]:
     """index -> float32 (3, h, w) RGB pixels on ``device`` minus PAD_VALUE (so that zero is the pad and a
     warp's empty border needs no fill), at each source's resized size ``hw``.  ``cache``: the image
-    cache (items.imagecache) that CachedImage sources are read from."""
+    cache (items.imagecache) that CachedImage sources are read from; ``blob``: the batch's packed JPEG
+    bytes (plan.BatchPlan.blob)."""
     out: Dict[int, torch.Tensor] = {}
     jpegs = [(i, s) for i, s in sources.items() if isinstance(s, EncodedImage)]
-    for (i, s), rgb in zip(jpegs, _decode_all([s for _, s in jpegs], device)):
+    for (i, s), rgb in zip(jpegs, _decode_all([s for _, s in jpegs], device, blob)):
         out[i] = _resized(_upright(rgb, s.orientation), s) - PAD_VALUE
     for i, s in sources.items():
         if isinstance(s, EncodedImage):
@@ -46,14 +48,15 @@ def decoded(sources: Dict[int, Source], device: torch.device, cache=None) -> Dic
     return out
 
 
-def _decode_all(jpegs: List[EncodedImage], device: torch.device) -> List[torch.Tensor]:
+def _decode_all(jpegs: List[EncodedImage], device: torch.device,
+                blob: Optional[torch.Tensor]) -> List[torch.Tensor]:
     """uint8 (3, h0, w0) RGB of each JPEG as stored (before its orientation), on ``device``."""
     if not jpegs:
         return []
     from torchvision.io import ImageReadMode, decode_jpeg  # torchvision: imported where it is used
     with warnings.catch_warnings():  # torchvision names its successor on every call; the decode is the same
         warnings.simplefilter("ignore")  # (and torch warns of the bytes' read-only buffer, which nothing writes)
-        datas = [torch.from_numpy(s.data) for s in jpegs]
+        datas = [bytes_of(s, blob) for s in jpegs]
         try:
             return decode_jpeg(datas, mode=ImageReadMode.RGB, device=device)
         except RuntimeError:  # one file the device's decoder refuses fails the whole call: one by one
@@ -63,16 +66,16 @@ def _decode_all(jpegs: List[EncodedImage], device: torch.device) -> List[torch.T
             try:
                 out.append(decode_jpeg(data, mode=ImageReadMode.RGB, device=device))
             except RuntimeError:
-                out.append(_by_opencv(s, device))
+                out.append(_by_opencv(s, data, device))
         return out
 
 
-def _by_opencv(s: EncodedImage, device: torch.device) -> torch.Tensor:
+def _by_opencv(s: EncodedImage, data: torch.Tensor, device: torch.device) -> torch.Tensor:
     """uint8 (3, h0, w0) RGB of a JPEG the device's decoder refused, as stored (its orientation is
     undone, so the caller applies it like any other's); PAD_VALUE with a warning where OpenCV cannot
     decode it either."""
     try:
-        bgr = imread_bgr(s.path, data=s.data.tobytes())
+        bgr = imread_bgr(s.path, data=data.numpy().tobytes())
         rgb = torch.from_numpy(np.ascontiguousarray(bgr[:, :, ::-1])).permute(2, 0, 1)
         return _stored(rgb, s.orientation).to(device)
     except ImageReadError as e:

@@ -45,7 +45,8 @@ def made(layouts: Sequence[Layout], pixels: Dict[int, torch.Tensor]) -> torch.Te
     blended = [k for k, layout in enumerate(layouts) if layout.mixed is not None]
     if blended:
         others = made([layouts[k].mixed[0] for k in blended], pixels)
-        r = torch.tensor([layouts[k].mixed[1] for k in blended], dtype=torch.float32, device=out.device).view(-1, 1, 1, 1)
+        r = torch.tensor([layouts[k].mixed[1] for k in blended], dtype=torch.float32, device=out.device)
+        r = r.view(-1, 1, 1, 1)
         out[blended] = (out[blended] * r + others * (1 - r)).floor_()
     for k, layout in enumerate(layouts):
         dims = [d for d, on in ((1, layout.flips[0]), (2, layout.flips[1])) if on]

@@ -45,7 +45,7 @@ class DeviceStage:
     def images(self, plan: BatchPlan) -> torch.Tensor:
         """uint8 (B, 3, H, W) RGB on the device: the batch's items made from their layouts (HSV gains
         applied), or copied where a worker made them."""
-        pixels = decoded(plan.sources, self.device, self.cache)
+        pixels = decoded(plan.sources, self.device, self.cache, plan.blob)
         out = torch.empty((len(plan), 3, *plan.hw), dtype=torch.uint8, device=self.device)
         laid = [k for k, item in enumerate(plan.items) if item.made is None]
         for k, item in enumerate(plan.items):

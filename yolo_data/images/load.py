@@ -39,12 +39,13 @@ class EncodedImage:
     image is averaged over f x f blocks first, as libjpeg's scaled decode does); ``linear``: bilinear
     when shrinking (else area)."""
     path: str
-    data: np.ndarray
+    data: Optional[np.ndarray]
     orientation: int
     hw0: Tuple[int, int]
     hw: Tuple[int, int]
     factor: int
     linear: bool
+    span: Optional[Tuple[int, int]] = None  # [start, end) of the bytes in a batch's blob (device.plan), data None
 
 
 @dataclass(frozen=True)
