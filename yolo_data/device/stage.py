@@ -2,8 +2,8 @@
 its device.
 
 A training batch arrives as ``(BatchPlan, targets, paths, shapes[, ...])`` (plan.py): its JPEGs are
-decoded on the device in one call (decode.py), each item's layout is made there (render.py), the HSV
-gains are applied to the whole batch at once (colour.py), and the image tensor goes on as uint8
+decoded on the device in one call (decode.py), the items' layouts are made there and their HSV gains
+applied, CHUNK items at a time (render.py, colour.py), and the image tensor goes on as uint8
 (B, 3, H, W) RGB on the device, as the CPU path's would after ``.to(device)``.  Any other batch (an
 evaluation loader's, a caller's own mapper's) has its tensors moved to the device, unchanged.
 Targets, masks and per-object extras are moved too, so that the training step's ``.to(device)`` calls
