@@ -177,7 +177,8 @@ _UPRIGHT = {
 def imread_bgr(path: str, flags: int = cv2.IMREAD_COLOR, data: Optional[bytes] = None) -> np.ndarray:
     """(h, w, 3) uint8 BGR with EXIF orientation applied, as cv2.imread(path, ``flags``) decodes it (as
     YOLOv5: gray, RGBA and 16-bit images come out as 8-bit BGR).  ``flags``: IMREAD_COLOR, or one of
-    REDUCED_FLAGS.  Raises ImageReadError naming the file when it cannot be read, ImageDecodeError when
+    REDUCED_FLAGS (any other IMREAD_* flag is OpenCV's decode alone: bands.py reads grayscale through
+    it, an (h, w) array then).  Raises ImageReadError naming the file when it cannot be read, ImageDecodeError when
     it was read whole and cannot be decoded.
 
     A .jpg/.jpeg file goes to simplejpeg first when it is installed (see ``decode_jpeg``); whatever it

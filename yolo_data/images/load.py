@@ -5,6 +5,13 @@ A JPEG that will be shrunk at least 2x can be decoded at 1/2, 1/4 or 1/8 scale b
 full decode would give, so shapes, ``hw0`` and normalised boxes are unchanged; only the pixels differ a
 little (libjpeg's scaled IDCT is a box filter of the same 8x8 blocks).  Training uses it by default;
 evaluation keeps YOLOv5's pixels unless asked.
+
+Images of any number of channels (bands.py) are resized as colour ones: OpenCV resizes up to 4 channels
+in one call, and any number below 512 with linear interpolation (as Ultralytics resizes its N-band
+images, whose pixels this keeps); its area interpolation refuses more than 4 channels at a scale that is
+not a whole number, so an image of more than 4 channels is resized there 4 channels at a time.  Each
+channel of a resize is computed on its own, except that an exact 2x linear shrink of more than 4
+channels rounds differently from one of 4 (by at most 1): a whole call keeps Ultralytics' pixels.
 """
 from __future__ import annotations
 
@@ -20,11 +27,12 @@ import numpy as np
 from ..storage import Storage, current_storage, is_url
 from .decode import JPEG_SUFFIXES, REDUCED_FLAGS, ImageDecodeError, ImageReadError, imread_bgr  # noqa: F401
 from .decode import JPEG_SIGNATURE, exif_orientation, read_whole, simplejpeg_module
+from .bands import imread_bands
 
 
 @dataclass
 class LoadedImage:
-    """``img``: (h, w, 3) uint8 BGR, resized.  ``hw0``: (h0, w0) as decoded.  ``hw``: (h, w) after resize."""
+    """``img``: (h, w, C) uint8 (uint16 when 16 bits are kept; BGR when C = 3), resized.  ``hw0``: (h0, w0) as decoded.  ``hw``: (h, w) after resize."""
     img: np.ndarray
     hw0: Tuple[int, int]
     hw: Tuple[int, int]
@@ -77,6 +85,17 @@ def target_size(hw0: Tuple[int, int], img_size: int, capped: bool = False) -> Tu
     return (min(h, img_size), min(w, img_size)) if capped else (h, w)
 
 
+def resize_bands(im: np.ndarray, size: Tuple[int, int], interpolation: int) -> np.ndarray:
+    """cv2.resize of ``im`` (h0, w0) or (h0, w0, C), any C, uint8 or uint16, to ``size`` (w, h), OpenCV's
+    order; the result keeps ``im``'s number of dimensions (cv2.resize drops a last axis of 1).  See the
+    module docstring for C above 4."""
+    c = im.shape[2] if im.ndim == 3 else 1
+    if c <= 4 or c < 512 and interpolation == cv2.INTER_LINEAR:
+        out = cv2.resize(im, dsize=size, interpolation=interpolation)
+        return out[..., None] if out.ndim < im.ndim else out
+    return np.concatenate([resize_bands(im[..., k:k + 4], size, interpolation) for k in range(0, c, 4)], axis=2)
+
+
 def resize_long_side(im: np.ndarray, img_size: int, linear: bool, capped: bool = False) -> np.ndarray:
     """``im`` (h0, w0, C) scaled to ``target_size`` (long side ``img_size``; ``capped``: see there).
     Interpolation as YOLOv5: linear when enlarging, and when shrinking too with ``linear`` (YOLOv5 does
@@ -87,27 +106,32 @@ def resize_long_side(im: np.ndarray, img_size: int, linear: bool, capped: bool =
         return im
     interp = cv2.INTER_LINEAR if (linear or r > 1) else cv2.INTER_AREA
     h, w = target_size((h0, w0), img_size, capped)
-    return cv2.resize(im, dsize=(w, h), interpolation=interp)  # OpenCV's dsize: (width, height)
+    return resize_bands(im, (w, h), interp)  # OpenCV's dsize: (width, height)
 
 
 def load_image(path: str, img_size: int, linear: bool, hw0: Optional[Tuple[int, int]] = None,
-               reduced: bool = False, capped: bool = False, data: Optional[bytes] = None) -> LoadedImage:
+               reduced: bool = False, capped: bool = False, data: Optional[bytes] = None, channels: int = 3,
+               keep16: bool = False) -> LoadedImage:
     """Decode and resize ``path`` (see resize_long_side; ``linear`` picks the interpolation, ``capped``
-    the rounding of the size).
+    the rounding of the size).  ``channels``, ``keep16``: the dataset's channels and whether 16-bit
+    samples are kept (bands.imread_bands: ImageBandsError for an image that does not fit them).
     ``reduced`` with ``hw0`` (the (h0, w0) a full decode gives, as the scan recorded it): a JPEG is
     decoded at 1/f scale (see ``reduction``) and resized from there to the same target size; anything
     else, or a scaled decode of another size than libjpeg's ceil(side / f) (not JPEG data after all),
-    is decoded in full.  ``data``: the file's bytes, when they were fetched already (from a bucket)."""
-    if reduced and hw0 is not None and path.rpartition(".")[2].lower() in JPEG_SUFFIXES:
+    is decoded in full (a reduced decode is made for 1 and 3 channels, 8 bits).  ``data``: the file's
+    bytes, when they were fetched already (from a bucket)."""
+    if (reduced and hw0 is not None and channels in (1, 3) and not keep16
+            and path.rpartition(".")[2].lower() in JPEG_SUFFIXES):
         f = reduction(hw0, img_size)
         if f > 1:
-            im = imread_bgr(path, REDUCED_FLAGS[f], data)
+            im = (imread_bgr(path, REDUCED_FLAGS[f], data) if channels == 3
+                  else imread_bands(path, channels, data=data, factor=f))
             if im.shape[:2] == (-(-hw0[0] // f), -(-hw0[1] // f)):
                 h, w = target_size(hw0, img_size, capped)
                 interp = cv2.INTER_LINEAR if linear else cv2.INTER_AREA  # as resize_long_side when shrinking
-                resized = cv2.resize(im, dsize=(w, h), interpolation=interp)  # OpenCV's dsize: (width, height)
+                resized = resize_bands(im, (w, h), interp)  # OpenCV's dsize: (width, height)
                 return LoadedImage(resized, tuple(hw0), (h, w))
-    im = imread_bgr(path, data=data)
+    im = imread_bgr(path, data=data) if channels == 3 and not keep16 else imread_bands(path, channels, keep16, data)
     hw0 = im.shape[:2]
     im = resize_long_side(im, img_size, linear, capped)
     return LoadedImage(im, hw0, im.shape[:2])
