@@ -49,28 +49,31 @@ class Tile:
 
 @dataclass(frozen=True, eq=False)
 class Layout:
-    """An (H, W, 3) image to be made: ``tiles`` drawn in order on a ``canvas_hw`` (h, w) canvas of
+    """An (H, W, C) image to be made: ``tiles`` drawn in order on a ``canvas_hw`` (h, w) canvas of
     PAD_VALUE; then, when ``matrix`` is set, that canvas warped by the (3, 3) float64 canvas-to-output
     ``matrix`` onto ``out_hw``; then, when ``mixed`` is set, blended with another layout
     (``(other, r)``: self * r + other * (1 - r), truncated); then flipped by ``flips`` (up-down,
-    left-right).  ``shape`` is (H, W, 3) as an image array's, so label code reads the size as usual."""
+    left-right).  ``channels``: C, the bands of its source images (3: colour).  ``shape`` is (H, W, C)
+    as an image array's, so label code reads the size as usual."""
     canvas_hw: Tuple[int, int]
     tiles: Tuple[Tile, ...]
     matrix: Optional[np.ndarray] = None
     out_hw: Optional[Tuple[int, int]] = None
     mixed: Optional[Tuple["Layout", float]] = None
     flips: Tuple[bool, bool] = (False, False)
+    channels: int = 3
 
     @classmethod
-    def image(cls, source: int, hw: Tuple[int, int], image: Any = None) -> "Layout":
-        """Source image ``source`` (``image``: see Tile) as it is: an (h, w) canvas that is that image."""
+    def image(cls, source: int, hw: Tuple[int, int], image: Any = None, channels: int = 3) -> "Layout":
+        """Source image ``source`` (``image``: see Tile; ``channels`` bands) as it is: an (h, w) canvas
+        that is that image."""
         h, w = int(hw[0]), int(hw[1])
-        return cls((h, w), (Tile(int(source), (0, 0, w, h), (0, 0, w, h), image),))
+        return cls((h, w), (Tile(int(source), (0, 0, w, h), (0, 0, w, h), image),), channels=int(channels))
 
     @property
     def shape(self) -> Tuple[int, int, int]:
         h, w = self.out_hw or self.canvas_hw
-        return int(h), int(w), 3
+        return int(h), int(w), self.channels
 
     @property
     def whole(self) -> Tile:
@@ -116,7 +119,8 @@ class Layout:
 
 def placed(canvas_hw: Tuple[int, int], parts) -> Layout:
     """A canvas with each of ``parts`` ((layout of one source image, src region, dst region), in
-    drawing order) drawn on it; empty regions are left out."""
+    drawing order) drawn on it; empty regions are left out.  The canvas has the parts' channels."""
+    parts = list(parts)
     tiles = tuple(Tile(part.whole.source, tuple(map(int, src)), tuple(map(int, dst)), part.whole.image)
                   for part, src, dst in parts if dst[2] > dst[0] and dst[3] > dst[1])
-    return Layout((int(canvas_hw[0]), int(canvas_hw[1])), tiles)
+    return Layout((int(canvas_hw[0]), int(canvas_hw[1])), tiles, channels=parts[0][0].channels if parts else 3)

@@ -45,17 +45,23 @@ def _shifted(part: Sample, dx: float, dy: float, size: float) -> Sample:
     return Sample(part.img, part.cls, boxes, segments, part.moved_extras(lambda p: p + (dx, dy), (size, size)))
 
 
+def canvas_bands(bands: int) -> int:
+    """The channels of a mosaic canvas for tiles of ``bands`` channels: 4 (BGRA) for 3-channel BGR tiles,
+    since OpenCV's linear affine warp that follows a mosaic runs about three times faster on 4 channels
+    than on 3 (the pipeline drops the alpha channel after the warp); ``bands`` otherwise."""
+    return 4 if bands == 3 else bands
+
+
 def _canvas(parts: Sequence[Sample], side: int) -> np.ndarray:
-    """A (side, side, 4) BGRA canvas: OpenCV's linear affine warp that follows a mosaic runs about
-    three times faster on 4 channels than on 3 (the alpha channel is dropped at the end)."""
-    return np.full((side, side, 4), PAD_VALUE, dtype=np.uint8)
+    """A (side, side, canvas_bands(C)) canvas of PAD_VALUE for tiles of C channels."""
+    return np.full((side, side, canvas_bands(parts[0].img.shape[2])), PAD_VALUE, dtype=np.uint8)
 
 
 def _paste(dst: np.ndarray, src: np.ndarray) -> None:
-    """Copy a BGR or BGRA tile region into a BGRA canvas region of the same size."""
+    """Copy a tile region into a canvas region of the same size: BGR into BGRA, else band for band."""
     if not dst.size:
         return
-    if src.shape[2] == 3:
+    if src.shape[2] == 3 and dst.shape[2] == 4:
         cv2.cvtColor(src, cv2.COLOR_BGR2BGRA, dst=dst)  # writes straight into the canvas region
     else:
         dst[...] = src
@@ -79,7 +85,8 @@ def _tiles(parts: List[Sample], img_size: int, centre: Tuple[int, int]):
 
 
 def mosaic4(parts: List[Sample], img_size: int, centre: Tuple[int, int]) -> Sample:
-    """Four samples on one (2s, 2s, 4) uint8 BGRA canvas (s = ``img_size``) filled with PAD_VALUE.
+    """Four samples on one (2s, 2s, canvas_bands(C)) uint8 canvas (s = ``img_size``) filled with
+    PAD_VALUE: BGRA for (h, w, 3) BGR parts, else the parts' C bands in their order.
 
     ``parts``: 4 Samples, each already resized so its long side is s.  ``centre``: (xc, yc) int, where
     the four tiles meet (see `mosaic_centre`).  Part 0 goes top-left of the centre, 1 top-right,
@@ -94,9 +101,9 @@ def mosaic4(parts: List[Sample], img_size: int, centre: Tuple[int, int]) -> Samp
 
 
 def _placed_pixels(parts: Sequence[Sample], regions, hw: Tuple[int, int]):
-    """A (h, w, 4) BGRA canvas of PAD_VALUE with each part's image drawn at its region (left, top, x1,
-    y1, x2, y2, dx, dy): the tile whose top-left corner is at (left, top) on a larger plane, cut to
-    [x1, x2) x [y1, y2) there, lands moved by (-dx, -dy) on the canvas.  For parts that are layouts
+    """An (h, w, canvas_bands(C)) canvas of PAD_VALUE with each part's image drawn at its region (left,
+    top, x1, y1, x2, y2, dx, dy): the tile whose top-left corner is at (left, top) on a larger plane, cut
+    to [x1, x2) x [y1, y2) there, lands moved by (-dx, -dy) on the canvas.  For parts that are layouts
     (layout.py), the layout of that canvas."""
     if isinstance(parts[0].img, Layout):
         return placed(hw, [(p.img, (x1 - left, y1 - top, x2 - left, y2 - top), (x1 - dx, y1 - dy, x2 - dx, y2 - dy))
@@ -135,16 +142,17 @@ def mosaic4_resized(parts: List[Sample], img_size: int, centre: Tuple[int, int],
     moves by its own matrix, within half a source pixel of M at its edges, and that tile's boxes and
     polygons go through the same matrix: pixels and boxes agree exactly.
 
-    ``parts``: 4 Samples with (h, w, 3) BGR images.  Returns ``(sample, blocks)``: the (s, s, 3) BGR
-    output with the boxes and polygons still in canvas coordinates (as `mosaic4` places them), and per
-    part (its number of boxes, its (3, 3) canvas-to-output matrix), for
+    ``parts``: 4 Samples with (h, w, C) uint8 images, any C >= 1 (3: BGR).  Returns ``(sample,
+    blocks)``: the (s, s, C) output with the boxes and polygons still in canvas coordinates (as
+    `mosaic4` places them), and per part (its number of boxes, its (3, 3) canvas-to-output matrix), for
     ``perspective.warp_sample(sample, M, ..., warped_img=sample.img, row_blocks=blocks)``.
     """
     if not is_axis_aligned(M):
         raise ValueError("mosaic4_resized takes scale and translation only")
     s, s2 = img_size, 2 * img_size
     deferred = isinstance(parts[0].img, Layout)
-    out = None if deferred else np.full((s, s, 3), PAD_VALUE, dtype=np.uint8)
+    bands = parts[0].img.shape[2]
+    out = None if deferred else np.full((s, s, bands), PAD_VALUE, dtype=np.uint8)
     moved, blocks, tiles = [], [], []
     for part, (left, top, x1, y1, x2, y2) in zip(parts, _tiles(parts, img_size, centre)):
         moved.append(_shifted(part, left, top, s2))
@@ -156,14 +164,16 @@ def mosaic4_resized(parts: List[Sample], img_size: int, centre: Tuple[int, int],
         if deferred:
             tiles.append((part.img, (u1 - left, v1 - top, u2 - left, v2 - top), (c1, r1, c2, r2)))
         else:
-            src = part.img[v1 - top:v2 - top, u1 - left:u2 - left, :3]
+            src = part.img[v1 - top:v2 - top, u1 - left:u2 - left, :bands]
+            # OpenCV resizes any number of bands as it resizes each alone, straight into the region
             cv2.resize(src, dsize=(c2 - c1, r2 - r1), dst=out[r1:r2, c1:c2], interpolation=cv2.INTER_LINEAR)  # (cols, rows)
         blocks.append((len(part), np.array([[kx, 0.0, tx], [0.0, ky, ty], [0.0, 0.0, 1.0]])))
     return Sample.concat(moved, placed((s, s), tiles) if deferred else out), blocks
 
 
 def mosaic9(parts: List[Sample], img_size: int, rng: np.random.Generator) -> Sample:
-    """Nine samples in a 3x3 layout on a (3s, 3s) canvas, then a random (2s, 2s, 3) uint8 crop.
+    """Nine samples in a 3x3 layout on a (3s, 3s) canvas, then a random (2s, 2s, canvas_bands(C)) uint8
+    crop (BGRA for BGR parts, as `mosaic4`).
 
     ``parts``: 9 Samples resized to long side s.  Part 0 sits at (s, s); then, clockwise from the top:
     1 above it, 2 top-right, 3 right, 4 bottom-right, 5 below, 6 bottom-left, 7 left, 8 top-left, each

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import cv2
 import numpy as np
@@ -119,17 +119,43 @@ def is_axis_aligned(M: np.ndarray) -> bool:
 def warp_image(img: np.ndarray, M: np.ndarray, out_hw: Tuple[int, int],
                border_value: int = PAD_VALUE) -> np.ndarray:
     """(H, W, C) uint8 -> (out_h, out_w, C) uint8 warped by the (3, 3) ``M`` (bilinear), uncovered
-    pixels set to ``border_value``.  Returns ``img`` itself when ``M`` is the identity and the size
-    is unchanged (nothing to resample)."""
+    pixels set to ``border_value`` in every band; any C >= 1.  Returns ``img`` itself when ``M`` is the
+    identity and the size is unchanged (nothing to resample)."""
     h, w = int(out_hw[0]), int(out_hw[1])
     if isinstance(img, Layout):  # its pixels are made later, by a device (layout.py)
         return img.warped(M, (h, w))
     if (h, w) == img.shape[:2] and np.array_equal(M, np.eye(3)):
         return img
+    bands = img.shape[2]
+    if bands in (1, 3, 4):
+        out = _warped_bands(img, M, (h, w), border_value)
+        return out[..., None] if out.ndim == 2 else out  # OpenCV drops the axis of one band
+    out = np.empty((h, w, bands), np.uint8)
+    for start, stop in band_groups(bands):
+        part = _warped_bands(np.ascontiguousarray(img[..., start:stop]), M, (h, w), border_value)
+        out[..., start:stop] = part.reshape(h, w, stop - start)
+    return out
+
+
+def band_groups(bands: int) -> List[Tuple[int, int]]:
+    """[start, stop) runs of ``bands`` channels that OpenCV's warps handle as it handles each band alone:
+    runs of 4, and the rest as one run of 3 or as single bands.  Its warps take any number of channels,
+    but on 2 or more than 4 they round differently (one level on about a third of the pixels, measured
+    with OpenCV 5.0), so a band's pixels would depend on how many bands the image has."""
+    runs = [(c, c + 4) for c in range(0, bands - bands % 4, 4)]
+    rest = bands - bands % 4
+    if bands % 4 == 3:
+        return runs + [(rest, bands)]
+    return runs + [(c, c + 1) for c in range(rest, bands)]
+
+
+def _warped_bands(img: np.ndarray, M: np.ndarray, hw: Tuple[int, int], border_value: int) -> np.ndarray:
+    """One OpenCV warp of ``img`` ((H, W, C) uint8, C <= 4) onto ``hw``: warpAffine (cheaper, and exact
+    for the common case) when ``M`` has no perspective part, else warpPerspective."""
     fill = (border_value,) * img.shape[2]
-    if is_affine(M):  # warpAffine is cheaper and exact for the common case
-        return cv2.warpAffine(img, M[:2], dsize=(w, h), borderValue=fill)
-    return cv2.warpPerspective(img, M, dsize=(w, h), borderValue=fill)
+    if is_affine(M):
+        return cv2.warpAffine(img, M[:2], dsize=(hw[1], hw[0]), borderValue=fill)
+    return cv2.warpPerspective(img, M, dsize=(hw[1], hw[0]), borderValue=fill)
 
 
 def warp_boxes(boxes: np.ndarray, segments, M: np.ndarray, out_hw: Tuple[int, int]):
@@ -232,7 +258,7 @@ def random_perspective(sample: Sample, rng: np.random.Generator, degrees: float 
     """Draw, build and apply one random perspective (YOLOv5's ``random_perspective``).
 
     ``border``: (bh, bw) pixels added on each side of the output; a mosaic passes (-s//2, -s//2) so
-    its (2s, 2s) canvas comes out (s, s).  Returns a new Sample of shape (H + 2 bh, W + 2 bw, 3).
+    its (2s, 2s) canvas comes out (s, s).  Returns a new Sample of shape (H + 2 bh, W + 2 bw, C).
     """
     in_hw = sample.img.shape[:2]
     out_hw = (in_hw[0] + 2 * border[0], in_hw[1] + 2 * border[1])

@@ -2,6 +2,10 @@
 
 Split in the draw / apply way: ``draw_hsv_gains`` decides; ``hsv_tables`` and ``apply_hsv`` are
 deterministic, so the tensor edge (tensors.py) applies the same gains on its way to RGB planes.
+
+HSV exists for 3-channel BGR images only.  Images of any other number of channels (grayscale,
+multispectral) keep their pixels, as in Ultralytics; their gains are still drawn, so the generator
+advances the same way and every later draw of the item is the same whatever the channels.
 """
 from __future__ import annotations
 
@@ -73,12 +77,13 @@ def _scale_plane(plane: np.ndarray, table: np.ndarray, gain: float) -> None:
 
 
 def augment_hsv(img: np.ndarray, rng: np.random.Generator, hgain: float = 0.5, sgain: float = 0.5,
-                vgain: float = 0.5) -> np.ndarray:
+                vgain: float = 0.5, channels: int = 3) -> np.ndarray:
     """``img`` with hue, saturation and value scaled by random gains: a new (H, W, 3) uint8 BGR array.
 
     ``img``: (H, W, 3) BGR or (H, W, 4) BGRA uint8, any strides (alpha is ignored); it is not
     modified.  Gains as ``draw_hsv_gains``; with all gains 0 nothing is drawn and ``img`` itself is
-    returned.
+    returned.  ``channels``: the bands of the dataset's images; for any number but 3 the gains are
+    drawn all the same (the generator advances as for BGR) and ``img`` itself is returned.
     """
     gains = draw_hsv_gains(rng, hgain, sgain, vgain)
-    return img if gains is None else apply_hsv(img, gains)
+    return img if gains is None or channels != 3 else apply_hsv(img, gains)

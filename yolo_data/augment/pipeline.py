@@ -3,7 +3,10 @@
     mosaic (4 or 9 images) -> copy-paste ('flip') -> random perspective [-> copy-paste from a second
         mosaic ('mixup' mode)] [-> mixup with another such mosaic] [-> cutmix with another]
     or: one image -> letterbox [-> copy-paste ('flip', Ultralytics' rule)] -> random perspective
-    then: Albumentations (optional) -> HSV -> flips
+    then: Albumentations (optional) -> HSV (drawn always, applied to 3-channel images only) -> flips
+
+Images may have any number of channels C >= 1 ((H, W, C) uint8; C = 3 is BGR): every geometric step
+moves each band as it moves a band alone.
 
 The steps in brackets draw nothing unless their probability is above 0, so YOLOv5's hyps draw exactly
 YOLOv5's sequence.  Copy-paste follows ``cfg.copy_paste_rule`` (mosaic.copy_paste for YOLOv5's,
@@ -41,7 +44,8 @@ def mosaic_sample(load: LoadFn, pool: Sequence[int], index: int, img_size: int, 
     if cfg.mosaic9 and rng.random() < cfg.mosaic9:
         ids = np.array([index] + [pool[k] for k in rng.integers(0, len(pool), 8)])
         rng.shuffle(ids)
-        sample = mosaic9([load(int(i)) for i in ids], img_size, rng)
+        parts = [load(int(i)) for i in ids]
+        sample = mosaic9(parts, img_size, rng)
     else:
         ids = np.array([index] + [pool[k] for k in rng.integers(0, len(pool), 3)])
         rng.shuffle(ids)
@@ -62,9 +66,12 @@ def mosaic_sample(load: LoadFn, pool: Sequence[int], index: int, img_size: int, 
             paste_objects(sample, cfg.copy_paste)
     sample = random_perspective(sample, rng, cfg.degrees, cfg.translate, cfg.scale, cfg.shear, cfg.perspective,
                                 border=mosaic_border(img_size))
-    # The canvas is BGRA only for the warp's speed (see mosaic._canvas): every mosaic leaves here BGR,
-    # whichever path made it, so the steps after it (mixup, Albumentations) see one format.
-    img = sample.img if isinstance(sample.img, Layout) else cv2.cvtColor(sample.img, cv2.COLOR_BGRA2BGR)
+    # The canvas of BGR tiles is BGRA only for the warp's speed (see mosaic.canvas_bands): every mosaic
+    # leaves here with its tiles' channels, whichever path made it, so the steps after it (mixup,
+    # Albumentations) see one format.
+    img = sample.img
+    if not isinstance(img, Layout) and img.shape[2] != parts[0].img.shape[2]:
+        img = cv2.cvtColor(img, cv2.COLOR_BGRA2BGR)
     return Sample(img, sample.cls, sample.boxes, sample.segments, sample.extras)
 
 
@@ -96,7 +103,8 @@ def mosaic_with_mixup(load: LoadFn, pool: Sequence[int], index: int, img_size: i
                       rng: np.random.Generator) -> Sample:
     """Item ``index`` as a mosaic (``mosaic_and_paste``), then mixup with another with probability
     ``cfg.mixup``, then cutmix with another with probability ``cfg.cutmix`` (Ultralytics' order); every
-    partner drawn from ``pool``.  Returns an (img_size, img_size) BGR Sample."""
+    partner drawn from ``pool``.  Returns an (img_size, img_size) Sample of the loaded images' channels
+    (C = 3: BGR)."""
     sample = mosaic_and_paste(load, pool, index, img_size, cfg, rng)
     if cfg.mixup and rng.random() < cfg.mixup:
         sample = mixup(sample, _partner(load, pool, img_size, cfg, rng, paste=True), rng)
@@ -117,7 +125,9 @@ def single_image_geometry(sample: Sample, cfg: AugmentConfig, rng: np.random.Gen
 @dataclass
 class FinishDraws:
     """The last random decisions of an item, drawn in YOLOv5's order: HSV gains ((3,) float64, or None
-    when all HSV gains are 0), then flip up-down, then flip left-right."""
+    when all HSV gains are 0), then flip up-down, then flip left-right.  The gains are drawn for images
+    of any number of channels, so every later draw is the same whatever the channels, but applied only
+    to 3-channel (BGR) images (as Ultralytics does; see tensors.write_rgb)."""
     hsv_gains: Optional[np.ndarray]
     flip_ud: bool
     flip_lr: bool

@@ -26,12 +26,13 @@ from ..geometry.shapes import PAD_VALUE
 
 
 def made(layouts: Sequence[Layout], pixels: Dict[int, torch.Tensor]) -> torch.Tensor:
-    """float32 (n, 3, H, W) whole levels 0..255 of ``layouts`` (all of one ``shape``), from ``pixels``
-    (index -> float32 (3, h, w) RGB minus PAD_VALUE, as decode.decoded gives them), flips applied.
-    Canvases of one size are warped together."""
+    """float32 (n, C, H, W) whole levels 0..255 of ``layouts`` (all of one ``shape``), from ``pixels``
+    (index -> float32 (C, h, w) minus PAD_VALUE, any C >= 1, RGB when C = 3, as decode.decoded gives
+    them), flips applied.  Every step works on each band alone.  Canvases of one size are warped
+    together."""
     h, w = layouts[0].shape[:2]
     first = next(iter(pixels.values()))
-    out = torch.empty((len(layouts), 3, h, w), dtype=torch.float32, device=first.device)
+    out = torch.empty((len(layouts), first.shape[0], h, w), dtype=torch.float32, device=first.device)
     sizes: Dict[Tuple[int, int], List[int]] = {}
     for k, layout in enumerate(layouts):
         if layout.matrix is None:
@@ -56,10 +57,11 @@ def made(layouts: Sequence[Layout], pixels: Dict[int, torch.Tensor]) -> torch.Te
 
 
 def _canvas(layout: Layout, pixels: Dict[int, torch.Tensor]) -> torch.Tensor:
-    """float32 (3, h, w) canvas (minus PAD_VALUE) with the layout's tiles drawn in order."""
+    """float32 (C, h, w) canvas (minus PAD_VALUE) with the layout's tiles drawn in order, C being the
+    bands of ``pixels``."""
     h, w = layout.canvas_hw
     first = next(iter(pixels.values()))
-    canvas = torch.zeros((3, h, w), dtype=torch.float32, device=first.device)
+    canvas = torch.zeros((first.shape[0], h, w), dtype=torch.float32, device=first.device)
     for tile in layout.tiles:
         x1, y1, x2, y2 = tile.src
         src = pixels[tile.source][:, y1:y2, x1:x2]
@@ -71,10 +73,10 @@ def _canvas(layout: Layout, pixels: Dict[int, torch.Tensor]) -> torch.Tensor:
 
 
 def warped(images: torch.Tensor, matrices: np.ndarray, out_hw: Tuple[int, int]) -> torch.Tensor:
-    """float32 (n, 3, h, w) ``images`` (zero outside) each warped by its (3, 3) input-to-output pixel
+    """float32 (n, C, h, w) ``images`` (any C; zero outside) each warped by its (3, 3) input-to-output pixel
     matrix (``matrices`` (n, 3, 3) float64) onto ``out_hw``: each output pixel centre (x, y) samples
     bilinearly at M^-1 (x, y) after the perspective divide, pixel centres at whole coordinates as in
-    OpenCV.  Returns float32 (n, 3, out_h, out_w)."""
+    OpenCV.  Returns float32 (n, C, out_h, out_w)."""
     h, w = int(out_hw[0]), int(out_hw[1])
     dev = images.device
     inv = torch.from_numpy(np.linalg.inv(np.asarray(matrices, np.float64))).to(dev, torch.float32)

@@ -71,17 +71,40 @@ def letterbox_plan(shape: Tuple[int, int], new_shape: Union[int, Tuple[int, int]
 
 
 def resize_to(im: np.ndarray, plan: LetterboxPlan) -> np.ndarray:
-    """``im`` resized (bilinear) to ``plan.resized_hw``, or ``im`` itself when it has that size already."""
+    """``im`` ((H, W, C), any C >= 1) resized (bilinear) to ``plan.resized_hw``, or ``im`` itself when it
+    has that size already; OpenCV resizes each band as it resizes a band alone."""
     if im.shape[:2] == plan.resized_hw:
         return im
     h, w = plan.resized_hw
-    return cv2.resize(im, dsize=(w, h), interpolation=cv2.INTER_LINEAR)  # OpenCV's dsize is (width, height)
+    out = cv2.resize(im, dsize=(w, h), interpolation=cv2.INTER_LINEAR)  # OpenCV's dsize is (width, height)
+    return out[..., None] if out.ndim < im.ndim else out  # OpenCV drops the axis of one band
+
+
+def band_values(color, bands: int) -> Tuple:
+    """The padding value of each of ``bands`` channels: ``color`` as given when it has one value a band;
+    else its one value (a number, or a tuple of equal values such as the default (114, 114, 114)) for
+    every band.  A ValueError for anything else."""
+    values = tuple(np.atleast_1d(np.asarray(color)).tolist())
+    if len(values) == bands:
+        return values
+    if len(set(values)) == 1:
+        return values[:1] * bands
+    raise ValueError(f"a padding colour of {len(values)} different values for an image of {bands} channels")
 
 
 def letterbox_image(im: np.ndarray, plan: LetterboxPlan, color=(PAD_VALUE,) * 3) -> np.ndarray:
-    """``im`` (H, W, C) resized and padded with ``color`` as ``plan`` says: a new (*plan.shape, C) array."""
-    return cv2.copyMakeBorder(resize_to(im, plan), plan.top, plan.bottom, plan.left, plan.right,
-                              cv2.BORDER_CONSTANT, value=color)
+    """``im`` (H, W, C) resized and padded with ``color`` as ``plan`` says: a new (*plan.shape, C) array.
+    Any C >= 1: for C other than 3 a ``color`` of one value pads every band with it (band_values)."""
+    bands = im.shape[2] if im.ndim == 3 else 0
+    if bands in (0, 3):
+        return cv2.copyMakeBorder(resize_to(im, plan), plan.top, plan.bottom, plan.left, plan.right,
+                                  cv2.BORDER_CONSTANT, value=color)
+    # OpenCV takes at most 4 border values (repeated in blocks of 4 bands), so the border is drawn here
+    out = np.empty(plan.shape + (bands,), im.dtype)
+    out[...] = band_values(color, bands)
+    h, w = plan.resized_hw
+    out[plan.top:plan.top + h, plan.left:plan.left + w] = resize_to(im, plan)
+    return out
 
 
 def letterbox(im: np.ndarray, new_shape: Union[int, Tuple[int, int]] = 640, color=(PAD_VALUE,) * 3,
@@ -94,7 +117,8 @@ def letterbox(im: np.ndarray, new_shape: Union[int, Tuple[int, int]] = 640, colo
     Args:
         im: (H, W, C) image, any dtype OpenCV resizes (uint8 BGR in the loaders).
         new_shape: the letterbox (h, w), or one int for a square.
-        color: the padding's value per channel (114 gray).
+        color: the padding's value per channel (114 gray); for other than 3 channels, one value for every
+            band or one per band (band_values).
         auto: pad only to a multiple of ``stride`` (the smallest stride-multiple shape), not to ``new_shape``.
         scale_fill: with ``auto=False``, stretch to fill ``new_shape`` exactly, without padding (the aspect
             ratio is not kept).

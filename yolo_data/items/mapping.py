@@ -7,9 +7,10 @@ training, each with explicit settings.
                  unreadable image is replaced by the next one, with a warning)
 
 A caller's own mapper takes the place of both (``ItemMapper``: an IndexItem and its DrawKey to the
-item).  Items are written straight into slot ``k`` of a batch's image tensor (tensors.BatchImages).  ``img``:
-uint8 (3, H, W) RGB; ``targets``: float32 (n, 6) [0, class, x, y, w, h] normalised to the image (column
-0 is set by the collate function); ``shapes``: YOLOv5's ``((h0, w0), ((h / h0, w / w0), (padw, padh)))``,
+item).  Items are written straight into slot ``k`` of a batch's image tensor (tensors.BatchImages).
+``img``: uint8 (C, H, W), RGB for 3-channel (BGR) images, else the C bands in their stored order;
+``targets``: float32 (n, 6) [0, class, x, y, w, h] normalised to the image (column 0 is set by the
+collate function); ``shapes``: YOLOv5's ``((h0, w0), ((h / h0, w / w0), (padw, padh)))``,
 None for mosaics.
 """
 from __future__ import annotations
@@ -92,7 +93,7 @@ class EvalMapper:
         # Evaluation must see exactly its images: an unreadable one is an error (ImageReadError names
         # the file; in a worker it reaches the main process, nothing hangs).
         img, plan, (h0, w0), (h, w) = _letterbox(self.index, self.images, i, scaleup=self.scale_up)
-        t = out.write(k, plan.shape, lambda planes: write_letterboxed(img, plan, planes))
+        t = out.write(k, plan.shape, lambda planes: write_letterboxed(img, plan, planes), img.shape[2])
         cls, boxes = self.index.store.labels_of(i)[:, 0], _boxes_on(self.index, i, plan, (h, w))
         item = t, targets_of(cls, boxes, plan.shape), self.index.store.im_file(i), ((h0, w0), ((h / h0, w / w0), plan.pad))
         if self.task.name == "detect":
@@ -198,7 +199,7 @@ class TrainMapper:
             t = ItemPlan(sample.img, draws.hsv_gains)
         else:
             t = out.write(k, hw, lambda planes: write_rgb(img, planes, draws.hsv_gains, draws.flip_ud, draws.flip_lr,
-                                                          self.scratch))
+                                                          self.scratch), img.shape[2])
             t = ItemPlan(made=t) if self.plans else t
         item = (t, targets_of(sample.cls, sample.boxes, hw), self.index.store.im_file(i), shapes)
         item = _with_extras(item, self.task, sample, hw)
@@ -316,7 +317,7 @@ class ItemMapper:
     def __call__(self, i: int, key: DrawKey, out: BatchImages, k: int):
         item = self.fn(IndexItem(self.index, self.images, i), key)
         img = _checked_item(item)
-        t = out.write(k, img.shape[1:], lambda planes: np.copyto(planes, img.numpy()))
+        t = out.write(k, img.shape[1:], lambda planes: np.copyto(planes, img.numpy()), img.shape[0])
         return (t,) + tuple(item[1:])
 
     def batch(self, ids: List[int], keys: List[DrawKey], groups: List[int], out: BatchImages):

@@ -89,11 +89,11 @@ class BatchPool:
         self.building: Optional[_Buffer] = None  # taken for the batch in progress, not yet transported
         self.lock = threading.Lock()
 
-    def take(self, n: int, h: int, w: int) -> Optional[torch.Tensor]:
-        """An (n, 3, h, w) uint8 tensor at the start of a pooled buffer; None when every buffer the pool
-        may keep is in use."""
+    def take(self, n: int, h: int, w: int, channels: int = 3) -> Optional[torch.Tensor]:
+        """An (n, channels, h, w) uint8 tensor at the start of a pooled buffer; None when every buffer the
+        pool may keep is in use."""
         with self.lock:
-            return self._take(n, h, w)
+            return self._take(n, h, w, channels)
 
     def trim(self, idle_seconds: float, now: Optional[float] = None) -> int:
         """Drop the FREE buffers not taken for ``idle_seconds`` (their memory goes back to the system:
@@ -112,12 +112,12 @@ class BatchPool:
         with self.lock:
             self.buffers, self.building = [], None
 
-    def _take(self, n: int, h: int, w: int) -> Optional[torch.Tensor]:
+    def _take(self, n: int, h: int, w: int, channels: int) -> Optional[torch.Tensor]:
         if self.building is not None:  # the last batch did not go out through transport: never reuse it
             self.buffers.remove(self.building)
             self.building = None
         self.buffers = [b for b in self.buffers if b.state[0] != RETIRED]  # another process may see them
-        need = n * 3 * h * w
+        need = n * channels * h * w
         free = [b for b in self.buffers if b.state[0] == FREE]
         fitting = [b for b in free if b.capacity >= need]
         if fitting:
@@ -132,7 +132,7 @@ class BatchPool:
         buf.state[0] = IN_USE
         buf.batch_bytes, buf.taken = need, time.monotonic()
         self.building = buf
-        return torch.empty(0, dtype=torch.uint8).set_(buf.storage, 0, (n, 3, h, w))
+        return torch.empty(0, dtype=torch.uint8).set_(buf.storage, 0, (n, channels, h, w))
 
     def batch_bytes(self, storage: torch.UntypedStorage) -> Optional[int]:
         """The bytes of the batch in progress when ``storage`` is its buffer, else None."""

@@ -1,9 +1,11 @@
 """The edge of the pipeline: a finished item's pixels into its slot of the batch tensor, and its boxes
 into YOLOv5's target rows.
 
-Items of one batch are written straight into one (B, 3, H, W) uint8 tensor (``BatchImages``), planar
-RGB, with the last photometric steps (HSV gains, flips) applied on the way; the collate function
-then hands that tensor on as it is.  Compared with making each item its own tensor and stacking
+Items of one batch are written straight into one (B, C, H, W) uint8 tensor (``BatchImages``), planar,
+with the last photometric steps (HSV gains, flips) applied on the way; the collate function then
+hands that tensor on as it is.  Channels in the batch: 3-channel BGR images become RGB planes (HSV
+applied); images of any other number of channels keep their bands in their stored order (no HSV), as
+Ultralytics batches them.  Compared with making each item its own tensor and stacking
 them, that saves a transpose copy and a stack copy per image.
 """
 from __future__ import annotations
@@ -24,14 +26,14 @@ from ..runtime import torch_private
 from .batchmemory import worker_pool
 
 
-def new_images(n: int, h: int, w: int) -> torch.Tensor:
-    """An uninitialised (n, 3, h, w) uint8 tensor; inside a DataLoader worker it lives in shared
+def new_images(n: int, h: int, w: int, channels: int = 3) -> torch.Tensor:
+    """An uninitialised (n, channels, h, w) uint8 tensor; inside a DataLoader worker it lives in shared
     memory, so the batch crosses to the main process without another copy (torch's default_collate
     does the same for the stack it makes)."""
     if get_worker_info() is None:
-        return torch.empty((n, 3, h, w), dtype=torch.uint8)
-    storage = torch_private.new_shared_storage(n * 3 * h * w)
-    return torch.empty(0, dtype=torch.uint8).set_(storage).view(n, 3, h, w)
+        return torch.empty((n, channels, h, w), dtype=torch.uint8)
+    storage = torch_private.new_shared_storage(n * channels * h * w)
+    return torch.empty(0, dtype=torch.uint8).set_(storage).view(n, channels, h, w)
 
 
 def shared_fd(images: torch.Tensor) -> Optional[int]:
@@ -43,10 +45,12 @@ def shared_fd(images: torch.Tensor) -> Optional[int]:
 
 
 class BatchImages:
-    """The images of one batch of ``n`` items: slot k is item k's (3, H, W) RGB view of one tensor.
+    """The images of one batch of ``n`` items: slot k is item k's (C, H, W) view of one tensor (RGB
+    planes for C = 3).
 
-    The tensor is allocated at the shape of the first slot written; a slot of another shape (which
-    only a custom pipeline could make) gets a tensor of its own, and the collate function then stacks.
+    The tensor is allocated at the shape (channels, h, w) of the first slot written; a slot of another
+    shape (which only a custom pipeline could make) gets a tensor of its own, and the collate function
+    then stacks.
 
     In a worker the tensor is shared memory: a buffer of the worker's pool (batchmemory.py), reused
     once the training process has dropped the batch it last held, or fresh memory when none is free.
@@ -64,19 +68,21 @@ class BatchImages:
         self._fd: Optional[int] = None
         self._scratch = scratch or Scratch()
 
-    def write(self, k: int, hw: Tuple[int, int], fill: Callable[[np.ndarray], None]) -> torch.Tensor:
-        """Item ``k``'s image tensor, after ``fill(out)`` wrote its planes into ``out`` ((3, h, w) uint8)."""
+    def write(self, k: int, hw: Tuple[int, int], fill: Callable[[np.ndarray], None],
+              channels: int = 3) -> torch.Tensor:
+        """Item ``k``'s image tensor, after ``fill(out)`` wrote its planes into ``out`` ((channels, h, w)
+        uint8)."""
         h, w = int(hw[0]), int(hw[1])
         if self.images is None:
-            self.images, self._fd = self._allocate(h, w)
-        if tuple(self.images.shape[2:]) != (h, w):
-            own = torch.empty((3, h, w), dtype=torch.uint8)
+            self.images, self._fd = self._allocate(h, w, channels)
+        if tuple(self.images.shape[1:]) != (channels, h, w):
+            own = torch.empty((channels, h, w), dtype=torch.uint8)
             fill(own.numpy())
             return own
         if self._fd is None:
             fill(self.images[k].numpy())
             return self.images[k]
-        buf = self._scratch.get("slot", (3, h, w))
+        buf = self._scratch.get("slot", (channels, h, w))
         fill(buf)
         view, offset = memoryview(buf).cast("B"), k * buf.nbytes
         while len(view):  # pwrite may write less than asked
@@ -84,13 +90,14 @@ class BatchImages:
             view, offset = view[done:], offset + done
         return self.images[k]
 
-    def _allocate(self, h: int, w: int) -> Tuple[torch.Tensor, Optional[int]]:
-        """The batch tensor, and the descriptor to ``pwrite`` it through (None: write it directly).  In
-        a worker, a buffer of its pool (batchmemory.py) when one is free, else fresh shared memory."""
+    def _allocate(self, h: int, w: int, channels: int) -> Tuple[torch.Tensor, Optional[int]]:
+        """The (n, channels, h, w) batch tensor, and the descriptor to ``pwrite`` it through (None: write
+        it directly).  In a worker, a buffer of its pool (batchmemory.py) when one is free, else fresh
+        shared memory."""
         pool = worker_pool()
-        images = pool.take(self.n, h, w) if pool is not None else None
+        images = pool.take(self.n, h, w, channels) if pool is not None else None
         if images is None:
-            images = new_images(self.n, h, w)
+            images = new_images(self.n, h, w, channels)
         return images, shared_fd(images)
 
 
@@ -117,12 +124,20 @@ class Scratch:
 
 def write_rgb(img: np.ndarray, out: np.ndarray, hsv_gains: Optional[np.ndarray] = None, flip_ud: bool = False,
               flip_lr: bool = False, scratch: Optional[Scratch] = None) -> None:
-    """Write ``img`` ((H, W, 3) BGR or (H, W, 4) BGRA uint8; not modified) into ``out`` ((3, H, W) uint8,
-    planar RGB), after HSV ``hsv_gains`` (see photometric.apply_hsv) and the flips, as YOLOv5 applies them.
+    """Write ``img`` into ``out`` after HSV ``hsv_gains`` (see photometric.apply_hsv) and the flips, as
+    YOLOv5 applies them.
+
+    ``out`` (C, H, W) uint8 says the channels: with C = 3, ``img`` is (H, W, 3) BGR or (H, W, 4) BGRA
+    uint8 and ``out`` gets planar RGB; with any other C, ``img`` is (H, W, C) uint8, ``out`` gets its
+    bands in their stored order and ``hsv_gains`` are not applied (HSV is for colour images only, as in
+    Ultralytics; the caller still draws them, see pipeline.FinishDraws).  ``img`` is not modified.
 
     HSV and flips commute (one works per pixel, the other only moves pixels), so the image is flipped
     last, on its way into the planes.
     """
+    if out.shape[0] != 3:
+        write_bands(img, out, flip_ud, flip_lr, scratch)
+        return
     h, w = img.shape[:2]
     scratch = scratch or Scratch()
     planes = [out[0], out[1], out[2]]
@@ -139,9 +154,26 @@ def write_rgb(img: np.ndarray, out: np.ndarray, hsv_gains: Optional[np.ndarray] 
     cv2.split(rgb, planes)
 
 
+def write_bands(img: np.ndarray, out: np.ndarray, flip_ud: bool = False, flip_lr: bool = False,
+                scratch: Optional[Scratch] = None) -> None:
+    """Write ``img`` ((H, W, C) uint8, any C >= 1; not modified) into ``out`` ((C, H, W) uint8), band c
+    into plane c, flipped as asked."""
+    h, w, bands = img.shape
+    if out.shape != (bands, h, w):
+        raise ValueError(f"an image of shape {img.shape} does not fit planes of shape {out.shape}")
+    if bands == 1:
+        np.copyto(out[0], img[::-1 if flip_ud else 1, ::-1 if flip_lr else 1, 0])
+        return
+    if flip_ud or flip_lr:
+        img = cv2.flip(img, -1 if flip_ud and flip_lr else (0 if flip_ud else 1),
+                       dst=(scratch or Scratch()).get("flip", (h, w, bands)))
+    cv2.split(img, list(out))
+
+
 def write_letterboxed(img: np.ndarray, plan: LetterboxPlan, out: np.ndarray) -> None:
-    """Letterbox ``img`` ((h, w, 3) BGR uint8) by ``plan`` straight into ``out`` ((3, H, W) uint8
-    planar RGB, H, W = ``plan.shape``): resize when the plan says so, PAD_VALUE around it."""
+    """Letterbox ``img`` by ``plan`` straight into ``out`` ((C, H, W) uint8, H, W = ``plan.shape``):
+    resize when the plan says so, PAD_VALUE around it.  ``img``: (h, w, 3) BGR uint8 when C = 3 (``out``
+    gets planar RGB), else (h, w, C) uint8 (``out`` gets its bands in their stored order)."""
     img = resize_to(img, plan)
     top, left = plan.top, plan.left
     bottom, right = top + img.shape[0], left + img.shape[1]
@@ -151,6 +183,9 @@ def write_letterboxed(img: np.ndarray, plan: LetterboxPlan, out: np.ndarray) -> 
     out[:, top:bottom, :left] = PAD_VALUE
     out[:, top:bottom, right:] = PAD_VALUE
     region = out[:, top:bottom, left:right]
+    if len(out) != 3:
+        write_bands(img, region)
+        return
     cv2.split(img, [region[2], region[1], region[0]])
 
 
