@@ -106,7 +106,8 @@ def build_loader(path, settings: Settings, rank: int = -1, prefix: str = "", *, 
     if opts.quad:
         _check_quad(batch_size, prefix, opts.device)
     workers = fit_workers_to_shm(min(workers, batch_size if batch_size > 1 else 0), batch_size, settings.img_size,
-                                 settings.stride, local_ranks, prefix, pad=pad)
+                                 settings.stride, local_ranks, prefix, pad=pad,
+                                 channels=getattr(getattr(dataset, "images", None), "channels", 3))
     sampler = choose_sampler(sampler, dataset, settings, run, batch_size, world, ddp, prefix)
     if collate is None:
         collate = QuadCollate(settings.seed, run.epoch) if opts.quad else collate_fn

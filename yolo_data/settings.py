@@ -6,7 +6,7 @@
       index:        IndexSettings    which items, in which shapes (rect, pad, min_items, single_cls, image_weights,
                                      class_balance, classes, remap_classes)
       images:       ImageSettings    how pixels are read (cache, ram_dir, linear_resize, reduced_decode, scale_up,
-                                     capped_resize)
+                                     capped_resize, channels)
       augmentation: AugmentSettings  training augmentation (hyp, batch_partners, partner_group)
       loader:       LoaderOptions    the DataLoader (workers, shuffle, quad, early_start, each_image_once, device)
       targets:      TargetSettings   what a label row holds and the batch carries besides boxes (task,
@@ -141,13 +141,20 @@ class ImageSettings:
     ``load_image``; False keeps YOLOv5's rounding, whose long side is img_size + 1 where the scaled
     size is not whole in floating point (a 1050-pixel side at img_size 640), for training and
     evaluation alike (images.load.target_size).  The Ultralytics plug-in sets it; YOLOv5's entry points
-    leave it off, so their batches stay YOLOv5's."""
+    leave it off, so their batches stay YOLOv5's.  ``channels``: bands an image has (1: grayscale, 3: colour,
+    any other: multi-band, images.bands); None: the dataset yaml's ``channels``, else 3."""
     cache: Union[bool, str] = False
     ram_dir: Optional[str] = None
     linear_resize: Optional[bool] = None
     reduced_decode: Optional[bool] = None
     scale_up: Optional[bool] = None
     capped_resize: bool = False
+    channels: Optional[int] = None
+
+    def __post_init__(self):
+        c = self.channels
+        if c is not None and (isinstance(c, bool) or not isinstance(c, numbers.Integral) or c < 1):
+            raise ValueError(f"settings: channels must be a whole number of bands >= 1 (or None), got {c!r}")
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,8 @@ def decoded(sources: Dict[int, Source], device: torch.device, cache=None,
         with warnings.catch_warnings():  # a cache's pages are read-only; nothing writes them
             warnings.simplefilter("ignore")
             bgr = torch.from_numpy(img).to(device, non_blocking=True)
-        out[i] = bgr.permute(2, 0, 1).flip(0).float() - PAD_VALUE
+        planes = bgr.permute(2, 0, 1)  # BGR to RGB; other bands stay in their stored order
+        out[i] = (planes.flip(0) if planes.shape[0] == 3 else planes).float() - PAD_VALUE
     return out
 
 

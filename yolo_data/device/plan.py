@@ -42,6 +42,10 @@ class ItemPlan:
     def hw(self) -> Tuple[int, int]:
         return tuple(self.made.shape[1:]) if self.made is not None else self.layout.shape[:2]
 
+    @property
+    def channels(self) -> int:
+        return int(self.made.shape[0]) if self.made is not None else self.layout.channels
+
 
 @dataclass
 class BatchPlan:
@@ -58,8 +62,8 @@ class BatchPlan:
 
     @property
     def shape(self) -> Tuple[int, int, int, int]:
-        """(B, 3, H, W): the shape of the image tensor the batch becomes."""
-        return len(self.items), 3, int(self.hw[0]), int(self.hw[1])
+        """(B, C, H, W): the shape of the image tensor the batch becomes."""
+        return len(self.items), self.items[0].channels, int(self.hw[0]), int(self.hw[1])
 
     @classmethod
     def join(cls, items: Sequence[ItemPlan]) -> "BatchPlan":

@@ -46,7 +46,7 @@ class DeviceStage:
         """uint8 (B, 3, H, W) RGB on the device: the batch's items made from their layouts (HSV gains
         applied), or copied where a worker made them."""
         pixels = decoded(plan.sources, self.device, self.cache, plan.blob)
-        out = torch.empty((len(plan), 3, *plan.hw), dtype=torch.uint8, device=self.device)
+        out = torch.empty(plan.shape, dtype=torch.uint8, device=self.device)
         laid = [k for k, item in enumerate(plan.items) if item.made is None]
         for k, item in enumerate(plan.items):
             if item.made is not None:
@@ -54,7 +54,8 @@ class DeviceStage:
         for c in range(0, len(laid), CHUNK):  # CHUNK items at a time bound the float32 working memory
             part = laid[c:c + CHUNK]
             out[part] = made([plan.items[k].layout for k in part], pixels).to(torch.uint8)
-            rows = [k for k in part if plan.items[k].hsv_gains is not None]
+            # HSV is a colour step: images of other than 3 bands draw their gains and keep their pixels
+            rows = [k for k in part if plan.items[k].hsv_gains is not None and plan.shape[1] == 3]
             if rows:  # the gains stay on the CPU: colour.apply_hsv reads them there without a device wait
                 out[rows] = apply_hsv(out[rows], torch.from_numpy(np.stack([plan.items[k].hsv_gains for k in rows])))
         return out

@@ -34,7 +34,8 @@ class DatasetSpec:
     ``splits`` maps 'train'/'val'/'test' to what that split names (a folder, a .txt list or a list of
     those), already made absolute against ``root``.  ``names`` is a list indexed by class id.
     ``kpt_shape``: (K, 2 or 3) keypoints per object of a pose dataset, else None; ``flip_idx``: the
-    keypoint that takes each one's place in a left-right flip, or None.
+    keypoint that takes each one's place in a left-right flip, or None.  ``channels``: the bands of its
+    images (Ultralytics' key: 1 for grayscale, N for N-band images), None when the yaml says nothing.
     """
     yaml_file: Union[Path, str]  # an s3:// URL (a str) for a yaml in a bucket
     root: Union[Path, str]
@@ -42,6 +43,7 @@ class DatasetSpec:
     names: List[str] = field(default_factory=list)
     kpt_shape: Optional[Tuple[int, int]] = None
     flip_idx: Optional[Tuple[int, ...]] = None
+    channels: Optional[int] = None
 
     @property
     def nc(self) -> int:
@@ -249,8 +251,12 @@ def load_dataset_yaml(yaml_file: PathLike) -> DatasetSpec:
     if nc is not None and names and nc != len(names):
         raise ValueError(f"{yaml_file}: nc={nc} but {len(names)} names are given")
     kpt_shape, flip_idx = _keypoint_keys(data, yaml_file)
+    channels = data.get("channels")
+    if channels is not None and (isinstance(channels, bool) or not isinstance(channels, int) or channels < 1):
+        raise ValueError(f"{yaml_file}: 'channels' must be the bands of its images (a whole number >= 1), "
+                         f"got {_kind(channels)}")
     return DatasetSpec(yaml_file=yaml_file, root=root, splits=splits, names=names, kpt_shape=kpt_shape,
-                       flip_idx=flip_idx)
+                       flip_idx=flip_idx, channels=channels)
 
 
 def _root(path: Optional[str], yaml_file: Union[Path, str]) -> Union[Path, str]:

@@ -84,9 +84,9 @@ def assemble(path, settings: Settings, prefix: str = "", run: Optional[RunState]
     guard_opencv_pool()  # before any thread of ours uses OpenCV's pool: workers fork from here
     storage = storage_for(settings.source)  # this dataset's own backends: nothing process-wide changes
     with using(storage):
-        labels, names, task = read_labels(path, settings, prefix)
+        labels, names, task, channels = read_labels(path, settings, prefix)
         index = build_index(labels.store, names, settings, run.rect_batch, prefix, data=path)
-        images = open_images(labels, index.store, settings, run, prefix)
+        images = open_images(labels, index.store, settings, run, prefix, channels)
     scratch = Scratch()
     if mapper is None:
         mapper = make_mapper(index, images, settings, task, control, scratch, prefix, path)
@@ -125,8 +125,9 @@ def _progress_bar(prefix: str, enabled: bool):
     return update
 
 
-def read_labels(path, settings: Settings, prefix: str = "") -> Tuple[SplitLabels, List[str], LabelTask]:
-    """The split's verified labels (cache or scan), its class names and the task it was read for, with
+def read_labels(path, settings: Settings, prefix: str = "") -> Tuple[SplitLabels, List[str], LabelTask, int]:
+    """The split's verified labels (cache or scan), its class names, the task it was read for and the
+    bands of its images (``settings.images.channels``, else the dataset yaml's ``channels``, else 3), with
     the split's summary line.  ``path``: image folder, .txt list, list of them, dataset yaml
     (``settings.split_name`` picks), or a split of another label format (formats.py: COCO .json, Pascal
     VOC folder/list, LabelMe folder); ``settings.source.fraction`` < 1 keeps the first images in file
@@ -150,13 +151,18 @@ def read_labels(path, settings: Settings, prefix: str = "") -> Tuple[SplitLabels
     summary.log_split_summary(labels, prefix, path)  # every run, cache or scan (rank 0 only)
     if not len(labels.store):
         raise RuntimeError(f"{prefix}no usable images in {path}: " + "; ".join(str(p) for p in labels.problems[:5]))
-    return labels, labels.names or names, task  # a COCO JSON's categories, VOC's object names
+    channels = settings.images.channels or (spec and spec.channels) or 3
+    return labels, labels.names or names, task, channels  # a COCO JSON's categories, VOC's object names
 
 
-def open_images(labels: SplitLabels, store, settings: Settings, run: RunState, prefix: str = "") -> ImageSource:
-    """The images of ``store`` as the mapper reads them: from the image cache ``settings.images.cache``
-    asks for (built or opened here), else from their files."""
+def open_images(labels: SplitLabels, store, settings: Settings, run: RunState, prefix: str = "",
+                channels: int = 3) -> ImageSource:
+    """The images of ``store`` as the mapper reads them, with ``channels`` bands: from the image cache
+    ``settings.images.cache`` asks for (built or opened here), else from their files."""
     cache, part = None, settings.images
+    if part.cache and channels != 3:
+        raise ValueError(f"cache={part.cache!r} holds 3-channel images; this dataset's have {channels} "
+                         "(channels): leave the image cache off for it")
     if part.cache:
         mode = normalise_mode(part.cache)
         spec = ImageCacheSpec(mode, settings.img_size, linear=settings.linear_resize,
@@ -173,7 +179,7 @@ def open_images(labels: SplitLabels, store, settings: Settings, run: RunState, p
     # reference back to the dataset, so that `del loader, dataset` frees it (and its RAM cache) at once
     return ImageSource(store, settings.img_size, linear=settings.linear_resize, cache=cache,
                        on_failure=partial(_remember_failure, labels.cache_file), reduced=settings.reduced_decode,
-                       capped=part.capped_resize)
+                       capped=part.capped_resize, channels=channels)
 
 
 def _remember_failure(cache_file, error: ImageDecodeError) -> None:

@@ -1,0 +1,126 @@
+"""Datasets of 1, 4 and 10 channels through the loaders: the dataset yaml's ``channels`` (or the
+setting) decides how images are read; batches are (B, C, H, W) with the targets a 3-channel copy of
+the same labels gives; the device stage makes them too; an image of other bands is named."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from yolo_data import Settings, create_dataloader
+from yolo_data.build import build_loader
+from yolo_data.images.decode import ImageReadError
+
+LABELS = "0 0.5 0.5 0.3 0.4\n1 0.3 0.3 0.2 0.2\n"
+
+
+def write(path: Path, img: np.ndarray) -> None:
+    """``img`` (h, w, C) uint8: a 10-band image as a multi-page TIFF (one page a band), others by suffix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if img.shape[2] > 4:
+        assert cv2.imwritemulti(str(path), [img[:, :, k] for k in range(img.shape[2])])
+    else:
+        assert cv2.imwrite(str(path), img[:, :, 0] if img.shape[2] == 1 else img)
+
+
+def dataset(root: Path, channels: int, n: int = 10, yaml_channels=True, bands=None) -> Path:
+    """``n`` images of ``channels`` bands (``bands`` to write other counts) of a few sizes, two boxes
+    each; a yaml saying ``channels`` (or not)."""
+    rng = np.random.default_rng(0)
+    suffix = "tif" if (bands or channels) > 4 else "png"
+    for i in range(n):
+        img = rng.integers(0, 255, (48 + 4 * i, 64, bands or channels), dtype=np.uint8)
+        write(root / "images" / "train" / f"{i:02d}.{suffix}", img)
+        (root / "labels" / "train").mkdir(parents=True, exist_ok=True)
+        (root / "labels" / "train" / f"{i:02d}.txt").write_text(LABELS)
+    key = f"channels: {channels}\n" if yaml_channels else ""
+    (root / "data.yaml").write_text(f"path: .\ntrain: images/train\nval: images/train\nnames: [a, b]\n{key}")
+    return root / "data.yaml"
+
+
+def batches(data: Path, augment: bool, n: int = 2, **fields):
+    fields = {"img_size": 64, "batch_size": 4, "workers": 0, "seed": 3, "cache_dir": str(data.parent / "cache"),
+              **({"rect": True} if not augment else {}), **fields}
+    settings = (Settings.training if augment else Settings.evaluation)(**fields)
+    loader = build_loader(str(data), settings)
+    out = []
+    for k, b in enumerate(loader):
+        out.append(b)
+        if k + 1 == n:
+            break
+    return out
+
+
+@pytest.mark.parametrize("channels", [1, 4, 10])
+@pytest.mark.parametrize("augment", [True, False], ids=["training", "evaluation"])
+def test_batches_have_the_datasets_bands_and_a_colour_copys_targets(tmp_path, channels, augment):
+    got = batches(dataset(tmp_path / "bands", channels), augment)
+    colour = batches(dataset(tmp_path / "colour", 3), augment)
+    for a, b in zip(got, colour, strict=True):
+        assert a[0].shape == (b[0].shape[0], channels, *b[0].shape[2:]) and a[0].dtype == torch.uint8
+        assert torch.equal(a[1], b[1]) and a[3] == b[3]  # the same draws: the same boxes and shapes
+
+
+def test_every_band_is_read_in_its_stored_order(tmp_path):
+    """Evaluation of a 10-band dataset at its own size: band k of the batch is page k of the file."""
+    data = dataset(tmp_path, 10, n=4)
+    (b,) = batches(data, augment=False, n=1, scale_up=False)
+    for k, path in enumerate(b[2]):
+        ok, pages = cv2.imreadmulti(path, flags=cv2.IMREAD_UNCHANGED)
+        h, w = pages[0].shape
+        top = (b[0].shape[2] - h) // 2
+        region = b[0][k, :, top:top + h, :w]
+        assert ok and torch.equal(region, torch.from_numpy(np.stack(pages)))
+
+
+@pytest.mark.parametrize("channels", [1, 10])
+def test_the_device_stage_makes_the_same_bands(tmp_path, channels):
+    data = dataset(tmp_path, channels)
+    cpu, dev = batches(data, True), batches(data, True, device="cpu")
+    for a, b in zip(cpu, dev, strict=True):
+        assert a[0].shape == b[0].shape and torch.equal(a[1], b[1])
+        assert (a[0].int() - b[0].int()).abs().float().mean() <= 3.0
+
+
+def test_the_setting_wins_over_the_yaml_and_a_yaml_without_the_key_is_colour(tmp_path):
+    data = dataset(tmp_path / "gray", 1, yaml_channels=False)  # grayscale PNGs, no channels key: read as colour
+    assert batches(data, False, n=1)[0][0].shape[1] == 3
+    assert batches(data, False, n=1, channels=1)[0][0].shape[1] == 1
+    loader, _ = create_dataloader(str(data), 64, 4, 32, workers=0, channels=1, cache_dir=str(tmp_path / "c"))
+    assert next(iter(loader))[0].shape[1] == 1
+
+
+def test_an_image_of_other_bands_is_named_and_left_out(tmp_path, caplog):
+    """A 3-band image in a 4-channel dataset: training takes another image in its place with a warning
+    naming it; evaluation, which must see its images, stops with the file's name; either way the split
+    remembers it and the next loader leaves it out."""
+    for run, augment in (("training", True), ("evaluation", False)):
+        data = dataset(tmp_path / run, 4, n=8)
+        odd = tmp_path / run / "images" / "train" / "03.png"
+        write(odd, np.full((52, 64, 3), 7, np.uint8))
+        if augment:
+            with caplog.at_level(logging.WARNING, logger="yolo_data"):
+                for b in batches(data, True, n=2):
+                    assert b[0].shape[1] == 4 and str(odd) not in b[2]
+            assert "03.png: image has 3 bands of 8 bits, the dataset 4 channels" in caplog.text
+        else:
+            with pytest.raises(ImageReadError, match="03.png: image has 3 bands of 8 bits, the dataset 4 channels"):
+                batches(data, False, n=2, batch_size=8)
+        (again,) = batches(data, False, n=1, batch_size=8)
+        assert len(again[2]) == 7 and str(odd) not in again[2]
+
+
+def test_bad_channels_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="channels must be a whole number of bands >= 1"):
+        Settings(channels=0)
+    data = dataset(tmp_path, 4, n=2)
+    data.write_text(data.read_text().replace("channels: 4", "channels: four"))
+    with pytest.raises(ValueError, match="'channels' must be the bands of its images"):
+        batches(data, False, n=1)
+    data.write_text(data.read_text().replace("channels: four", "channels: 4"))
+    with pytest.raises(ValueError, match="cache='disk' holds 3-channel images; this dataset's have 4"):
+        batches(data, False, n=1, cache="disk")
