@@ -121,6 +121,30 @@ def test_bad_channels_are_refused(tmp_path):
     data.write_text(data.read_text().replace("channels: 4", "channels: four"))
     with pytest.raises(ValueError, match="'channels' must be the bands of its images"):
         batches(data, False, n=1)
-    data.write_text(data.read_text().replace("channels: four", "channels: 4"))
-    with pytest.raises(ValueError, match="cache='disk' holds 3-channel images; this dataset's have 4"):
-        batches(data, False, n=1, cache="disk")
+
+
+@pytest.mark.parametrize("channels", [1, 10])
+@pytest.mark.parametrize("mode", ["disk", "ram"])
+def test_an_image_cache_holds_every_band_once(tmp_path, channels, mode, monkeypatch):
+    """The image cache of a C-band dataset holds C bands an image (its size says so), and its batches
+    are those read from the files; a cache of the same images read with 3 bands is another file."""
+    monkeypatch.setenv("YOLO_DATA_SHM_DIR", str(tmp_path / "shm"))  # a RAM cache of ours, not in /dev/shm
+    (tmp_path / "shm").mkdir()
+    data = dataset(tmp_path / "d", channels)
+    want = batches(data, True)
+    loader = build_loader(str(data), Settings.training(img_size=64, batch_size=4, workers=0, seed=3, cache=mode,
+                                                       cache_dir=str(data.parent / "cache")))
+    cache = loader.dataset.image_cache
+    hw = cache.hw.astype(np.int64)
+    assert cache.channels == channels and cache.nbytes == int((hw[:, 0] * hw[:, 1]).sum()) * channels
+    assert loader.dataset.images(0).img.shape[2] == channels
+    got = []
+    for k, b in enumerate(loader):
+        got.append(b)
+        if k == 1:
+            break
+    for a, b in zip(want, got, strict=True):
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    if mode == "disk":
+        names = {p.name for p in (data.parent / "cache").glob("*.imgcache")}
+        assert any(f"-c{channels}" in n for n in names), names

@@ -160,20 +160,17 @@ def open_images(labels: SplitLabels, store, settings: Settings, run: RunState, p
     """The images of ``store`` as the mapper reads them, with ``channels`` bands: from the image cache
     ``settings.images.cache`` asks for (built or opened here), else from their files."""
     cache, part = None, settings.images
-    if part.cache and channels != 3:
-        raise ValueError(f"cache={part.cache!r} holds 3-channel images; this dataset's have {channels} "
-                         "(channels): leave the image cache off for it")
     if part.cache:
         mode = normalise_mode(part.cache)
         spec = ImageCacheSpec(mode, settings.img_size, linear=settings.linear_resize,
                               disk_files=disk_candidates(labels.default_file, settings.img_size,
                                                          settings.linear_resize, settings.rect,
                                                          settings.source.cache_dir, user_cache_dir(),
-                                                         settings.reduced_decode, part.capped_resize),
+                                                         settings.reduced_decode, part.capped_resize, channels),
                               ram_dir=None if part.ram_dir is None else Path(part.ram_dir),
                               reserve_bytes=int(run.shm_reserve_bytes) if mode == "ram" else 0,
                               workers=settings.source.scan_workers or 8, prefix=prefix, reduced=settings.reduced_decode,
-                              capped=part.capped_resize)
+                              capped=part.capped_resize, channels=channels)
         cache = open_or_build(spec, store, labels.fingerprint)
     # a function of the cache file, not a bound method of the dataset: the image source must hold no
     # reference back to the dataset, so that `del loader, dataset` frees it (and its RAM cache) at once
