@@ -148,3 +148,20 @@ def test_an_image_cache_holds_every_band_once(tmp_path, channels, mode, monkeypa
     if mode == "disk":
         names = {p.name for p in (data.parent / "cache").glob("*.imgcache")}
         assert any(f"-c{channels}" in n for n in names), names
+
+
+@pytest.mark.parametrize("channels", [1, 10])
+def test_the_report_draws_a_dataset_of_other_bands(tmp_path, channels):
+    """``yolo-data report`` of a 1- or 10-band dataset: its training batches are drawn, one band as
+    gray, the first three of ten in false colour (plots.shown)."""
+    from yolo_data.cli import main
+    from yolo_data.report.plots import shown
+    data = dataset(tmp_path, channels)
+    assert main(["report", str(data), "--out", str(tmp_path / "report")]) == 0
+    assert (tmp_path / "report.html").stat().st_size > 0
+    bands = np.arange(channels * 4, dtype=np.uint8).reshape(channels, 2, 2)
+    picture = shown(bands)
+    assert picture.shape == (2, 2, 3)
+    assert np.array_equal(picture, bands[[0, 0, 0] if channels == 1 else [0, 1, 2]].transpose(1, 2, 0))
+    colour = np.arange(12, dtype=np.uint8).reshape(3, 2, 2)
+    assert np.array_equal(shown(colour), colour[::-1].transpose(1, 2, 0))  # RGB to BGR, as before

@@ -22,8 +22,9 @@ def class_colour(c: int):
 
 def draw_batch(imgs: torch.Tensor, targets: torch.Tensor, paths: Sequence[str], names: Optional[Sequence[str]] = None,
                max_side: int = 1920) -> np.ndarray:
-    """imgs (B, 3, H, W) uint8 RGB; targets (N, 6) [image, class, x, y, w, h] normalised -> a BGR uint8
-    grid (about ``max_side`` px on its long side) with each image's boxes, class names and file name."""
+    """imgs (B, C, H, W) uint8 (C = 3: RGB; see ``shown``); targets (N, 6) [image, class, x, y, w, h]
+    normalised -> a BGR uint8 grid (about ``max_side`` px on its long side) with each image's boxes,
+    class names and file name."""
     b, _, h, w = imgs.shape
     cols = math.ceil(math.sqrt(b))
     rows = math.ceil(b / cols)
@@ -32,7 +33,7 @@ def draw_batch(imgs: torch.Tensor, targets: torch.Tensor, paths: Sequence[str], 
     grid = np.full((rows * th, cols * tw, 3), 255, np.uint8)
     t = targets.cpu().numpy()
     for i in range(b):
-        img = np.ascontiguousarray(imgs[i].cpu().numpy().transpose(1, 2, 0)[..., ::-1])  # RGB -> BGR
+        img = shown(imgs[i].cpu().numpy())
         img = cv2.resize(img, dsize=(tw, th), interpolation=cv2.INTER_AREA) if scale < 1 else img.copy()
         for _, cls, x, y, bw, bh in t[t[:, 0] == i]:
             x1, y1 = int((x - bw / 2) * tw), int((y - bh / 2) * th)
@@ -51,6 +52,18 @@ def draw_batch(imgs: torch.Tensor, targets: torch.Tensor, paths: Sequence[str], 
         r, c = divmod(i, cols)
         grid[r * th:(r + 1) * th, c * tw:(c + 1) * tw] = img
     return grid
+
+
+def shown(img: np.ndarray) -> np.ndarray:
+    """(H, W, 3) uint8 BGR to draw of a (C, H, W) uint8 batch image: RGB as it is, one band as gray,
+    and of any other number the first three bands as blue, green and red (the order OpenCV stores
+    colour in: a false-colour picture of a multi-band image), a single band twice more for two."""
+    bands = img.shape[0]
+    if bands == 3:
+        picked = [2, 1, 0]  # RGB -> BGR
+    else:
+        picked = [min(k, bands - 1) if bands > 1 else 0 for k in (0, 1, 2)]
+    return np.ascontiguousarray(img[picked].transpose(1, 2, 0))
 
 
 def instance_strip(objects: Sequence, cls: int, tile: int = 112, margin: float = 0.15) -> Optional[np.ndarray]:
