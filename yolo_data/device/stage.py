@@ -48,14 +48,14 @@ class DeviceStage:
         pixels = decoded(plan.sources, self.device, self.cache, plan.blob)
         out = torch.empty(plan.shape, dtype=torch.uint8, device=self.device)
         laid = [k for k, item in enumerate(plan.items) if item.made is None]
+        colour = out.shape[1] == 3  # HSV is a colour step: other bands draw their gains and keep their pixels
         for k, item in enumerate(plan.items):
             if item.made is not None:
                 out[k] = item.made.to(self.device, non_blocking=True)
         for c in range(0, len(laid), CHUNK):  # CHUNK items at a time bound the float32 working memory
             part = laid[c:c + CHUNK]
             out[part] = made([plan.items[k].layout for k in part], pixels).to(torch.uint8)
-            # HSV is a colour step: images of other than 3 bands draw their gains and keep their pixels
-            rows = [k for k in part if plan.items[k].hsv_gains is not None and plan.shape[1] == 3]
+            rows = [k for k in part if plan.items[k].hsv_gains is not None and colour]
             if rows:  # the gains stay on the CPU: colour.apply_hsv reads them there without a device wait
                 out[rows] = apply_hsv(out[rows], torch.from_numpy(np.stack([plan.items[k].hsv_gains for k in rows])))
         return out

@@ -148,7 +148,7 @@ class TrainMapper:
             li = self.images(i)
             return li.img, li.hw0, li.hw
         src = self.images.encoded(i)
-        return Layout.image(i, src.hw, src, getattr(self.images, "channels", 3)), src.hw0, src.hw
+        return Layout.image(i, src.hw, src, self.images.channels), src.hw0, src.hw
 
     def resized(self, i: int) -> Sample:
         """Item ``i`` with its long side at img_size and pixel boxes (a mosaic tile)."""

@@ -47,7 +47,7 @@ class TimedImages:
 
     def __init__(self, source):
         self.source, self.read, self.decode, self.decodes = source, 0.0, 0.0, 0
-        self.cache, self.in_bucket = source.cache, source.in_bucket
+        self.cache, self.in_bucket, self.channels = source.cache, source.in_bucket, source.channels
 
     def fetch(self, ids, ahead=()) -> None:
         t = time.perf_counter()
@@ -81,7 +81,8 @@ class TimedImages:
         elif isinstance(data, OSError):  # its fetch failed: the source raises what it raises
             return src(i)
         t1 = time.perf_counter()
-        image = load_image(path, src.img_size, src.linear, (int(h0), int(w0)), src.reduced, src.capped, data)
+        image = load_image(path, src.img_size, src.linear, (int(h0), int(w0)), src.reduced, src.capped, data,
+                           src.channels)
         self.read, self.decode = self.read + t1 - t0, self.decode + time.perf_counter() - t1
         self.decodes += 1
         return image
