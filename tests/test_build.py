@@ -51,7 +51,23 @@ def test_a_custom_mapper_returning_the_wrong_kind_is_named(small_dataset, tmp_pa
         return torch.zeros((3, 8, 8)), torch.zeros((0, 6)), item.im_file, None
 
     loader = build_loader(str(small_dataset), settings(tmp_path, workers=0), mapper=floats)
-    with pytest.raises(TypeError, match=r"img must be a uint8 \(3, H, W\) CPU tensor, got torch.float32"):
+    with pytest.raises(TypeError, match=r"img must be a uint8 \(3, H, W\) CPU tensor \(the dataset has 3 "
+                                        r"channels\), got torch.float32"):
+        next(iter(loader))
+
+
+def test_a_custom_mapper_makes_images_of_the_datasets_channels(small_dataset, tmp_path):
+    """A dataset of 1 channel: the caller's mapper gives (1, H, W) images, and a colour one is named."""
+    def gray(item, key):
+        img, targets, path, shapes = marked(item, key)
+        return img[:1].clone(), targets, path, shapes
+
+    loader = build_loader(str(small_dataset), settings(tmp_path, workers=0, channels=1), mapper=gray)
+    imgs = next(iter(loader))[0]
+    assert imgs.shape == (2, 1, 8, 8) and imgs[:, 0, 0, 0].tolist() == [0, 1]
+    loader = build_loader(str(small_dataset), settings(tmp_path, workers=0, channels=1), mapper=marked)
+    with pytest.raises(TypeError, match=r"img must be a uint8 \(1, H, W\) CPU tensor \(the dataset has 1 "
+                                        r"channels\), got torch.uint8 \(3, 8, 8\)"):
         next(iter(loader))
 
 

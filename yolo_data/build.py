@@ -97,8 +97,8 @@ def build_loader(path, settings: Settings, rank: int = -1, prefix: str = "", *, 
     world = distributed.get_world_size() if ddp else 1
     pad = settings.index.pad if settings.rect else 0.0  # pad widens rect batches only
     run = RunState(rect_batch=settings.rect_batch(world), sampled=sampler is None,
-                   shm_reserve_bytes=shm_bytes_for_batches(workers, per_rank, settings.img_size, settings.stride,
-                                                           local_ranks, pad))
+                   shm_reserve_band_bytes=shm_bytes_for_batches(workers, per_rank, settings.img_size,
+                                                                settings.stride, local_ranks, pad, channels=1))
     with distributed.torch_distributed_zero_first(rank, key=f"dataset {prefix}{path} {settings.split_name}"):
         parts = assemble(path, settings, prefix, run, mapper=mapper)
         dataset = dataset_class(path, settings, prefix, run, parts=parts)

@@ -393,7 +393,8 @@ def test_the_shared_memory_estimate_holds_the_largest_rect_batch_of_a_large_pad(
 
     def recorded(workers, batch_size, imgsz, stride, local_ranks=1, *args, **kwargs):
         n = real(workers, batch_size, imgsz, stride, local_ranks, *args, **kwargs)
-        estimates.append((workers, local_ranks, n))
+        bands = kwargs.get("channels", args[1] if len(args) > 1 else 3)
+        estimates.append((workers, local_ranks, n * 3 // bands))  # as for the dataset's 3 bands
         return n
 
     monkeypatch.setattr(yolo_data.runtime.room, "shm_bytes_for_batches", recorded)  # fit_workers_to_shm's
@@ -409,3 +410,20 @@ def test_the_shared_memory_estimate_holds_the_largest_rect_batch_of_a_large_pad(
         per_buffer = n // (workers * local_ranks * bm.POOL_SIZE)
         assert per_buffer >= largest, (f"the estimate leaves {per_buffer:,} bytes per batch buffer, but the "
                                        f"largest batch has {largest:,}")
+
+
+def test_a_ram_caches_reserve_for_the_batches_counts_the_datasets_bands(tmp_path, monkeypatch):
+    """The room a RAM image cache leaves for the workers' batches is that of batches of the dataset's
+    channels, known only once its yaml is read: 10 bands need 10/3 of a colour dataset's room."""
+    import yolo_data.items.parts
+    specs = []
+    real = yolo_data.items.parts.open_or_build
+    monkeypatch.setattr(yolo_data.items.parts, "open_or_build", lambda spec, *a: specs.append(spec) or real(spec, *a))
+    data = make_dataset(tmp_path / "ds", [(f"{k}.png", (64, 48), "0 0.5 0.5 0.2 0.2\n") for k in range(4)])
+    for channels in (3, 1):  # colour PNGs read as 3 bands, or as 1 (luma)
+        create_dataloader(str(data), 64, 2, 32, workers=1, split="train", cache="ram", channels=channels,
+                          cache_dir=tmp_path / f"c{channels}", ram_dir=str(tmp_path / f"shm{channels}"))
+    colour, gray = specs
+    assert colour.channels == 3 and gray.channels == 1 and colour.reserve_bytes > 0
+    assert colour.reserve_bytes == 3 * gray.reserve_bytes == yolo_data.runtime.room.shm_bytes_for_batches(
+        1, 2, 64, 32, 1, 0.0, 3)

@@ -299,7 +299,8 @@ class ItemMapper:
     shape and ``image()``) and its DrawKey (``key.epoch``, ``key.draw``), and returns the item as the
     built mappers do, ``(img, targets, path, shapes)`` or with a fifth part:
 
-    - ``img``: uint8 (3, H, W) RGB CPU tensor; the items of one batch have one shape (they are stacked);
+    - ``img``: uint8 (C, H, W) CPU tensor, C the dataset's channels (``images.channels``; RGB when 3);
+      the items of one batch have one shape (they are stacked);
     - ``targets``: float32 (n, 6) tensor [0, class, x, y, w, h], boxes normalised xywh to ``img``
       (column 0 is set to the image's place in the batch by the collate function, in place);
     - ``path``: the image's path (``item.im_file``);
@@ -316,7 +317,7 @@ class ItemMapper:
 
     def __call__(self, i: int, key: DrawKey, out: BatchImages, k: int):
         item = self.fn(IndexItem(self.index, self.images, i), key)
-        img = _checked_item(item)
+        img = _checked_item(item, self.images.channels)
         t = out.write(k, img.shape[1:], lambda planes: np.copyto(planes, img.numpy()), img.shape[0])
         return (t,) + tuple(item[1:])
 
@@ -325,15 +326,17 @@ class ItemMapper:
         return [self(i, key, out, k) for k, (i, key) in enumerate(zip(ids, keys))]
 
 
-def _checked_item(item) -> torch.Tensor:
-    """The item's image, once the item is of the kinds ItemMapper states; else a TypeError."""
+def _checked_item(item, channels: int) -> torch.Tensor:
+    """The item's image, once the item is of the kinds ItemMapper states (an image of ``channels``
+    bands); else a TypeError."""
     if not isinstance(item, tuple) or len(item) not in (4, 5):
         raise TypeError(f"mapper: an item is a tuple (img, targets, path, shapes[, extras]), got "
                         f"{type(item).__name__} of {len(item) if isinstance(item, (tuple, list)) else '?'} parts")
     img, targets = item[0], item[1]
-    if not (isinstance(img, torch.Tensor) and img.dtype == torch.uint8 and img.dim() == 3 and img.shape[0] == 3
-            and img.device.type == "cpu"):
-        raise TypeError(f"mapper: img must be a uint8 (3, H, W) CPU tensor, got "
+    if not (isinstance(img, torch.Tensor) and img.dtype == torch.uint8 and img.dim() == 3
+            and img.shape[0] == channels and img.device.type == "cpu"):
+        raise TypeError(f"mapper: img must be a uint8 ({channels}, H, W) CPU tensor (the dataset has "
+                        f"{channels} channels), got "
                         f"{getattr(img, 'dtype', type(img).__name__)} {tuple(getattr(img, 'shape', ()))}")
     if not (isinstance(targets, torch.Tensor) and targets.dtype == torch.float32 and targets.dim() == 2
             and targets.shape[1] == 6):

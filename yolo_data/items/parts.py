@@ -168,7 +168,7 @@ def open_images(labels: SplitLabels, store, settings: Settings, run: RunState, p
                                                          settings.source.cache_dir, user_cache_dir(),
                                                          settings.reduced_decode, part.capped_resize, channels),
                               ram_dir=None if part.ram_dir is None else Path(part.ram_dir),
-                              reserve_bytes=int(run.shm_reserve_bytes) if mode == "ram" else 0,
+                              reserve_bytes=int(run.shm_reserve_band_bytes) * channels if mode == "ram" else 0,
                               workers=settings.source.scan_workers or 8, prefix=prefix, reduced=settings.reduced_decode,
                               capped=part.capped_resize, channels=channels)
         cache = open_or_build(spec, store, labels.fingerprint)
