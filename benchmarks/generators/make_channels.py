@@ -59,8 +59,9 @@ def dataset_yaml(source: Path) -> dict:
     return yaml.safe_load(found[0].read_text()) or {} if found else {}
 
 
-def copy_channels(source: Path, out: Path, bands: int = 10, limit: int = 0) -> List[Path]:
-    """Write both copies of ``source`` under ``out``; returns their yaml paths (gray first)."""
+def copy_channels(source: Path, out: Path, bands: int = 10, limit: int = 0, gray: bool = True) -> List[Path]:
+    """Write both copies of ``source`` under ``out`` (the gray one only where ``gray``, the N-band one
+    only where ``bands``); returns their yaml paths (gray first)."""
     source, out = source.resolve(), out.resolve()
     if out == source or source in out.parents:
         raise SystemExit(f"{out} lies inside the source {source}: give a folder outside it")
@@ -68,6 +69,7 @@ def copy_channels(source: Path, out: Path, bands: int = 10, limit: int = 0) -> L
         raise SystemExit(f"{source} has no images/ folder (a YOLO dataset: images/<split>, labels/<split>)")
     meta = dataset_yaml(source)
     copies = {"gray": out / f"{source.name}-gray", "bands": out / f"{source.name}-{bands}band"}
+    copies = {k: v for k, v in copies.items() if (gray if k == "gray" else bands)}
     for folder in copies.values():
         shutil.rmtree(folder, ignore_errors=True)
     for split in sorted(p for p in (source / "images").iterdir() if p.is_dir()):

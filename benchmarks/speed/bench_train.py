@@ -178,14 +178,14 @@ def import_libraries(only=None, task: str = "detect") -> Libs:
 
 # -- decode counter ------------------------------------------------------------------------------------
 class DecodeCounter:
-    """Counts cv2.imread/cv2.imdecode calls, and simplejpeg.decode_jpeg calls where simplejpeg is installed
+    """Counts cv2.imread/cv2.imdecode calls (and their multi-page forms, for TIFF bands), and simplejpeg.decode_jpeg calls where simplejpeg is installed
     (yolo_data decodes JPEGs with it then), in this process and in forked DataLoader workers (the
     patched functions and the shared counter are inherited at fork)."""
 
     def __init__(self):
         import cv2
         self.value = multiprocessing.get_context("fork").Value("q", 0)
-        self.originals = [(cv2, name, getattr(cv2, name)) for name in ("imread", "imdecode")]
+        self.originals = [(cv2, name, getattr(cv2, name)) for name in ("imread", "imdecode", "imreadmulti", "imdecodemulti")]
         try:
             import simplejpeg
             self.originals.append((simplejpeg, "decode_jpeg", simplejpeg.decode_jpeg))
@@ -228,6 +228,7 @@ class DatasetCopy:
     images: Path  # the train image folder of this copy
     names: Dict[int, str]
     n_images: int
+    channels: int = 3
 
 
 @dataclass
@@ -239,6 +240,7 @@ class Source:
     names: Dict[int, str]
     link: bool  # hard-link the images (else copy them)
     note: str = ""
+    channels: int = 3  # the yaml's ``channels``
 
 
 def source_from_yaml(name: str, yaml_path: Path, link: bool) -> Source:
@@ -254,7 +256,24 @@ def source_from_yaml(name: str, yaml_path: Path, link: bool) -> Source:
     labels = Path(*parts[:k], "labels", *parts[k + 1:])
     names = spec["names"]
     names = dict(enumerate(names)) if isinstance(names, list) else {int(k): v for k, v in names.items()}
-    return Source(name, yaml_path, images, labels, names, link)
+    return Source(name, yaml_path, images, labels, names, link, channels=int(spec.get("channels") or 3))
+
+
+def with_channels(sources: List[Source], channels, out: Path) -> List[Source]:
+    """Each source followed by its copies of ``channels`` bands (1: grayscale JPEGs, N > 1: N-page TIFFs;
+    benchmarks/generators/make_channels.py, written under ``out``), same images and labels."""
+    import make_channels
+    result = []
+    for src in sources:
+        result.append(src)
+        root = src.images.parents[1]  # <root>/images/<split>
+        for n in channels:
+            if n == 3:
+                continue
+            log(f"writing the {n}-channel copy of {src.name} ...")
+            yaml_path = make_channels.copy_channels(root, out, bands=0 if n == 1 else n, gray=n == 1)[0]
+            result.append(source_from_yaml(f"{src.name}-{'gray' if n == 1 else f'{n}band'}", yaml_path, link=True))
+    return result
 
 
 def resolve_sources(datasets, root, synthetic_n: int, synthetic_root=None, yamls=(), task: str = "detect",
@@ -318,7 +337,7 @@ def copy_for(src: Source, dst_root: Path) -> DatasetCopy:
             if f.is_file() and f.suffix != ".cache":
                 shutil.copyfile(f, lbl_dst / f.name)
     shutil.copyfile(src.yaml, dst_root / src.yaml.name)
-    return DatasetCopy(src.name, img_dst, src.names, n)
+    return DatasetCopy(src.name, img_dst, src.names, n, src.channels)
 
 
 # -- building loaders --------------------------------------------------------------------------------
@@ -336,6 +355,10 @@ def build_loader(libs: Libs, lib: str, ds: DatasetCopy, mode: str, workers: int,
             kw.update(mask_downsample_ratio=MASK_RATIO, overlap_mask=True)
         if ours:
             kw.update(batch_partners=lib != "yolo_data_4dec")  # 4dec: partners from the whole dataset, as YOLOv5
+            if ds.channels != 3:  # given an image folder, not the yaml: its channels are said here
+                kw.update(channels=ds.channels)
+        elif ds.channels != 3:
+            raise ValueError(f"YOLOv5 reads 3-channel images only ({ds.name} has {ds.channels})")
         if train:
             kw.update(hyp=str(HYP_FILE) if ours else dict(hyp), augment=True, pad=0.0, rect=False,
                       shuffle=True, prefix="train: ")
@@ -352,7 +375,7 @@ def build_loader(libs: Libs, lib: str, ds: DatasetCopy, mode: str, workers: int,
     if segment:
         overrides.update(mask_ratio=MASK_RATIO, overlap_mask=True)
     cfg = libs.ul_get_cfg(libs.ul_default_cfg, overrides)
-    data = {"names": dict(ds.names), "nc": len(ds.names), "channels": 3, "path": str(ds.images.parents[1])}
+    data = {"names": dict(ds.names), "nc": len(ds.names), "channels": ds.channels, "path": str(ds.images.parents[1])}
     dataset = libs.ul_build_dataset(cfg, str(ds.images), batch, data, mode="train" if train else "val",
                                     rect=not train, stride=STRIDE)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -504,6 +527,14 @@ def report(results: Dict[Tuple[str, str], Dict[str, List[Measurement]]], errors:
         if "yolo_data" in libs_used:
             row += [ratio(cpu[p], cpu["yolo_data"]) for p in peers]
         print("| " + " | ".join(row) + " |")
+    if "yolov5" in libs_used and any(s.channels != 3 for s in sources):
+        print("\nYOLOv5 7.0 decodes every image as 3-channel colour: datasets of other channels are not measured "
+              "for it (n/a).")
+    if any(s.channels != 3 for s in sources):
+        print("\nDatasets of other channels (their yaml's `channels`): "
+              + ", ".join(f"{s.name} {s.channels}" for s in sources if s.channels != 3)
+              + "; HSV applies to 3-channel images only (as Ultralytics), so their training items have no colour "
+                "augmentation.")
     if "ultralytics" in libs_used:
         print("\nUltralytics keeps the last min(n, 8 × batch, 1000) images each process loaded in RAM (even with "
               "cache=False) and takes the 3 other mosaic tiles from them, so it decodes about 1 image per sample "
@@ -548,6 +579,9 @@ def parse_args(argv=None):
                    help="smoke test: coco128 (segment: coco128-seg) only, 64 images, 1 round (overrides those "
                         "options)")
     p.add_argument("--verbose", action="store_true", help="show what the libraries print")
+    p.add_argument("--channels", type=int, nargs="+", default=[],
+                   help="also measure each dataset's copies of these channels (1: grayscale JPEGs, N > 1: N-page "
+                        "TIFFs made from its colours; benchmarks/generators/make_channels.py), beside the original")
     p.add_argument("--cache", choices=["none", "ram"], default="none",
                    help="image cache for every library (ram: yolo_data shares one copy per node)")
     common.add_result_options(p)
@@ -577,11 +611,15 @@ def main(argv=None) -> int:
         machine = machine_line(libs)
         sources = resolve_sources(args.datasets, args.root, args.synthetic_n, args.synthetic_root, args.data,
                                   args.task, args.synthetic_objects)
+        if args.channels:
+            sources = with_channels(sources, args.channels, tmp / "channels")
         copies: Dict[Tuple[str, str], DatasetCopy] = {}
         errors: List[str] = []
         n_images: Dict[str, int] = {}
         for src in sources:
             for lib in args.libraries:
+                if lib == "yolov5" and src.channels != 3:
+                    continue  # YOLOv5 7.0 decodes every image as colour: not measured (said in the report)
                 c = copies[(src.name, lib)] = copy_for(src, tmp / "data" / lib / src.name)
                 n_images[src.name] = c.n_images
                 warm_page_cache(c.images)
@@ -611,7 +649,7 @@ def main(argv=None) -> int:
             for r in range(args.repeats):
                 order = args.libraries[r % len(args.libraries):] + args.libraries[:r % len(args.libraries)]
                 for lib in order:
-                    if (src.name, lib) in failed:
+                    if (src.name, lib) in failed or (src.name, lib) not in copies:
                         continue
                     try:
                         m = measure(libs, lib, copies[(src.name, lib)], mode, workers, hyp, args.images,

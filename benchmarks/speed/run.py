@@ -42,6 +42,10 @@ QUESTIONS = {
     "workers": Question("bench_train", "How does training throughput scale with workers?",
                         ("--datasets", "synthetic", "--workers", "0", "1", "2", "--no-val"),
                         tasks=("detect", "segment")),
+    "channels": Question("bench_train", "How fast is training on grayscale and 10-band images, against the colour "
+                         "originals and Ultralytics? (img/s, CPU ms per image)",
+                         ("--datasets", "coco128", "--channels", "1", "10", "--libraries", "yolo_data",
+                          "ultralytics", "--workers", "2"), tasks=("detect",)),
     "memory": Question("bench_memory", "How much memory does the training process tree use, against the peers?"),
     "ddp-ram": Question("bench_ram_pss", "Does cache='ram' under DDP keep one copy of the pixels per node?"),
     "highres": Question("bench_highres", "12-megapixel photos: full against reduced JPEG decode, the disk image "

@@ -288,6 +288,20 @@ def test_bench_train_yolo_data_only(tiny, tmp_path):
     assert "CPU ms/img" in out and f"Datasets: {name} ({N} images)." in out
 
 
+def test_bench_channels_measures_gray_and_band_copies_beside_the_original(tiny, tmp_path):
+    """run.py channels: the bundled sample, its grayscale copy and its 4-band copy, each measured (every
+    row has numbers), the copies' channels named, and the copies gone with the run."""
+    rc, out, err = run(tiny, tmp_path, "speed/run.py", "channels", "--libraries", "yolo_data", "--datasets", "sample",
+                       "--channels", 1, 4, "--workers", 0, "--images", 4, "--repeats", 1, "--no-val", timeout=300)
+    rows = ok(rc, out, err, "speed/run.py channels")
+    assert "Datasets: sample (16 images), sample-gray (16 images), sample-4band (16 images)." in out, out
+    assert "Datasets of other channels (their yaml's `channels`): sample-gray 1, sample-4band 4;" in out
+    lines = [line for line in out.splitlines() if line.startswith("| sample")]
+    assert len(lines) == 9 and all(float(line.split("|")[3].split()[0]) > 0 for line in lines), out
+    assert set(rows) >= {"sample", "sample-gray", "sample-4band"}
+    assert not list(tmp_path.glob("bench_train_*")), "the copies outlived the run"
+
+
 SEG_OBJECTS = (20, 40)  # a dense segmentation set: many polygons per image
 
 
