@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 
@@ -185,7 +186,7 @@ def test_ranks_started_without_local_world_size_leave_room_for_every_ranks_batch
 
 
 # -- one copy per node, shared by the ranks -----------------------------------------------------------
-def _rank(rank, world, port, data, ram, out_dir):
+def _rank(rank, world, port, data, ram, out_dir, channels=None):
     from datetime import timedelta
     import torch.distributed as dist
     os.environ.update(LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
@@ -193,13 +194,17 @@ def _rank(rank, world, port, data, ram, out_dir):
                             timeout=timedelta(seconds=60))
     try:
         from yolo_data import create_dataloader
-        loader, ds = create_dataloader(data, 320, 4, 32, rank=rank, workers=1, cache="ram", ram_cache_dir=ram)
+        loader, ds = create_dataloader(data, 320, 4, 32, rank=rank, workers=1, cache="ram", ram_cache_dir=ram,
+                                       channels=channels)
         c = ds.image_cache
         st = os.fstat(c.fd)
+        hw = c.hw.astype(np.int64)
+        assert c.nbytes == int((hw[:, 0] * hw[:, 1]).sum()) * (channels or 3)
         h = hashlib.sha256()
         for i in range(len(ds)):
             h.update(c.get(i)[0].tobytes())
         batches = [hashlib.sha256(imgs.numpy().tobytes()).hexdigest() for imgs, *_ in loader]
+        assert all(imgs.shape[1] == (channels or 3) for imgs, *_ in loader)
         Path(out_dir, f"{rank}.json").write_text(json.dumps({
             "ino": [st.st_dev, st.st_ino], "nlink": st.st_nlink, "pixels": h.hexdigest(), "batches": batches,
             "names": os.listdir(ram)}))
@@ -208,12 +213,19 @@ def _rank(rank, world, port, data, ram, out_dir):
         dist.destroy_process_group()
 
 
-def test_ranks_of_a_node_share_one_anonymous_file(tmp_path):
+@pytest.mark.parametrize("channels", [None, 10])
+def test_ranks_of_a_node_share_one_anonymous_file(tmp_path, channels):
+    """Colour images, or 10-band TIFFs (one band a page): one copy of every band per node."""
     from procs import run
     data = photo_dataset(tmp_path / "ds", 12)
+    if channels:
+        for jpg in sorted(data.glob("*.jpg")):
+            bgr = cv2.imread(str(jpg))
+            cv2.imwritemulti(str(jpg.with_suffix(".tif")), [bgr[..., k % 3] ^ np.uint8(k) for k in range(channels)])
+            jpg.unlink()
     ram = tmp_path / "shm"
     ram.mkdir()
-    run(_rank, 2, str(data), str(ram), str(tmp_path))
+    run(_rank, 2, str(data), str(ram), str(tmp_path), channels)
     r0, r1 = (json.loads((tmp_path / f"{k}.json").read_text()) for k in range(2))
     assert r0["ino"] == r1["ino"] and r0["nlink"] == r1["nlink"] == 0  # the same file, without a name
     assert r0["pixels"] == r1["pixels"] and r0["names"] == r1["names"] == []
