@@ -112,6 +112,26 @@ def test_ultralytics_classes_give_its_own_rows_and_the_remap_trains_a_model_of_t
                      r"are not its labels' \(0: 'car' / 'person'", out), out[-3000:]
 
 
+def test_ultralytics_plugin_on_1_4_and_10_channels_equals_its_own_inputs_and_trains_a_model_of_c_channels():
+    """Copies of 16 coco128 images with 1, 4 and 10 channels: the plug-in's validation inputs equal Ultralytics'
+    own pixel for pixel; yolo11n.yaml trains an epoch with YoloDataTrainer, its first conv taking C channels."""
+    out = run("ultralytics_channels.py", timeout=300)
+    assert "validation inputs identical for 1, 4, 10 channels: True" in out, out[-3000:]
+    for c in (1, 4, 10):
+        assert re.search(rf"\[{c} channels\] 16 images of {c} bands uint8: pixels differ in 0, classes in 0", out), out
+        for line in (f"[{c} channels] model's first conv in_channels {c}: True",
+                     f"[{c} channels] epoch 1 finished", f"[{c} channels] model.val with YoloDataValidator"):
+            assert line in out, out[-3000:]
+        assert re.search(rf"\[{c} channels\] \d+ train batches of {c} channels torch.uint8, .*: True", out), out
+
+
+def test_yolov5_model_of_c_channels_trains_an_epoch_of_create_dataloader_on_1_4_and_10_channels():
+    out = run("yolov5_channels.py", timeout=300)
+    for c in (1, 4, 10):
+        assert re.search(rf"\[{c} channels\] first conv in_channels {c}; batches of {c} channels torch.uint8, .*; "
+                         r"(\d+) of \1 steps .*epoch finished: True", out), out[-3000:]
+
+
 def test_the_package_suites_ultralytics_tests_run_here():
     """The tests of tests/ that need Ultralytics (its validation inputs, a trainer's epoch, the census of
     its default.yaml) skip in the package's own environment; here they must run, none skipped."""

@@ -12,13 +12,16 @@ import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
+import cv2
+import numpy as np
 import pytest
+import torch
 import yaml
 
 from yolo_data.integrations.ultralytics_args import (MAPPING, NO_EQUIVALENT, NOT_DATA, OWN_ARGS, REFUSED,
-                                                     check_arguments, class_subset, ignored_arguments,
-                                                     loader_settings, names_differ, take_own_args,
-                                                     validation_classes)
+                                                     check_arguments, class_subset, data_channels,
+                                                     ignored_arguments, loader_settings, names_differ,
+                                                     remote_dataset, take_own_args, validation_classes)
 from yolo_data.integrations.ultralytics_loader import create_loader
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,8 +108,6 @@ def test_a_model_validated_without_its_remap_is_named():
 def test_what_cannot_be_done_is_refused_and_what_is_ignored_is_named_once(caplog):
     with pytest.raises(ValueError, match="augmentations=...: a list of Albumentations transforms"):
         check_arguments(SimpleNamespace(augmentations=[object()]))
-    with pytest.raises(ValueError, match="gray.yaml: channels: 1: yolo_data's batches are 3-channel RGB"):
-        check_arguments({}, {"yaml_file": "gray.yaml", "channels": 1})
     check_arguments({}, {"channels": 3})
     # a (min, max) pair of scale factors: taken where it is 1 -/+ a gain
     assert loader_settings({"scale": (0.5, 1.5)}, "train", 8, 32).fields()["hyp"].scale == 0.5
@@ -134,3 +135,64 @@ def test_the_fraction_of_a_validation_split_is_the_entry_of_split(tmp_path):
     seen = sum(len(b["cls"]) for b in loader)
     assert seen == sum(len(lb["cls"]) for lb in labels) == ds.store.num_boxes()
     loader.close()
+
+
+def band_split(root: Path, channels: int, n: int = 6) -> Path:
+    """A dataset of ``n`` images of ``channels`` bands (gray or BGRA PNGs, 10 bands as 10-page TIFFs),
+    two boxes each, and a yaml saying ``channels``; returns the yaml."""
+    rng = np.random.default_rng(channels)
+    for i in range(n):
+        img = rng.integers(0, 255, (40 + 4 * i, 56, channels), dtype=np.uint8)
+        path = root / "images" / "train" / f"{i}.{'tif' if channels > 4 else 'png'}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if channels > 4:
+            assert cv2.imwritemulti(str(path), [img[:, :, k] for k in range(channels)])
+        else:
+            assert cv2.imwrite(str(path), img)
+        (root / "labels" / "train").mkdir(parents=True, exist_ok=True)
+        (root / "labels" / "train" / f"{i}.txt").write_text("0 0.5 0.5 0.3 0.4\n1 0.3 0.3 0.2 0.2\n")
+    (root / "data.yaml").write_text(f"path: .\ntrain: images/train\nval: images/train\nnames: [a, b]\n"
+                                    f"channels: {channels}\n")
+    return root / "data.yaml"
+
+
+@pytest.mark.parametrize("channels", [1, 4, 10])
+def test_the_data_dicts_channels_are_the_bands_both_loaders_read_from_a_split_folder(tmp_path, channels):
+    # Ultralytics hands the loaders a split's folder, not the yaml: the bands come from its data dict
+    yaml_file = band_split(tmp_path, channels)
+    data = {"yaml_file": str(yaml_file), "channels": channels, "names": {0: "a", 1: "b"}, "nc": 2}
+    for mode in ("train", "val"):
+        settings = loader_settings({"imgsz": 64}, mode, 3, 32, workers=0, data=data)
+        assert settings.images.channels == channels
+        loader = create_loader(tmp_path / "images" / "train", settings)
+        b = next(iter(loader))
+        assert b["img"].dtype == torch.uint8 and tuple(b["img"].shape[:2]) == (3, channels), mode
+        assert len(loader.dataset) == 6 and (mode == "train" or len(b["cls"]) == 6)  # no image left out
+        loader.close()
+    # a data dict without the key (a dict of one's own): the loader's own rule, the yaml it reads, else 3
+    assert loader_settings({}, "train", 8, 32, data={"names": {0: "a"}}).images.channels is None
+    assert loader_settings({}, "val", 8, 32).images.channels is None
+
+
+def test_channels_no_image_can_have_are_refused_naming_the_yaml():
+    assert "channels" not in REFUSED
+    for c in (1, 3, 4, 10):
+        check_arguments({}, {"yaml_file": "bands.yaml", "channels": c})
+        assert data_channels({"channels": c}) == c
+    assert data_channels(None) is None and data_channels({}) is None
+    for bad in (0, -1, "1", True, 2.0):
+        with pytest.raises(ValueError, match=rf"bands.yaml: channels: {bad!r}: the bands of every image .* a whole "
+                                             "number >= 1"):
+            check_arguments({}, {"yaml_file": "bands.yaml", "channels": bad})
+        with pytest.raises(ValueError, match=r"the data yaml: channels:"):
+            loader_settings({}, "train", 8, 32, data={"channels": bad})
+
+
+@pytest.mark.parametrize("channels", [1, 10, None])
+def test_a_yaml_read_by_yolo_data_gives_the_trainer_its_channels(tmp_path, channels):
+    # the data dict of a yaml Ultralytics cannot read (one in a bucket) is made by yolo_data: the model
+    # is built for the yaml's channels, 3 without the key, as Ultralytics' check_det_dataset does
+    yaml_file = band_split(tmp_path, channels or 3, n=1)
+    if channels is None:
+        yaml_file.write_text("\n".join(ln for ln in yaml_file.read_text().splitlines() if "channels" not in ln))
+    assert remote_dataset(str(yaml_file))["channels"] == (channels or 3)

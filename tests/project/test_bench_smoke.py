@@ -420,7 +420,8 @@ def test_bench_million(tiny, tmp_path):
 PEER_RUNS = [("compat/parity_yolov5.py", ["--quick"], "yolov5"), ("compat/yolov5_train_val.py", [], "yolov5"),
              ("compat/ultralytics_plugin.py", [], "ultralytics"),
              ("compat/ultralytics_ddp_cpu.py", ["--data", "x"], "ultralytics"),
-             ("compat/reduced_decode_map.py", [], "ultralytics"),
+             ("compat/reduced_decode_map.py", [], "ultralytics"), ("compat/ultralytics_channels.py", [], "ultralytics"),
+             ("compat/yolov5_channels.py", [], "yolov5"),
              ("compat/coco_voc_parity.py", [], "pycocotools"), ("speed/bench_scan_peers.py", [], "yolov5"),
              ("speed/bench_train.py", ["--libraries", "yolo_data", "ultralytics"], "ultralytics"),
              ("speed/bench_memory.py", ["--libraries", "yolov5"], "yolov5")]

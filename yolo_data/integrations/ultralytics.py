@@ -171,7 +171,8 @@ class YoloDataTrainer(DetectionTrainer):
         """Ultralytics' own for a local dataset; for a yaml in a bucket (``data="s3://..."``), which its
         checks cannot read, the same dict made from yolo_data's reading of the yaml.  With ``classes``
         and ``remap_classes``: the kept classes' names as 0..k-1 and nc k, which the model is made
-        from (class_subset)."""
+        from (class_subset).  Its ``channels`` (the yaml's, 3 without the key) are the model's input
+        channels (Ultralytics builds it with ``ch=data["channels"]``) and the bands both loaders read."""
         if not is_url(str(self.args.data)):
             data = super().get_dataset()
         else:

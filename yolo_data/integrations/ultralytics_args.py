@@ -65,7 +65,8 @@ MAPPING: Dict[str, str] = {
     "classes": "Settings classes: label rows of other classes dropped, images left without rows kept as "
                "backgrounds, train and val (as Ultralytics); with remap_classes the ids become 0..k-1 and the "
                "model is made with the kept names; a string (YOLOE's text prompts) is refused",
-    "data": "the dataset yaml (local, or s3:// read by yolo_data); a data yaml's channels other than 3 is refused",
+    "data": "the dataset yaml (local, or s3:// read by yolo_data); its channels (1, 3, 4, 10, ...: the bands of "
+            "every image, 3 without the key) are the bands both loaders read and the model's input channels",
     "imgsz": "Settings img_size (a list: its largest side, as Ultralytics letterboxes to a square)",
     "batch": "the per-rank batch Ultralytics' trainer hands the loader (after its AutoBatch, which builds our "
              "dataset to count objects)",
@@ -81,7 +82,6 @@ NO_EQUIVALENT: Dict[str, str] = {
 REFUSED: Dict[str, str] = {
     "augmentations": "a list of Albumentations transforms (Ultralytics' custom key): yolo_data's loader does not "
                      "apply them",
-    "channels": "(the data yaml's) images of other than 3 channels: yolo_data's batches are 3-channel RGB",
 }
 # Ultralytics' keys that no data pipeline reads, by what reads them (they keep their Ultralytics meaning)
 _NOT_DATA_GROUPS = {
@@ -113,13 +113,13 @@ OWN_ARGS: Dict[str, str] = {
 def remote_dataset(yaml: str, single_cls: bool = False, endpoint_url: Optional[str] = None) -> Dict[str, Any]:
     """The data dict Ultralytics' trainer works from (as its ``check_det_dataset`` makes one) for a
     dataset yaml in a bucket (at ``endpoint_url``, else the default endpoint), which Ultralytics itself
-    cannot read: its splits stay s3:// URLs, for yolo_data's datasets to read; class names as a dict; 3
-    channels; ``kpt_shape`` and ``flip_idx`` where the yaml gives them."""
+    cannot read: its splits stay s3:// URLs, for yolo_data's datasets to read; class names as a dict; the
+    yaml's ``channels`` (3 without the key); ``kpt_shape`` and ``flip_idx`` where the yaml gives them."""
     with using(Storage(StorageOptions(endpoint_url=endpoint_url))):
         spec = load_dataset_yaml(yaml)
     names = {0: "item"} if single_cls else dict(enumerate(spec.names))
     data: Dict[str, Any] = {"yaml_file": yaml, "path": str(spec.root), "names": names, "nc": len(names),
-                            "channels": 3}
+                            "channels": spec.channels or 3}
     for split, entries in spec.splits.items():
         data[split] = entries[0] if len(entries) == 1 else list(entries)
     if spec.kpt_shape:
@@ -147,16 +147,30 @@ def _cfg_value(cfg, key: str, default=None):
     return cfg.get(key, default) if isinstance(cfg, dict) else getattr(cfg, key, default)
 
 
+def data_channels(data: Optional[Dict[str, Any]]) -> Optional[int]:
+    """The bands of the images of Ultralytics' dataset dict ``data`` (its ``channels``, which
+    Ultralytics' ``check_det_dataset`` takes from the data yaml, 3 without the key), the number both
+    loaders read and the model is built for; None without ``data`` or the key (the loader then reads
+    the yaml it is given, else 3 bands).  A ``channels`` that is not a whole number >= 1 is a ValueError
+    naming the yaml: no image has such bands, and the model could not be built for it."""
+    c = (data or {}).get("channels")
+    if c is None:
+        return None
+    if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+        raise ValueError(f"{data.get('yaml_file', 'the data yaml')}: channels: {c!r}: the bands of every image "
+                         "(1 for grayscale, 3 for colour, N for N-band images) must be a whole number >= 1")
+    return c
+
+
 def check_arguments(cfg, data: Optional[Dict[str, Any]] = None) -> None:
     """Refuse, with a one-line ValueError naming the key, what yolo_data cannot do for Ultralytics'
     arguments ``cfg`` (REFUSED; ``classes`` that are not class ids; a ``scale`` (min, max) pair that is
-    not 1 -/+ a gain) and, with ``data`` (the trainer's dataset dict), a dataset of other than 3 channels."""
+    not 1 -/+ a gain) and, with ``data`` (the trainer's dataset dict), a ``channels`` that no image can
+    have (``data_channels``)."""
     if _cfg_value(cfg, "augmentations"):
         raise ValueError(f"augmentations=...: {REFUSED['augmentations']}; remove the argument (or train with "
                          "Ultralytics' own loader)")
-    if data is not None and int(data.get("channels", 3)) != 3:
-        raise ValueError(f"{data.get('yaml_file', 'the data yaml')}: channels: {data['channels']}: yolo_data's "
-                         "batches are 3-channel RGB images (train it with Ultralytics' own loader)")
+    data_channels(data)
     checked_classes(_cfg_value(cfg, "classes"))
     _scale_gain(_get(cfg, "scale"))
 
@@ -310,7 +324,8 @@ def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, 
         rect: for 'val', None means always rect (Ultralytics' trainer); the standalone validator passes
             cfg.rect (``model.val()`` sets it True).  Ignored for 'train' (cfg.rect).
         data: Ultralytics' dataset dict (the trainer's ``data``), whose ``kpt_shape`` and ``flip_idx`` a
-            pose split needs (Ultralytics hands the loader a split's folder, not the yaml).
+            pose split needs and whose ``channels`` are the bands every image is read with
+            (``data_channels``): Ultralytics hands the loader a split's folder, not the yaml.
         class_balance: the train loader's (see OWN_ARGS); ignored for 'val', where every image counts once.
         remap_classes: with cfg.classes, class ids become 0..k-1 in the order of the classes (OWN_ARGS).
         warn: for 'train', log the keys that are ignored (the trainer logs them once itself).
@@ -345,4 +360,4 @@ def loader_settings(cfg, mode: str, batch_size: int, stride: int, workers=None, 
         linear_resize=True, capped_resize=True, each_image_once=True, task=str(_get(cfg, "task")),
         mask_ratio=int(_get(cfg, "mask_ratio")), overlap_mask=bool(_get(cfg, "overlap_mask")), mask_rule="ultralytics",
         kpt_shape=(data or {}).get("kpt_shape"), flip_idx=(data or {}).get("flip_idx"),
-        class_balance=class_balance if train else False, endpoint_url=endpoint_url)
+        class_balance=class_balance if train else False, endpoint_url=endpoint_url, channels=data_channels(data))

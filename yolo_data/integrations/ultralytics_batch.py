@@ -85,7 +85,7 @@ def to_batch_dict(imgs: torch.Tensor, targets: torch.Tensor, paths, shapes,
                   to_xywhr: Optional[Callable] = None, overlap_mask: bool = True) -> Dict[str, Any]:
     """Ultralytics' batch dict from one of our batches.
 
-    In: ``imgs`` uint8 (B, 3, H, W) RGB; ``targets`` float32 (N, 6) [image index, class, x, y, w, h]
+    In: ``imgs`` uint8 (B, C, H, W) (RGB at C = 3); ``targets`` float32 (N, 6) [image index, class, x, y, w, h]
     normalised xywh; ``paths`` B strings; ``shapes`` per image ``((h0, w0), ((h / h0, w / w0),
     (padw, padh)))`` or None (a mosaic).
 

@@ -75,9 +75,11 @@ def create_loader(path, settings: Settings, rank: int = -1, prefix: str = "", sp
 
     Returns:
         An UltralyticsLoader whose batches are Ultralytics' dicts (ultralytics_batch.to_batch_dict):
-        ``img`` uint8 (B, 3, H, W) RGB, ``batch_idx`` float32 (N,), ``cls`` float32 (N, 1), ``bboxes``
-        float32 (N, 4) normalised xywh ((N, 5) xywhr for 'obb'), ``im_file``, ``ori_shape``,
-        ``resized_shape``, ``ratio_pad`` (evaluation), and the task's ``keypoints`` or ``masks``.
+        ``img`` uint8 (B, C, H, W) (C = 3: RGB; other C, ``settings.images.channels``: the images' bands
+        in file order, as Ultralytics' own loader gives them), ``batch_idx`` float32 (N,), ``cls``
+        float32 (N, 1), ``bboxes`` float32 (N, 4) normalised xywh ((N, 5) xywhr for 'obb'), ``im_file``,
+        ``ori_shape``, ``resized_shape``, ``ratio_pad`` (evaluation), and the task's ``keypoints`` or
+        ``masks``.
     """
     settings = settings.replace(**{k: v for k, v in (("split", split), ("cache_dir", cache_dir)) if v is not None})
     return build_loader(path, settings, rank, prefix, dataset_class=UltralyticsDataset,
