@@ -106,12 +106,16 @@ def test_hsv_is_not_applied_to_16_bits_and_a_colour_dataset_is_told_once(tmp_pat
     data = dataset(tmp_path, "colour")
     hyp = {"mosaic": 0.0, "degrees": 0.0, "translate": 0.0, "scale": 0.0, "fliplr": 0.0}
     with caplog.at_level(logging.WARNING, logger="yolo_data"):
-        gains = batches(data, True, n=1, hyp=hyp)[0][0]
+        (batch,) = batches(data, True, n=1, hyp=hyp)
+    gains = batch[0]
     assert caplog.text.count("not applied to 16-bit images (keep16=True)") == 1
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="yolo_data"):
         none = batches(data, True, n=1, hyp={**hyp, "hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0})[0][0]
     assert "keep16" not in caplog.text and torch.equal(gains, none)
+    assert gains.dtype == torch.uint16
+    for g, path in zip(gains, batch[2]):  # letterboxed, not warped: a padded row or column (04.png is square)
+        assert (g[:, 0] == 29298).all() or (g[:, :, 0] == 29298).all() or path.endswith("04.png")
 
 
 @pytest.mark.parametrize("mode", ["ram", "disk"])
