@@ -1,13 +1,13 @@
 """The edge of the pipeline: a finished item's pixels into its slot of the batch tensor, and its boxes
 into YOLOv5's target rows.
 
-Items of one batch are written straight into one (B, C, H, W) uint8 tensor (``BatchImages``), planar,
-(uint16 for a dataset whose 16 bits are kept: Settings.images.keep16),
-with the last photometric steps (HSV gains, flips) applied on the way; the collate function then
-hands that tensor on as it is.  Channels in the batch: 3-channel BGR images become RGB planes (HSV
-applied, to 8-bit images only); images of any other number of channels keep their bands in their
-stored order (no HSV), as Ultralytics batches them.  Compared with making each item its own tensor and stacking
-them, that saves a transpose copy and a stack copy per image.
+Items of one batch are written straight into one (B, C, H, W) uint8 tensor (``BatchImages``; uint16
+for a dataset whose 16 bits are kept, Settings.images.keep16), planar, with the last photometric
+steps (HSV gains, flips) applied on the way; the collate function then hands that tensor on as it
+is.  Channels in the batch: 3-channel BGR images become RGB planes (HSV applied, to 8-bit images
+only); images of any other number of channels keep their bands in their stored order (no HSV), as
+Ultralytics batches them.  Compared with making each item its own tensor and stacking them, that
+saves a transpose copy and a stack copy per image.
 """
 from __future__ import annotations
 
