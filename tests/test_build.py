@@ -65,6 +65,20 @@ def test_a_custom_mapper_makes_images_of_the_datasets_channels(small_dataset, tm
     loader = build_loader(str(small_dataset), settings(tmp_path, workers=0, channels=1), mapper=gray)
     imgs = next(iter(loader))[0]
     assert imgs.shape == (2, 1, 8, 8) and imgs[:, 0, 0, 0].tolist() == [0, 1]
+    loader = build_loader(str(small_dataset), settings(tmp_path / "c16", workers=0, channels=1, keep16=True),
+                          mapper=gray)
+    with pytest.raises(TypeError, match=r"img must be a uint16 \(1, H, W\) CPU tensor \(the dataset has 1 "
+                                        r"channels\), got torch.uint8 \(1, 8, 8\)"):
+        next(iter(loader))
+
+    def gray16(item, key):
+        img, targets, path, shapes = gray(item, key)
+        return img.to(torch.int32).mul(257).to(torch.uint16), targets, path, shapes
+
+    loader = build_loader(str(small_dataset), settings(tmp_path / "c16", workers=0, channels=1, keep16=True),
+                          mapper=gray16)
+    imgs = next(iter(loader))[0]
+    assert imgs.dtype == torch.uint16 and imgs[:, 0, 0, 0].tolist() == [0, 257]
     loader = build_loader(str(small_dataset), settings(tmp_path, workers=0, channels=1), mapper=marked)
     with pytest.raises(TypeError, match=r"img must be a uint8 \(1, H, W\) CPU tensor \(the dataset has 1 "
                                         r"channels\), got torch.uint8 \(3, 8, 8\)"):

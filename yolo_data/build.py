@@ -96,9 +96,11 @@ def build_loader(path, settings: Settings, rank: int = -1, prefix: str = "", *, 
     ddp = rank != -1 and distributed.is_initialized()
     world = distributed.get_world_size() if ddp else 1
     pad = settings.index.pad if settings.rect else 0.0  # pad widens rect batches only
+    sample_bytes = 2 if settings.images.keep16 else 1  # uint16 batches
     run = RunState(rect_batch=settings.rect_batch(world), sampled=sampler is None,
                    shm_reserve_band_bytes=shm_bytes_for_batches(workers, per_rank, settings.img_size,
-                                                                settings.stride, local_ranks, pad, channels=1))
+                                                                settings.stride, local_ranks, pad, channels=1,
+                                                                sample_bytes=sample_bytes))
     with distributed.torch_distributed_zero_first(rank, key=f"dataset {prefix}{path} {settings.split_name}"):
         parts = assemble(path, settings, prefix, run, mapper=mapper)
         dataset = dataset_class(path, settings, prefix, run, parts=parts)
@@ -107,7 +109,8 @@ def build_loader(path, settings: Settings, rank: int = -1, prefix: str = "", *, 
         _check_quad(batch_size, prefix, opts.device)
     workers = fit_workers_to_shm(min(workers, batch_size if batch_size > 1 else 0), batch_size, settings.img_size,
                                  settings.stride, local_ranks, prefix, pad=pad,
-                                 channels=getattr(getattr(dataset, "images", None), "channels", 3))
+                                 channels=getattr(getattr(dataset, "images", None), "channels", 3),
+                                 sample_bytes=sample_bytes)
     sampler = choose_sampler(sampler, dataset, settings, run, batch_size, world, ddp, prefix)
     if collate is None:
         collate = QuadCollate(settings.seed, run.epoch) if opts.quad else collate_fn

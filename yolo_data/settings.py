@@ -6,7 +6,7 @@
       index:        IndexSettings    which items, in which shapes (rect, pad, min_items, single_cls, image_weights,
                                      class_balance, classes, remap_classes)
       images:       ImageSettings    how pixels are read (cache, ram_dir, linear_resize, reduced_decode, scale_up,
-                                     capped_resize, channels)
+                                     capped_resize, channels, keep16)
       augmentation: AugmentSettings  training augmentation (hyp, batch_partners, partner_group)
       loader:       LoaderOptions    the DataLoader (workers, shuffle, quad, early_start, each_image_once, device)
       targets:      TargetSettings   what a label row holds and the batch carries besides boxes (task,
@@ -142,7 +142,10 @@ class ImageSettings:
     size is not whole in floating point (a 1050-pixel side at img_size 640), for training and
     evaluation alike (images.load.target_size).  The Ultralytics plug-in sets it; YOLOv5's entry points
     leave it off, so their batches stay YOLOv5's.  ``channels``: bands an image has (1: grayscale, 3: colour,
-    any other: multi-band, images.bands); None: the dataset yaml's ``channels``, else 3."""
+    any other: multi-band, images.bands); None: the dataset yaml's ``channels``, else 3.  ``keep16``: images
+    read as 16 bits (else 8 by the high byte, as Ultralytics), an 8-bit one named and left out; batches
+    uint16 (B, C, H, W) for a loop of one's own (YOLOv5's, Ultralytics' trainers divide by 255), no HSV
+    (an 8-bit table), items made on the CPU with ``device`` (docs/datasets.md)."""
     cache: Union[bool, str] = False
     ram_dir: Optional[str] = None
     linear_resize: Optional[bool] = None
@@ -150,11 +153,14 @@ class ImageSettings:
     scale_up: Optional[bool] = None
     capped_resize: bool = False
     channels: Optional[int] = None
+    keep16: bool = False
 
     def __post_init__(self):
         c = self.channels
         if c is not None and (isinstance(c, bool) or not isinstance(c, numbers.Integral) or c < 1):
             raise ValueError(f"settings: channels must be a whole number of bands >= 1 (or None), got {c!r}")
+        if not isinstance(self.keep16, bool):
+            raise ValueError(f"settings: keep16 must be True or False, got {self.keep16!r}")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import cv2
 import numpy as np
 
 from ..geometry.boxes import bbox_ioa
-from ..geometry.shapes import PAD_VALUE
+from ..geometry.shapes import pad_value
 from .layout import Layout, placed
 from .perspective import flip_lr, is_axis_aligned
 from .sample import Sample, box_polygons
@@ -53,8 +53,10 @@ def canvas_bands(bands: int) -> int:
 
 
 def _canvas(parts: Sequence[Sample], side: int) -> np.ndarray:
-    """A (side, side, canvas_bands(C)) canvas of PAD_VALUE for tiles of C channels."""
-    return np.full((side, side, canvas_bands(parts[0].img.shape[2])), PAD_VALUE, dtype=np.uint8)
+    """A (side, side, canvas_bands(C)) canvas of PAD_VALUE for tiles of C channels, of the tiles' dtype
+    (uint8, or uint16 with the same grey at 16 bits: geometry.shapes.pad_value)."""
+    img = parts[0].img
+    return np.full((side, side, canvas_bands(img.shape[2])), pad_value(img.dtype), dtype=img.dtype)
 
 
 def _paste(dst: np.ndarray, src: np.ndarray) -> None:
@@ -152,7 +154,8 @@ def mosaic4_resized(parts: List[Sample], img_size: int, centre: Tuple[int, int],
     s, s2 = img_size, 2 * img_size
     deferred = isinstance(parts[0].img, Layout)
     bands = parts[0].img.shape[2]
-    out = None if deferred else np.full((s, s, bands), PAD_VALUE, dtype=np.uint8)
+    dtype = None if deferred else parts[0].img.dtype  # uint8, or uint16 (16 bits kept)
+    out = None if deferred else np.full((s, s, bands), pad_value(dtype), dtype=dtype)
     moved, blocks, tiles = [], [], []
     for part, (left, top, x1, y1, x2, y2) in zip(parts, _tiles(parts, img_size, centre)):
         moved.append(_shifted(part, left, top, s2))
@@ -208,12 +211,13 @@ def mosaic9(parts: List[Sample], img_size: int, rng: np.random.Generator) -> Sam
 
 
 def mixup(a: Sample, b: Sample, rng: np.random.Generator) -> Sample:
-    """Blend two samples of the same image shape: img = a * r + b * (1 - r), truncated to uint8, with
-    r ~ Beta(32, 32) (so r stays near 0.5), and the boxes of both.  Returns a new Sample."""
+    """Blend two samples of the same image shape: img = a * r + b * (1 - r), truncated to uint8 (to
+    uint16 for 16-bit images, the same rule), with r ~ Beta(32, 32) (so r stays near 0.5), and the
+    boxes of both.  Returns a new Sample."""
     if a.img.shape != b.img.shape:
         raise ValueError(f"mixup needs images of one shape, got {a.img.shape} and {b.img.shape}")
     r = rng.beta(32.0, 32.0)
-    img = a.img.blended(b.img, r) if isinstance(a.img, Layout) else (a.img * r + b.img * (1 - r)).astype(np.uint8)
+    img = a.img.blended(b.img, r) if isinstance(a.img, Layout) else (a.img * r + b.img * (1 - r)).astype(a.img.dtype)
     return Sample.concat([a, b], img)
 
 

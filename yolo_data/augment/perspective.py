@@ -20,7 +20,7 @@ import cv2
 import numpy as np
 
 from ..geometry.boxes import box_corners, clip_xyxy, resample_polygon, transform_points
-from ..geometry.shapes import PAD_VALUE
+from ..geometry.shapes import pad_value
 from .layout import Layout
 from .sample import Sample, join_extras
 
@@ -117,9 +117,10 @@ def is_axis_aligned(M: np.ndarray) -> bool:
 
 
 def warp_image(img: np.ndarray, M: np.ndarray, out_hw: Tuple[int, int],
-               border_value: int = PAD_VALUE) -> np.ndarray:
-    """(H, W, C) uint8 -> (out_h, out_w, C) uint8 warped by the (3, 3) ``M`` (bilinear), uncovered
-    pixels set to ``border_value`` in every band; any C >= 1.  Returns ``img`` itself when ``M`` is the
+               border_value: Optional[int] = None) -> np.ndarray:
+    """(H, W, C) uint8 or uint16 -> (out_h, out_w, C) of its dtype warped by the (3, 3) ``M``
+    (bilinear), uncovered pixels set to ``border_value`` in every band (None: PAD_VALUE's grey at the
+    image's depth, geometry.shapes.pad_value); any C >= 1.  Returns ``img`` itself when ``M`` is the
     identity and the size is unchanged (nothing to resample)."""
     h, w = int(out_hw[0]), int(out_hw[1])
     if isinstance(img, Layout):  # its pixels are made later, by a device (layout.py)
@@ -127,10 +128,11 @@ def warp_image(img: np.ndarray, M: np.ndarray, out_hw: Tuple[int, int],
     if (h, w) == img.shape[:2] and np.array_equal(M, np.eye(3)):
         return img
     bands = img.shape[2]
+    border_value = pad_value(img.dtype) if border_value is None else border_value
     if bands in (1, 3, 4):
         out = _warped_bands(img, M, (h, w), border_value)
         return out[..., None] if out.ndim == 2 else out  # OpenCV drops the axis of one band
-    out = np.empty((h, w, bands), np.uint8)
+    out = np.empty((h, w, bands), img.dtype)
     for start, stop in band_groups(bands):
         part = _warped_bands(np.ascontiguousarray(img[..., start:stop]), M, (h, w), border_value)
         out[..., start:stop] = part.reshape(h, w, stop - start)
@@ -150,7 +152,7 @@ def band_groups(bands: int) -> List[Tuple[int, int]]:
 
 
 def _warped_bands(img: np.ndarray, M: np.ndarray, hw: Tuple[int, int], border_value: int) -> np.ndarray:
-    """One OpenCV warp of ``img`` ((H, W, C) uint8, C <= 4) onto ``hw``: warpAffine (cheaper, and exact
+    """One OpenCV warp of ``img`` ((H, W, C) uint8 or uint16, C <= 4) onto ``hw``: warpAffine (cheaper, and exact
     for the common case) when ``M`` has no perspective part, else warpPerspective."""
     fill = (border_value,) * img.shape[2]
     if is_affine(M):
@@ -193,7 +195,7 @@ def warp_boxes(boxes: np.ndarray, segments, M: np.ndarray, out_hw: Tuple[int, in
     return new.astype(np.float32), new_segments
 
 
-def warp_sample(sample: Sample, M: np.ndarray, out_hw: Tuple[int, int], border_value: int = PAD_VALUE,
+def warp_sample(sample: Sample, M: np.ndarray, out_hw: Tuple[int, int], border_value: Optional[int] = None,
                 scale: Optional[float] = None, warped_img: Optional[np.ndarray] = None,
                 row_blocks: Optional[Sequence[Tuple[int, np.ndarray]]] = None) -> Sample:
     """Warp a sample by the (3, 3) ``M`` onto an ``out_hw`` (h, w) image and drop the boxes that

@@ -82,8 +82,8 @@ class Points:
 
 @dataclass
 class Sample:
-    """``img``: (H, W, C) uint8, any C >= 1: BGR for C = 3 (a mosaic canvas of BGR tiles is (H, W, 4)
-    BGRA until its perspective warp), else C bands in their stored order.
+    """``img``: (H, W, C) uint8 (uint16 when 16 bits are kept), any C >= 1: BGR for C = 3 (a mosaic
+    canvas of BGR tiles is (H, W, 4) BGRA until its perspective warp), else C bands in their stored order.
     ``cls``: (n,) float32 class ids.  ``boxes``: (n, 4) float32 pixel xyxy on ``img``.  ``segments``:
     one (k, 2) float32 pixel polygon per box, or [] when the sample has no polygons (then only boxes
     are transformed; with polygons a warped box is its polygon's envelope, as in YOLOv5).  ``extras``:

@@ -10,6 +10,12 @@ import numpy as np
 PAD_VALUE = 114  # the gray YOLOv5 pads with
 
 
+def pad_value(dtype) -> int:
+    """PAD_VALUE at the depth of ``dtype``: 114 for uint8; for uint16, 114 * 257 = 29298, the same grey
+    at full scale (257 = 65535 / 255 maps 0..255 onto 0..65535, so 29298 >> 8 is 114 again)."""
+    return PAD_VALUE * 257 if np.dtype(dtype) == np.uint16 else PAD_VALUE
+
+
 @dataclass
 class LetterboxResult:
     """``img``: (H, W, C) padded image.  ``ratio``: (rw, rh) scale applied to the input.

@@ -148,13 +148,14 @@ class ImageSource:
     ``img_size`` (see target_size).  ``storage``: what images at URLs are read through (default: the
     storage in use where the source is made: the dataset's own while it is built); it goes with the
     source into DataLoader workers.  ``channels``: the bands each image is read with (images.bands;
-    an image that has others is an ImageBandsError, told to ``on_failure`` as any undecodable one)."""
+    an image that has others is an ImageBandsError, told to ``on_failure`` as any undecodable one).
+    ``keep16``: images are read as uint16 (an image that is not 16-bit is an ImageBandsError too)."""
 
     def __init__(self, store, img_size: int, linear: bool, cache=None,
                  on_failure: Optional[Callable[[ImageDecodeError], None]] = None, reduced: bool = False,
-                 capped: bool = False, storage: Optional[Storage] = None, channels: int = 3):
+                 capped: bool = False, storage: Optional[Storage] = None, channels: int = 3, keep16: bool = False):
         self.store, self.img_size, self.linear, self.reduced = store, int(img_size), linear, reduced
-        self.channels = int(channels)
+        self.channels, self.keep16 = int(channels), bool(keep16)
         self.storage = storage or current_storage()
         self.capped = capped
         self.cache = cache
@@ -231,7 +232,8 @@ class ImageSource:
             if cached is not None:
                 return CachedImage(i, tuple(cached[1]), tuple(cached[2]))
         path = self.store.im_file(i)
-        if path.rpartition(".")[2].lower() not in JPEG_SUFFIXES or self.channels != 3:  # the device decodes colour
+        # the device decodes 8-bit colour JPEGs only
+        if path.rpartition(".")[2].lower() not in JPEG_SUFFIXES or self.channels != 3 or self.keep16:
             return self(i)
         data = self._bytes(i, path)
         orientation = exif_orientation(data) if data.startswith(JPEG_SIGNATURE) else -1
@@ -247,7 +249,7 @@ class ImageSource:
         h0, w0 = self.store.shapes_hw[i]
         try:
             return load_image(path, self.img_size, self.linear, (int(h0), int(w0)), self.reduced, self.capped, data,
-                              self.channels)
+                              self.channels, self.keep16)
         except ImageDecodeError as e:
             if self.on_failure is not None:
                 self.on_failure(e)

@@ -21,7 +21,8 @@ rest are read from their files.
 Arrays of the file (n images): ``offsets`` int64 (n,) byte offset of each image in the payload (-1: not
 cached), ``hw`` int32 (n, 2) resized [h, w], ``hw0`` int32 (n, 2) decoded [h, w], ``ok`` uint8 (n,)
 whether the image was decoded.  The payload holds the (h, w, C) uint8 pixels back to back (C = 3: BGR;
-the dataset's ``channels``, in the file's meta).  The
+the dataset's ``channels``, in the file's meta), uint16 for a dataset whose 16 bits are kept (``bits``
+16 in the meta, in the key and in a disk cache's name, so a cache of 8 bits is never read as 16).  The
 offsets and sizes are not taken on trust: they must equal the layout planned from the label store, so a
 damaged or crafted index can neither move an image nor read outside the file.
 """
@@ -63,7 +64,8 @@ class ImageCacheSpec:
     batches.  ``linear``: resize with linear interpolation also when shrinking (else area, as YOLOv5's
     evaluation), as in ``images.load.resize_long_side``; ``reduced``: JPEGs decoded at a reduced scale where
     they shrink 2x or more (``images.load.load_image``); ``capped``: no resized side above ``img_size``
-    (``images.load.target_size``); ``channels``: the bands of each image (images.bands)."""
+    (``images.load.target_size``); ``channels``: the bands of each image (images.bands); ``keep16``:
+    16-bit images kept as uint16 (2 bytes a sample)."""
     mode: str
     img_size: int
     linear: bool
@@ -75,6 +77,11 @@ class ImageCacheSpec:
     reduced: bool = False
     capped: bool = False
     channels: int = 3
+    keep16: bool = False
+
+    @property
+    def sample_bytes(self) -> int:
+        return 2 if self.keep16 else 1
 
 
 def shm_dir() -> Path:
@@ -91,14 +98,15 @@ def normalise_mode(mode) -> str:
 
 
 def disk_candidates(default_labels_cache: Path, img_size: int, linear: bool, rect: bool, cache_dir,
-                    user_dir: Path, reduced: bool = False, capped: bool = False, channels: int = 3) -> Tuple[Path, ...]:
+                    user_dir: Path, reduced: bool = False, capped: bool = False, channels: int = 3,
+                    keep16: bool = False) -> Tuple[Path, ...]:
     """The disk image cache's files, in the label cache's order: only ``cache_dir`` when given, else
     beside the labels, then the per-user folder.  Named after the split and the settings
     (``train2017-images-640-linear.imgcache`` for a linear resize); in a shared folder also after the
     split's full path, so two datasets never share a name."""
     from ..labels.cache import folder_cache_file
     d = Path(default_labels_cache)
-    flags = (("-linear", linear), ("-rect", rect), ("-reduced", reduced), ("-capped", capped))
+    flags = (("-linear", linear), ("-rect", rect), ("-reduced", reduced), ("-capped", capped), ("-16", keep16))
     settings = f"{img_size}" + "".join(name for name, on in flags if on) + (f"-c{channels}" if channels != 3 else "")
     beside = d.with_name(f"{cache_stem(d)}-images-{settings}.imgcache")  # labels/train2017-images-640.imgcache
     shared = [folder_cache_file(beside, Path(f), ".imgcache") for f in ([cache_dir] if cache_dir else [user_dir])]
@@ -106,12 +114,13 @@ def disk_candidates(default_labels_cache: Path, img_size: int, linear: bool, rec
 
 
 def cache_key(store: LabelStore, labels_fingerprint: str, img_size: int, linear: bool, reduced: bool = False,
-              capped: bool = False, channels: int = 3) -> str:
+              capped: bool = False, channels: int = 3, keep16: bool = False) -> str:
     """What the cached pixels depend on: the image files (through the label cache's fingerprint of
     their sizes and times), their order, the target size, the interpolation (``linear``), whether
-    JPEGs were decoded at a reduced scale, whether sizes were capped and the bands read."""
+    JPEGs were decoded at a reduced scale, whether sizes were capped, the bands read and their depth."""
     h = hashlib.sha256(f"{VERSION}|{labels_fingerprint}|{img_size}|{bool(linear)}|{'reduced|' if reduced else ''}"
-                       f"{'capped|' if capped else ''}{f'channels {channels}|' if channels != 3 else ''}".encode())
+                       f"{'capped|' if capped else ''}{f'channels {channels}|' if channels != 3 else ''}"
+                       f"{'bits 16|' if keep16 else ''}".encode())
     h.update(store.path_bytes.tobytes())
     h.update(store.path_offsets.tobytes())
     return h.hexdigest()
@@ -129,10 +138,10 @@ def planned_sizes(shapes_hw: np.ndarray, img_size: int, capped: bool = False) ->
     return np.where((r != 1)[:, None], np.minimum(hw, img_size), hw) if capped else hw
 
 
-def planned_offsets(hw: np.ndarray, count: int, channels: int = 3) -> Tuple[np.ndarray, int]:
-    """(offsets int64 (n,), payload bytes) when the first ``count`` images of ``channels`` bands get a
-    slot (-1: none)."""
-    sizes = hw[:, 0] * hw[:, 1] * channels
+def planned_offsets(hw: np.ndarray, count: int, channels: int = 3, sample_bytes: int = 1) -> Tuple[np.ndarray, int]:
+    """(offsets int64 (n,), payload bytes) when the first ``count`` images of ``channels`` bands of
+    ``sample_bytes`` each (1: uint8, 2: uint16) get a slot (-1: none)."""
+    sizes = hw[:, 0] * hw[:, 1] * channels * sample_bytes
     offsets = np.full(len(hw), -1, np.int64)
     ends = np.cumsum(sizes[:count])
     offsets[:count] = ends - sizes[:count]
@@ -156,6 +165,7 @@ class ImageCache:
             raise CacheError(f"index array {e} missing") from None
         self.count = int(c.meta.get("count", -1))
         self.channels = int(c.meta.get("channels", 3))  # (a cache of 3 bands says nothing)
+        self.dtype = np.dtype(np.uint16 if c.meta.get("bits") == 16 else np.uint8)  # (nor one of 8 bits)
         if planned_hw is not None:
             self._check(planned_hw, len(self._payload))
         self.nbytes = len(self._payload)
@@ -165,7 +175,7 @@ class ImageCache:
         if not (self.offsets.shape == (n,) and self.hw.shape == (n, 2) and self.hw0.shape == (n, 2)
                 and self.ok.shape == (n,) and 0 <= self.count <= n):
             raise CacheError(f"index is not for {n} images")
-        offsets, size = planned_offsets(planned_hw, self.count, self.channels)
+        offsets, size = planned_offsets(planned_hw, self.count, self.channels, self.dtype.itemsize)
         if (not np.array_equal(self.hw, planned_hw) or not np.array_equal(self.offsets, offsets)
                 or size != payload_size):
             raise CacheError("image offsets or sizes do not match the images' layout: damaged index")
@@ -180,13 +190,13 @@ class ImageCache:
         return len(self.offsets)
 
     def get(self, i: int) -> Optional[Tuple[np.ndarray, Tuple[int, int], Tuple[int, int]]]:
-        """(img (h, w, C) uint8 read-only view (C = 3: BGR), (h0, w0), (h, w)), or None when image ``i``
+        """(img (h, w, C) uint8 (or uint16) read-only view (C = 3: BGR), (h0, w0), (h, w)), or None when image ``i``
         is not cached (unreadable when the cache was built, or beyond what fitted)."""
         if not self.ok[i]:
             return None
         h, w = int(self.hw[i, 0]), int(self.hw[i, 1])
         c = self.channels
-        img = np.frombuffer(self._payload, np.uint8, h * w * c, int(self.offsets[i])).reshape(h, w, c)
+        img = np.frombuffer(self._payload, self.dtype, h * w * c, int(self.offsets[i])).reshape(h, w, c)
         return img, (int(self.hw0[i, 0]), int(self.hw0[i, 1])), (h, w)
 
     # Spawned DataLoader workers reopen the same file (same device and inode) through this process.
@@ -223,9 +233,9 @@ def _open_same(proc_path: str, ident) -> int:
 
 
 # -- how much fits ---------------------------------------------------------------------------------
-def _fitting(hw: np.ndarray, budget: int, channels: int = 3) -> int:
-    """How many leading images of ``channels`` bands fit in ``budget`` bytes."""
-    return int(np.searchsorted(np.cumsum(hw[:, 0] * hw[:, 1] * channels), budget, side="right"))
+def _fitting(hw: np.ndarray, budget: int, pixel_bytes: int = 3) -> int:
+    """How many leading images of ``pixel_bytes`` bytes a pixel fit in ``budget`` bytes."""
+    return int(np.searchsorted(np.cumsum(hw[:, 0] * hw[:, 1] * pixel_bytes), budget, side="right"))
 
 
 def _gib(n: float) -> str:
@@ -244,7 +254,7 @@ def _fill(payload: memoryview, store: LabelStore, hw: np.ndarray, offsets: np.nd
         h_scan, w_scan = store.shapes_hw[i]
         try:  # as ImageSource reads a file, so cached and uncached pixels are the same
             li = load_image(store.im_file(i), spec.img_size, spec.linear, (int(h_scan), int(w_scan)), spec.reduced,
-                            spec.capped, None, spec.channels)
+                            spec.capped, None, spec.channels, spec.keep16)
         except ImageReadError as e:
             LOGGER.warning(f"{spec.prefix}{e}; not cached, it will be read from its file when needed")
             return
@@ -254,7 +264,7 @@ def _fill(payload: memoryview, store: LabelStore, hw: np.ndarray, offsets: np.nd
         if im.shape[:2] != (h, w):  # the header and the decoder disagree (rare, odd EXIF)
             im = resize_bands(im, (w, h), cv2.INTER_LINEAR)  # OpenCV's order: (width, height)
         c = spec.channels
-        np.frombuffer(payload, np.uint8, h * w * c, int(offsets[i])).reshape(h, w, c)[...] = im
+        np.frombuffer(payload, im.dtype, h * w * c, int(offsets[i])).reshape(h, w, c)[...] = im
         ok[i] = 1
 
     with ThreadPoolExecutor(max(1, spec.workers)) as pool:  # OpenCV decodes without the GIL
@@ -263,13 +273,14 @@ def _fill(payload: memoryview, store: LabelStore, hw: np.ndarray, offsets: np.nd
 
 
 def reserve_file(hw: np.ndarray, key: str, count: int, path: Optional[Path] = None,
-                 anonymous_in: Optional[Path] = None, channels: int = 3) -> container.NewFile:
+                 anonymous_in: Optional[Path] = None, channels: int = 3, keep16: bool = False) -> container.NewFile:
     """A new cache file for the first ``count`` of the images of planned sizes ``hw`` (n, 2) and
-    ``channels`` bands, its whole size reserved: named (``path``, written atomically) or anonymous (in
-    ``anonymous_in``).  Raises OSError (NoSpaceError: no room)."""
-    _, size = planned_offsets(hw, count, channels)
+    ``channels`` bands (of 16 bits with ``keep16``), its whole size reserved: named (``path``, written
+    atomically) or anonymous (in ``anonymous_in``).  Raises OSError (NoSpaceError: no room)."""
+    _, size = planned_offsets(hw, count, channels, 2 if keep16 else 1)
     n = len(hw)
-    meta = {"version": VERSION, "key": key, "count": int(count), **({"channels": channels} if channels != 3 else {})}
+    meta = {"version": VERSION, "key": key, "count": int(count), **({"channels": channels} if channels != 3 else {}),
+            **({"bits": 16} if keep16 else {})}
     layout = container.plan(KIND, meta,
                             {"offsets": ("<i8", (n,)), "hw": ("<i4", (n, 2)), "hw0": ("<i4", (n, 2)),
                              "ok": ("|u1", (n,))}, size)
@@ -280,7 +291,7 @@ def reserve_file(hw: np.ndarray, key: str, count: int, path: Optional[Path] = No
 def write_images(f: container.NewFile, store: LabelStore, spec: ImageCacheSpec, hw: np.ndarray) -> int:
     """Decode the images into a reserved file and commit it; returns a read-only descriptor of it."""
     count = int(f.layout.meta["count"])
-    offsets, size = planned_offsets(hw, count, spec.channels)
+    offsets, size = planned_offsets(hw, count, spec.channels, spec.sample_bytes)
     with f:
         hw0, ok = _fill(f.payload() if size else memoryview(b""), store, hw, offsets, count, spec)
         fd = f.commit({"offsets": offsets, "hw": hw, "hw0": hw0, "ok": ok})
@@ -292,10 +303,10 @@ def write_images(f: container.NewFile, store: LabelStore, spec: ImageCacheSpec, 
 
 def _plan_count(hw: np.ndarray, folder: Path, spec: ImageCacheSpec, ram: bool) -> Tuple[int, str]:
     """How many images to cache in ``folder`` now, and a message when that is not all of them."""
-    need = int((hw[:, 0] * hw[:, 1] * spec.channels).sum())
+    need = int((hw[:, 0] * hw[:, 1] * spec.channels * spec.sample_bytes).sum())
     free = room.free_bytes(folder, ram)
     budget = int(free * (1 - SAFETY)) - spec.reserve_bytes
-    count = min(len(hw), _fitting(hw, max(budget, 0), spec.channels))
+    count = min(len(hw), _fitting(hw, max(budget, 0), spec.channels * spec.sample_bytes))
     if count == len(hw):
         return count, ""
     reserve = (f" after leaving {_gib(spec.reserve_bytes)} for the DataLoader's shared-memory batches"
@@ -321,7 +332,7 @@ def _build_with_room(store: LabelStore, key: str, spec: ImageCacheSpec, hw: np.n
                 return None
             try:
                 f = reserve_file(hw, key, count, path=path, anonymous_in=folder if ram else None,
-                                 channels=spec.channels)
+                                 channels=spec.channels, keep16=spec.keep16)
             except NoSpaceError as e:
                 LOGGER.warning(f"{spec.prefix}image cache in {folder}: could not reserve the space ({e})"
                                + ("; planning again with the room left" if attempt == 0 else
@@ -418,7 +429,8 @@ def _open_disk(store: LabelStore, key: str, spec: ImageCacheSpec, planned_hw: np
 def open_or_build(spec: ImageCacheSpec, store: LabelStore, labels_fingerprint: str) -> Optional[ImageCache]:
     """The image cache of ``store`` as ``spec`` asks: reuse a valid one, else build one.  Returns None
     (with a warning saying why) when none can be had; the images are then read from their files."""
-    key = cache_key(store, labels_fingerprint, spec.img_size, spec.linear, spec.reduced, spec.capped, spec.channels)
+    key = cache_key(store, labels_fingerprint, spec.img_size, spec.linear, spec.reduced, spec.capped, spec.channels,
+                    spec.keep16)
     planned_hw = planned_sizes(store.shapes_hw, spec.img_size, spec.capped)
     if normalise_mode(spec.mode) == "ram":
         return _open_ram(store, key, spec, planned_hw)

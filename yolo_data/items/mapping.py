@@ -8,7 +8,8 @@ training, each with explicit settings.
 
 A caller's own mapper takes the place of both (``ItemMapper``: an IndexItem and its DrawKey to the
 item).  Items are written straight into slot ``k`` of a batch's image tensor (tensors.BatchImages).
-``img``: uint8 (C, H, W), RGB for 3-channel (BGR) images, else the C bands in their stored order;
+``img``: uint8 (C, H, W) (uint16 for a dataset whose 16 bits are kept: Settings.images.keep16), RGB for
+3-channel (BGR) images, else the C bands in their stored order;
 ``targets``: float32 (n, 6) [0, class, x, y, w, h] normalised to the image (column 0 is set by the
 collate function); ``shapes``: YOLOv5's ``((h0, w0), ((h / h0, w / w0), (padw, padh)))``,
 None for mosaics.
@@ -31,7 +32,7 @@ from ..augment.sample import Sample
 from ..geometry.boxes import xywhn_to_xyxy
 from ..geometry.masks import MaskSpec, with_masks
 from ..device.plan import ItemPlan
-from ..geometry.shapes import LetterboxPlan, letterbox_image, letterbox_plan
+from ..geometry.shapes import LetterboxPlan, letterbox_image, letterbox_plan, pad_value
 from ..images.load import ImageReadError, ImageSource
 from ..loading.tensors import BatchImages, Scratch, targets_of, write_letterboxed, write_rgb
 from ..sampling.seeds import item_rng
@@ -93,7 +94,8 @@ class EvalMapper:
         # Evaluation must see exactly its images: an unreadable one is an error (ImageReadError names
         # the file; in a worker it reaches the main process, nothing hangs).
         img, plan, (h0, w0), (h, w) = _letterbox(self.index, self.images, i, scaleup=self.scale_up)
-        t = out.write(k, plan.shape, lambda planes: write_letterboxed(img, plan, planes), img.shape[2])
+        t = out.write(k, plan.shape, lambda planes: write_letterboxed(img, plan, planes), img.shape[2],
+                      img.dtype)
         cls, boxes = self.index.store.labels_of(i)[:, 0], _boxes_on(self.index, i, plan, (h, w))
         item = t, targets_of(cls, boxes, plan.shape), self.index.store.im_file(i), ((h0, w0), ((h / h0, w / w0), plan.pad))
         if self.task.name == "detect":
@@ -166,7 +168,8 @@ class TrainMapper:
         shapes = (h0, w0), ((h / h0, w / w0), plan.pad)
         extras = object_extras(self.task, self.index.store.keypoints_of(i), (plan.ratio[1] * h, plan.ratio[0] * w),
                                plan.pad)
-        img = img.letterboxed(plan) if isinstance(img, Layout) else letterbox_image(img, plan)
+        img = (img.letterboxed(plan) if isinstance(img, Layout)
+               else letterbox_image(img, plan, (pad_value(img.dtype),) * 3))
         return Sample(img, self.index.store.labels_of(i)[:, 0].copy(),
                       _boxes_on(self.index, i, plan, (h, w)), segments, extras), shapes
 
@@ -199,7 +202,7 @@ class TrainMapper:
             t = ItemPlan(sample.img, draws.hsv_gains)
         else:
             t = out.write(k, hw, lambda planes: write_rgb(img, planes, draws.hsv_gains, draws.flip_ud, draws.flip_lr,
-                                                          self.scratch), img.shape[2])
+                                                          self.scratch), img.shape[2], img.dtype)
             t = ItemPlan(made=t) if self.plans else t
         item = (t, targets_of(sample.cls, sample.boxes, hw), self.index.store.im_file(i), shapes)
         item = _with_extras(item, self.task, sample, hw)
@@ -299,7 +302,8 @@ class ItemMapper:
     shape and ``image()``) and its DrawKey (``key.epoch``, ``key.draw``), and returns the item as the
     built mappers do, ``(img, targets, path, shapes)`` or with a fifth part:
 
-    - ``img``: uint8 (C, H, W) CPU tensor, C the dataset's channels (``images.channels``; RGB when 3);
+    - ``img``: uint8 (C, H, W) CPU tensor, C the dataset's channels (``images.channels``; RGB when 3;
+      uint16 where the dataset keeps 16 bits, ``images.keep16``);
       the items of one batch have one shape (they are stacked);
     - ``targets``: float32 (n, 6) tensor [0, class, x, y, w, h], boxes normalised xywh to ``img``
       (column 0 is set to the image's place in the batch by the collate function, in place);
@@ -317,8 +321,9 @@ class ItemMapper:
 
     def __call__(self, i: int, key: DrawKey, out: BatchImages, k: int):
         item = self.fn(IndexItem(self.index, self.images, i), key)
-        img = _checked_item(item, self.images.channels)
-        t = out.write(k, img.shape[1:], lambda planes: np.copyto(planes, img.numpy()), img.shape[0])
+        img = _checked_item(item, self.images.channels, torch.uint16 if self.images.keep16 else torch.uint8)
+        t = out.write(k, img.shape[1:], lambda planes: np.copyto(planes, img.numpy()), img.shape[0],
+                      img.numpy().dtype)
         return (t,) + tuple(item[1:])
 
     def batch(self, ids: List[int], keys: List[DrawKey], groups: List[int], out: BatchImages):
@@ -326,17 +331,17 @@ class ItemMapper:
         return [self(i, key, out, k) for k, (i, key) in enumerate(zip(ids, keys))]
 
 
-def _checked_item(item, channels: int) -> torch.Tensor:
+def _checked_item(item, channels: int, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
     """The item's image, once the item is of the kinds ItemMapper states (an image of ``channels``
-    bands); else a TypeError."""
+    bands, of ``dtype``: uint16 for a dataset whose 16 bits are kept); else a TypeError."""
     if not isinstance(item, tuple) or len(item) not in (4, 5):
         raise TypeError(f"mapper: an item is a tuple (img, targets, path, shapes[, extras]), got "
                         f"{type(item).__name__} of {len(item) if isinstance(item, (tuple, list)) else '?'} parts")
     img, targets = item[0], item[1]
-    if not (isinstance(img, torch.Tensor) and img.dtype == torch.uint8 and img.dim() == 3
+    if not (isinstance(img, torch.Tensor) and img.dtype == dtype and img.dim() == 3
             and img.shape[0] == channels and img.device.type == "cpu"):
-        raise TypeError(f"mapper: img must be a uint8 ({channels}, H, W) CPU tensor (the dataset has "
-                        f"{channels} channels), got "
+        raise TypeError(f"mapper: img must be a {str(dtype).split('.')[-1]} ({channels}, H, W) CPU tensor (the "
+                        f"dataset has {channels} channels), got "
                         f"{getattr(img, 'dtype', type(img).__name__)} {tuple(getattr(img, 'shape', ()))}")
     if not (isinstance(targets, torch.Tensor) and targets.dtype == torch.float32 and targets.dim() == 2
             and targets.shape[1] == 6):
@@ -354,6 +359,14 @@ def make_mapper(index: SplitIndex, images: ImageSource, settings, task: LabelTas
     masks = MaskSpec.of(settings.targets)  # None unless the task is 'segment'
     if not settings.augment:
         return EvalMapper(index, images, scale_up=settings.scale_up, task=task, masks=masks)
-    warn_unflipped(task, control.shared.given().cfg.fliplr, f"{prefix}{where}")
+    cfg = control.shared.given().cfg
+    warn_unflipped(task, cfg.fliplr, f"{prefix}{where}")
+    keep16 = getattr(images, "keep16", False)
+    if keep16 and images.channels == 3 and (cfg.hsv_h or cfg.hsv_s or cfg.hsv_v):
+        LOGGER.warning(f"{prefix}hsv_h, hsv_s, hsv_v are not applied to 16-bit images (keep16=True): HSV is an "
+                       "8-bit table; set them to 0 to silence this")
+    # 16-bit items are made in the workers, on the CPU: the device stage decodes and renders 8-bit images
+    # only, and moves these batches to the device unchanged
     return TrainMapper(index, images, control.shared, control.albumentations, scratch, prefix,
-                       scale_up=settings.scale_up, task=task, masks=masks, plans=settings.loader.device is not None)
+                       scale_up=settings.scale_up, task=task, masks=masks,
+                       plans=settings.loader.device is not None and not keep16)

@@ -157,7 +157,8 @@ def read_labels(path, settings: Settings, prefix: str = "") -> Tuple[SplitLabels
 
 def open_images(labels: SplitLabels, store, settings: Settings, run: RunState, prefix: str = "",
                 channels: int = 3) -> ImageSource:
-    """The images of ``store`` as the mapper reads them, with ``channels`` bands: from the image cache
+    """The images of ``store`` as the mapper reads them, with ``channels`` bands (uint16 with
+    ``settings.images.keep16``): from the image cache
     ``settings.images.cache`` asks for (built or opened here), else from their files."""
     cache, part = None, settings.images
     if part.cache:
@@ -166,17 +167,18 @@ def open_images(labels: SplitLabels, store, settings: Settings, run: RunState, p
                               disk_files=disk_candidates(labels.default_file, settings.img_size,
                                                          settings.linear_resize, settings.rect,
                                                          settings.source.cache_dir, user_cache_dir(),
-                                                         settings.reduced_decode, part.capped_resize, channels),
+                                                         settings.reduced_decode, part.capped_resize, channels,
+                                                         part.keep16),
                               ram_dir=None if part.ram_dir is None else Path(part.ram_dir),
                               reserve_bytes=int(run.shm_reserve_band_bytes) * channels if mode == "ram" else 0,
                               workers=settings.source.scan_workers or 8, prefix=prefix, reduced=settings.reduced_decode,
-                              capped=part.capped_resize, channels=channels)
+                              capped=part.capped_resize, channels=channels, keep16=part.keep16)
         cache = open_or_build(spec, store, labels.fingerprint)
     # a function of the cache file, not a bound method of the dataset: the image source must hold no
     # reference back to the dataset, so that `del loader, dataset` frees it (and its RAM cache) at once
     return ImageSource(store, settings.img_size, linear=settings.linear_resize, cache=cache,
                        on_failure=partial(_remember_failure, labels.cache_file), reduced=settings.reduced_decode,
-                       capped=part.capped_resize, channels=channels)
+                       capped=part.capped_resize, channels=channels, keep16=part.keep16)
 
 
 def _remember_failure(cache_file, error: ImageDecodeError) -> None:

@@ -89,11 +89,12 @@ class BatchPool:
         self.building: Optional[_Buffer] = None  # taken for the batch in progress, not yet transported
         self.lock = threading.Lock()
 
-    def take(self, n: int, h: int, w: int, channels: int = 3) -> Optional[torch.Tensor]:
-        """An (n, channels, h, w) uint8 tensor at the start of a pooled buffer; None when every buffer the
-        pool may keep is in use."""
+    def take(self, n: int, h: int, w: int, channels: int = 3,
+             dtype: torch.dtype = torch.uint8) -> Optional[torch.Tensor]:
+        """An (n, channels, h, w) tensor of ``dtype`` (uint8, or uint16) at the start of a pooled
+        buffer; None when every buffer the pool may keep is in use."""
         with self.lock:
-            return self._take(n, h, w, channels)
+            return self._take(n, h, w, channels, dtype)
 
     def trim(self, idle_seconds: float, now: Optional[float] = None) -> int:
         """Drop the FREE buffers not taken for ``idle_seconds`` (their memory goes back to the system:
@@ -112,12 +113,12 @@ class BatchPool:
         with self.lock:
             self.buffers, self.building = [], None
 
-    def _take(self, n: int, h: int, w: int, channels: int) -> Optional[torch.Tensor]:
+    def _take(self, n: int, h: int, w: int, channels: int, dtype: torch.dtype) -> Optional[torch.Tensor]:
         if self.building is not None:  # the last batch did not go out through transport: never reuse it
             self.buffers.remove(self.building)
             self.building = None
         self.buffers = [b for b in self.buffers if b.state[0] != RETIRED]  # another process may see them
-        need = n * channels * h * w
+        need = n * channels * h * w * dtype.itemsize
         free = [b for b in self.buffers if b.state[0] == FREE]
         fitting = [b for b in free if b.capacity >= need]
         if fitting:
@@ -132,7 +133,7 @@ class BatchPool:
         buf.state[0] = IN_USE
         buf.batch_bytes, buf.taken = need, time.monotonic()
         self.building = buf
-        return torch.empty(0, dtype=torch.uint8).set_(buf.storage, 0, (n, channels, h, w))
+        return torch.empty(0, dtype=dtype).set_(buf.storage, 0, (n, channels, h, w))
 
     def batch_bytes(self, storage: torch.UntypedStorage) -> Optional[int]:
         """The bytes of the batch in progress when ``storage`` is its buffer, else None."""
@@ -160,7 +161,7 @@ class _PooledImages(torch.Tensor):
     __torch_function__ = disabled_torch_function()
 
     def __reduce_ex__(self, protocol):
-        return _rebuild, (self._pool_storage, self._pool_capacity, tuple(self.shape))
+        return _rebuild, (self._pool_storage, self._pool_capacity, tuple(self.shape), self.dtype)
 
 
 class _Held:
@@ -213,11 +214,12 @@ def _retire_held() -> None:
 _fork_hook = []  # registered with the first batch this process receives
 
 
-def _rebuild(storage: torch.UntypedStorage, capacity: int, shape: Tuple[int, ...]) -> torch.Tensor:
-    """In the training process: the batch as a uint8 tensor of ``shape`` over the received shared
+def _rebuild(storage: torch.UntypedStorage, capacity: int, shape: Tuple[int, ...],
+             dtype: torch.dtype = torch.uint8) -> torch.Tensor:
+    """In the training process: the batch as a ``dtype`` tensor of ``shape`` over the received shared
     storage.  Its finalizer runs when the storage dies, i.e. when every view of the batch is gone (torch
     keeps a storage's Python object for as long as any tensor uses the storage)."""
-    images = torch.empty(0, dtype=torch.uint8).set_(storage, 0, shape)
+    images = torch.empty(0, dtype=dtype).set_(storage, 0, shape)
     if not _fork_hook and hasattr(os, "register_at_fork"):
         os.register_at_fork(before=_retire_held)
         _fork_hook.append(_retire_held)

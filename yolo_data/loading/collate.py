@@ -47,10 +47,10 @@ def stack(tensors) -> torch.Tensor:
 
 
 def collate_fn(batch):
-    """Stack images (B, 3, H, W) uint8; concatenate targets (N, 6) with column 0 set to each image's
-    index in the batch; paths and shapes as tuples.  Items with a fifth part (per-object extras: name ->
-    (n, ...) tensor, row i beside target row i; sample.extras_of) give a fifth: name -> (N, ...), the
-    rows in the targets' order."""
+    """Stack images (B, C, H, W) uint8 (uint16 for 16-bit datasets); concatenate targets (N, 6) with
+    column 0 set to each image's index in the batch; paths and shapes as tuples.  Items with a fifth
+    part (per-object extras: name -> (n, ...) tensor, row i beside target row i; sample.extras_of) give
+    a fifth: name -> (N, ...), the rows in the targets' order."""
     ims, targets, paths, shapes, *extras = zip(*batch)
     for i, t in enumerate(targets):
         t[:, 0] = i
@@ -93,7 +93,8 @@ class QuadCollate:
             i = 4 * g
             if quad_rng(self.seed, self.epoch.get(), paths[i:i + 4]).random() < 0.5:
                 im = F.interpolate(ims[i][None].float(), scale_factor=2.0, mode="bilinear", align_corners=False)
-                out_ims.append(im[0].round().clamp(0, 255).to(ims[i].dtype))
+                top = 65535 if ims[i].dtype == torch.uint16 else 255  # the dtype's largest value
+                out_ims.append(im[0].round().clamp(0, top).to(ims[i].dtype))
                 out_targets.append(targets[i])
             else:
                 # layout [[0, 2], [1, 3]]: items 1 and 3 sit one image lower, 2 and 3 one image right

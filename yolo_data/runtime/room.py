@@ -75,30 +75,33 @@ def batch_side(imgsz: int, stride: int, pad: float = 0.0) -> int:
 
 
 def shm_bytes_for_batches(workers: int, batch_size: int, imgsz: int, stride: int, local_ranks: int = 1,
-                          pad: float = 0.0, channels: int = 3) -> int:
+                          pad: float = 0.0, channels: int = 3, sample_bytes: int = 1) -> int:
     """Shared memory the DataLoader's workers of ``local_ranks`` processes need at once for their
     batches: each worker keeps PREFETCH + 1 batch buffers (its prefetched batches and the one the
-    training loop holds; see batchmemory.POOL_SIZE), of uint8 images of ``channels`` bands at most
-    ``batch_side`` on a side (``pad``: the rect pad, in strides; 0 without rect)."""
+    training loop holds; see batchmemory.POOL_SIZE), of images of ``channels`` bands of
+    ``sample_bytes`` each (1: uint8, 2: uint16) at most ``batch_side`` on a side (``pad``: the rect
+    pad, in strides; 0 without rect)."""
     if workers <= 0:
         return 0
     side = batch_side(imgsz, stride, pad)
-    return local_ranks * workers * (PREFETCH + 1) * batch_size * channels * side * side
+    return local_ranks * workers * (PREFETCH + 1) * batch_size * channels * sample_bytes * side * side
 
 
 def fit_workers_to_shm(workers: int, batch_size: int, imgsz: int, stride: int, local_ranks: int = 1,
-                       prefix: str = "", folder: Path = TORCH_SHM, pad: float = 0.0, channels: int = 3) -> int:
-    """The number of workers whose batches (of ``channels`` bands) fit in ``folder`` (Docker gives
-    containers 64 MB): the requested one when it fits, else fewer, with a warning that names the fix.
+                       prefix: str = "", folder: Path = TORCH_SHM, pad: float = 0.0, channels: int = 3,
+                       sample_bytes: int = 1) -> int:
+    """The number of workers whose batches (of ``channels`` bands of ``sample_bytes``) fit in ``folder``
+    (Docker gives containers 64 MB): the requested one when it fits, else fewer, with a warning that names the fix.
     Without this the first batch fails with "No space left on device" or a worker dies of a bus error."""
     if workers <= 0 or not folder.is_dir():
         return workers
     free = free_bytes(folder)
-    need = shm_bytes_for_batches(workers, batch_size, imgsz, stride, local_ranks, pad, channels)
+    need = shm_bytes_for_batches(workers, batch_size, imgsz, stride, local_ranks, pad, channels, sample_bytes)
     if need <= free:
         return workers
     fit = workers
-    while fit > 0 and shm_bytes_for_batches(fit, batch_size, imgsz, stride, local_ranks, pad, channels) > free:
+    while fit > 0 and shm_bytes_for_batches(fit, batch_size, imgsz, stride, local_ranks, pad, channels,
+                                            sample_bytes) > free:
         fit -= 1
     LOGGER.warning(f"{prefix}{folder} has {free / 2**20:,.0f} MiB free, but {workers} DataLoader workers"
                    f"{f' on each of {local_ranks} ranks' if local_ranks > 1 else ''} need about "

@@ -21,8 +21,8 @@ from .sampler import SharedEpoch
 @dataclass
 class RunState:
     """``rect_batch``: the batch rect shapes are made of (Settings.rect_batch).  ``shm_reserve_band_bytes``:
-    room a RAM image cache leaves free in shared memory for the workers' batches, a band of the images
-    (the dataset's channels, known once its yaml is read, multiply it).  ``partner_group``:
+    room a RAM image cache leaves free in shared memory for the workers' batches, for one band of the
+    images (of their samples' bytes; the dataset's channels, known once its yaml is read, multiply it).  ``partner_group``:
     mosaic partners come from groups of this many consecutive draws of the epoch's global order (0: the
     item's whole batch).  ``epoch``: in shared memory, read by persistent workers.  ``sampled``: whether
     a loader's sampler writes the epoch."""
