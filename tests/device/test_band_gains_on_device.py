@@ -63,3 +63,11 @@ def test_10_band_device_batches_are_the_cpu_paths(tmp_path):
         assert same.float().mean() > 0.75 and torch.equal(a[0][same], b[0][same])
         assert (a[0].int() - b[0].int()).abs().float().mean() <= 3.0
         assert_band_step_of(b0[0], b[0])
+
+
+def test_plans_carry_the_draws_to_the_stage_from_2_workers(tmp_path):
+    data = band_dataset(tmp_path, 10)
+    alone = training_batches(data, hyp=BANDS, device="cpu")
+    pooled = training_batches(data, workers=2, hyp=BANDS, device="cpu")
+    for a, b in zip(alone, pooled, strict=True):
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
