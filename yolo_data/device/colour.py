@@ -182,7 +182,7 @@ def apply_band_gains(images: torch.Tensor, draws: Sequence[BandGains]) -> torch.
         raise ValueError(f"draws for {tables.shape[1]} bands do not fit images of {bands}")
     levels = tables.shape[2]
     device = images.device
-    # index_select cannot take uint16 tables on every device; int32 holds every uint16 level
+    # uint16 tables are gathered as int32 (which holds every level): torch's uint16 kernels vary by device
     flat = torch.from_numpy(tables.reshape(-1).astype(np.int32 if dtype == np.uint16 else dtype)).to(device)
     offset = (torch.arange(n * bands, device=device, dtype=torch.int32) * levels).view(n, bands, 1, 1)
     return _gather(flat, images.to(torch.int32) + offset).to(images.dtype)

@@ -5,8 +5,8 @@ A training batch arrives as ``(BatchPlan, targets, paths, shapes[, ...])`` (plan
 decoded on the device in one call (decode.py), the items' layouts are made there and their HSV gains
 (3 channels) or per-band gains and offsets (other channels) applied, CHUNK items at a time (render.py,
 colour.py), and the image tensor goes on as uint8 (B, C, H, W) (RGB for C = 3) on the device, as the
-CPU path's would after ``.to(device)``.  Any other batch (an
-evaluation loader's, a caller's own mapper's) has its tensors moved to the device, unchanged.
+CPU path's would after ``.to(device)``.  Any other batch (an evaluation loader's, a caller's own
+mapper's) has its tensors moved to the device, unchanged.
 Targets, masks and per-object extras are moved too, so that the training step's ``.to(device)`` calls
 cost nothing.
 """

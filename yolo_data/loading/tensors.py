@@ -5,8 +5,9 @@ Items of one batch are written straight into one (B, C, H, W) uint8 tensor (``Ba
 with the last photometric steps (HSV gains, flips) applied on the way; the collate function then
 hands that tensor on as it is.  Channels in the batch: 3-channel BGR images become RGB planes (HSV
 applied); images of any other number of channels keep their bands in their stored order (no HSV), as
-Ultralytics batches them, with their per-band gains and offsets applied when the hyp asks for them.  Compared with making each item its own tensor and stacking
-them, that saves a transpose copy and a stack copy per image.
+Ultralytics batches them, with their per-band gains and offsets applied when the hyp asks for them.
+Compared with making each item its own tensor and stacking them, that saves a transpose copy and a
+stack copy per image.
 """
 from __future__ import annotations
 
