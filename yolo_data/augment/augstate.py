@@ -5,6 +5,7 @@ memory by every process from its next item on, persistent DataLoader workers inc
 """
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -13,7 +14,9 @@ from typing import Optional, Tuple
 import torch
 
 from .albument import AlbumentationsStep
-from .hyp import AugmentConfig, load_hyp
+from .hyp import AugmentConfig, load_hyp, unused_band_keys
+
+LOGGER = logging.getLogger("yolo_data")
 
 
 @dataclass(frozen=True)
@@ -90,13 +93,27 @@ class AugmentControl:
     """The dataset's switches over its training augmentation (see the module's docstring).
 
     ``possible``: whether mosaics may be made at all (Settings.mosaic_possible).  ``augment``: a training
-    dataset (only then does the hyp's Albumentations step matter)."""
+    dataset (only then does the hyp's Albumentations step matter).  ``channels``: the bands of the
+    dataset's images, once known (``set_channels``)."""
 
     def __init__(self, hyp, img_size: int, possible: bool, seed: int, augment: bool):
         self.possible, self.augment = possible, augment
         self.shared = SharedSettings(TrainSettings(load_hyp(hyp), img_size, possible, seed))
         self.albumentations: Optional[AlbumentationsStep] = None  # made when a hyp asks for it
+        self.channels: Optional[int] = None
+        self._band_warning = False  # given once per dataset
         self.set_hyp(hyp)
+
+    def set_channels(self, channels: int) -> None:
+        """The bands of the dataset's images: a hyp whose per-band keys do nothing to them is warned of."""
+        self.channels = int(channels)
+        self._check_band_keys(self.shared.given().cfg)
+
+    def _check_band_keys(self, cfg: AugmentConfig) -> None:
+        message = unused_band_keys(cfg, self.channels) if self.augment and self.channels is not None else None
+        if message and not self._band_warning:
+            self._band_warning = True
+            LOGGER.warning(message)
 
     def set_hyp(self, hyp) -> None:
         """Re-derive the augmentation from ``hyp`` for the next items; a missing albumentations package
@@ -104,6 +121,7 @@ class AugmentControl:
         cfg = load_hyp(hyp)
         if self.augment and cfg.albumentations and self.albumentations is None:
             self.albumentations = AlbumentationsStep()
+        self._check_band_keys(cfg)
         self.hyp, self._seen = hyp, _snapshot(hyp)
         if cfg != self.shared.given().cfg:
             self.shared.set(cfg, self.possible, self.shared.closed)

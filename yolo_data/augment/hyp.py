@@ -5,7 +5,7 @@ import logging
 import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Dict, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import yaml
 
@@ -18,8 +18,14 @@ class AugmentConfig:
 
     Probabilities: mosaic, mosaic9 (of a mosaic being 3x3 instead of 2x2), mixup, cutmix (of pasting a
     rectangle of another mosaic, Ultralytics' CutMix), flipud, fliplr.  Ranges: degrees, translate,
-    scale, shear, perspective.  Gains: hsv_h, hsv_s, hsv_v.  albumentations: apply the optional
-    Albumentations step (needs that package).
+    scale, shear, perspective.  Gains: hsv_h, hsv_s, hsv_v (3-channel images only).  albumentations: apply
+    the optional Albumentations step (needs that package).
+
+    band_gain, band_offset: the colour step of images of other than 3 channels (grayscale,
+    multispectral), where HSV does not apply: each band of an image is multiplied by a factor drawn
+    from U(1 - band_gain, 1 + band_gain), then a value drawn from U(-band_offset, band_offset) times
+    the full scale (255 for 8-bit bands) is added, each band drawing its own (photometric.BandGains).
+    0 (the default): off, nothing drawn.  They do nothing to 3-channel images.
 
     copy_paste: a share of objects pasted, read by ``copy_paste_rule`` (decided by the entry point):
     'yolov5' (YOLOv5's copy_paste, inside mosaics): round(p * n) of the n objects drawn at random, each
@@ -47,12 +53,17 @@ class AugmentConfig:
     cutmix: float = 0.0
     copy_paste_mode: str = "flip"
     copy_paste_rule: str = "yolov5"
+    band_gain: float = 0.0
+    band_offset: float = 0.0
 
     def __post_init__(self):
         for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"hyp: {name} must be one of {', '.join(map(repr, allowed))}, "
                                  f"got {getattr(self, name)!r}")
+        for name in BAND_KEYS:
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"hyp: {name} must be in [0, 1], got {getattr(self, name)!r}")
 
     def without_mosaic(self) -> "AugmentConfig":
         """This config after a close-mosaic (Ultralytics' last epochs): no mosaic, mixup, cutmix or
@@ -76,6 +87,19 @@ class AugmentConfig:
 # the fields that name a choice, and their values (the first is the default)
 CHOICES: Dict[str, Tuple[str, ...]] = {"copy_paste_mode": ("flip", "mixup"),
                                        "copy_paste_rule": ("yolov5", "ultralytics")}
+
+# the keys of the per-band colour step, for images of other than 3 channels
+BAND_KEYS: Tuple[str, ...] = ("band_gain", "band_offset")
+
+
+def unused_band_keys(cfg: AugmentConfig, channels: int) -> Optional[str]:
+    """A warning when ``cfg`` sets band_gain or band_offset for images of 3 ``channels`` (where HSV is
+    the colour step and those keys do nothing), else None."""
+    given = [k for k in BAND_KEYS if getattr(cfg, k)]
+    if channels != 3 or not given:
+        return None
+    return (f"hyp: {' and '.join(given)} apply to datasets of other than 3 channels; this dataset has 3 "
+            "(its colour step is HSV: hsv_h, hsv_s, hsv_v), so they are not used")
 
 
 def load_hyp(hyp: Union[None, str, os.PathLike, Dict[str, Any], AugmentConfig]) -> AugmentConfig:
@@ -106,7 +130,7 @@ def load_hyp(hyp: Union[None, str, os.PathLike, Dict[str, Any], AugmentConfig]) 
         except (TypeError, ValueError):
             raise ValueError(f"{source}: {k} must be a number, got {v!r}") from None
     # YOLOv5's hyp files have none of these
-    missing = sorted(set(known) - set(values) - {"mosaic9", "albumentations", "cutmix", *CHOICES})
+    missing = sorted(set(known) - set(values) - {"mosaic9", "albumentations", "cutmix", *CHOICES, *BAND_KEYS})
     if missing and data:
         LOGGER.info(f"{source}: no {', '.join(missing)}; using hyp.scratch-low values")
     return AugmentConfig(**values)

@@ -1,14 +1,18 @@
-"""Colour augmentation: random HSV gains (YOLOv5's ``augment_hsv``) with an explicit generator.
+"""Colour augmentation: random HSV gains (YOLOv5's ``augment_hsv``) and random per-band gains and
+offsets, with an explicit generator.
 
-Split in the draw / apply way: ``draw_hsv_gains`` decides; ``hsv_tables`` and ``apply_hsv`` are
-deterministic, so the tensor edge (tensors.py) applies the same gains on its way to RGB planes.
+Split in the draw / apply way: ``draw_hsv_gains`` and ``draw_band_gains`` decide; ``hsv_tables``,
+``apply_hsv``, ``band_tables`` and ``apply_band_gains`` are deterministic, so the tensor edge
+(tensors.py) applies the same draws on its way to the batch's planes, and a device the same tables.
 
 HSV exists for 3-channel BGR images only.  Images of any other number of channels (grayscale,
-multispectral) keep their pixels, as in Ultralytics; their gains are still drawn, so the generator
-advances the same way and every later draw of the item is the same whatever the channels.
+multispectral) keep their pixels under HSV, as in Ultralytics; their HSV gains are still drawn, so the
+generator advances the same way and every later draw of the item is the same whatever the channels.
+Their colour step is the opt-in per-band gain and offset (hyp band_gain, band_offset).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
 import cv2
@@ -87,3 +91,49 @@ def augment_hsv(img: np.ndarray, rng: np.random.Generator, hgain: float = 0.5, s
     """
     gains = draw_hsv_gains(rng, hgain, sgain, vgain)
     return img if gains is None or channels != 3 else apply_hsv(img, gains)
+
+
+@dataclass(frozen=True)
+class BandGains:
+    """One image's per-band colour draws: band b becomes ``round(x * gains[b] + offsets[b] * top)``,
+    clipped to [0, top], where ``top`` is the full scale of the pixels' dtype (255 for uint8, 65535 for
+    uint16).  ``gains``, ``offsets``: (C,) float64, offsets in units of the full scale."""
+    gains: np.ndarray
+    offsets: np.ndarray
+
+
+def draw_band_gains(rng: np.random.Generator, channels: int, gain: float = 0.0,
+                    offset: float = 0.0) -> Optional[BandGains]:
+    """Independent draws for each of ``channels`` bands: gains U(1 - gain, 1 + gain) (one draw of
+    ``channels`` numbers, none when ``gain`` is 0), then offsets U(-offset, offset) (likewise).  None
+    when both are 0: nothing is drawn, the generator does not advance."""
+    if not (gain or offset):
+        return None
+    gains = rng.uniform(1 - gain, 1 + gain, channels) if gain else np.ones(channels)
+    offsets = rng.uniform(-offset, offset, channels) if offset else np.zeros(channels)
+    return BandGains(gains, offsets)
+
+
+def band_tables(bands: BandGains, dtype=np.uint8) -> np.ndarray:
+    """(C, top + 1) lookup tables of ``dtype`` (uint8 or uint16; ``top`` its largest value): row b,
+    level x -> ``round(x * gains[b] + offsets[b] * top)`` (half to even, in float64), clipped to
+    [0, top].  Tables make every pixel's value in one place, so any device that looks them up gives
+    the CPU's bytes."""
+    top = np.iinfo(dtype).max
+    levels = np.arange(top + 1, dtype=np.float64)
+    values = levels * bands.gains[:, None] + (bands.offsets * top)[:, None]
+    return np.clip(np.rint(values), 0, top).astype(dtype)
+
+
+def apply_band_gains(planes: np.ndarray, bands: BandGains) -> np.ndarray:
+    """``planes`` ((C, H, W) uint8 or uint16, any C) with band c looked up in ``band_tables(bands)[c]``,
+    in place; returns ``planes``."""
+    tables = band_tables(bands, planes.dtype)
+    if len(tables) != len(planes):
+        raise ValueError(f"draws for {len(tables)} bands do not fit {len(planes)} planes")
+    for plane, table in zip(planes, tables):
+        if plane.dtype == np.uint8 and plane.flags.c_contiguous:
+            cv2.LUT(plane, table, dst=plane)  # ~10x numpy's indexing on 8-bit planes
+        else:
+            plane[...] = table[plane]
+    return planes

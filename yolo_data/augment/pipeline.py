@@ -4,6 +4,7 @@
         mosaic ('mixup' mode)] [-> mixup with another such mosaic] [-> cutmix with another]
     or: one image -> letterbox [-> copy-paste ('flip', Ultralytics' rule)] -> random perspective
     then: Albumentations (optional) -> HSV (drawn always, applied to 3-channel images only) -> flips
+        [-> per-band gains and offsets (images of other than 3 channels)]
 
 Images may have any number of channels C >= 1 ((H, W, C) uint8; C = 3 is BGR): every geometric step
 moves each band as it moves a band alone.
@@ -30,7 +31,7 @@ from .mosaic import (copy_paste, cutmix, mixup, mosaic4, mosaic4_resized, mosaic
                      paste_objects)
 from .perspective import (draw_perspective, flip_lr, flip_ud, perspective_matrix, random_perspective,
                           warp_sample)
-from .photometric import draw_hsv_gains
+from .photometric import BandGains, draw_band_gains, draw_hsv_gains
 from .sample import Sample
 
 LoadFn = Callable[[int], Sample]  # image i resized to img_size long side, pixel boxes on it
@@ -125,21 +126,27 @@ def single_image_geometry(sample: Sample, cfg: AugmentConfig, rng: np.random.Gen
 @dataclass
 class FinishDraws:
     """The last random decisions of an item, drawn in YOLOv5's order: HSV gains ((3,) float64, or None
-    when all HSV gains are 0), then flip up-down, then flip left-right.  The gains are drawn for images
-    of any number of channels, so every later draw is the same whatever the channels, but applied only
-    to 3-channel (BGR) images (as Ultralytics does; see tensors.write_rgb)."""
+    when all HSV gains are 0), then flip up-down, then flip left-right; then, for images of other than
+    3 channels, their per-band gains and offsets (``band_gains``; None when the hyp's band_gain and
+    band_offset are 0, or at 3 channels).  The HSV gains are drawn for images of any number of
+    channels, so every later draw is the same whatever the channels, but applied only to 3-channel
+    (BGR) images (as Ultralytics does; see tensors.write_rgb)."""
     hsv_gains: Optional[np.ndarray]
     flip_ud: bool
     flip_lr: bool
+    band_gains: Optional[BandGains] = None
 
 
-def draw_finish(cfg: AugmentConfig, rng: np.random.Generator) -> FinishDraws:
-    """The item's last draws (FinishDraws), applied where its pixels are written into the batch tensor
-    (tensors.write_rgb) and to its boxes (``flip_boxes``)."""
+def draw_finish(cfg: AugmentConfig, rng: np.random.Generator, channels: int = 3) -> FinishDraws:
+    """The item's last draws (FinishDraws) for images of ``channels`` bands, applied where its pixels
+    are written into the batch tensor (tensors.write_rgb) and to its boxes (``flip_boxes``)."""
     gains = draw_hsv_gains(rng, cfg.hsv_h, cfg.hsv_s, cfg.hsv_v)
     ud = bool(cfg.flipud and rng.random() < cfg.flipud)
     lr = bool(cfg.fliplr and rng.random() < cfg.fliplr)
-    return FinishDraws(gains, ud, lr)
+    # Drawn last, after the flips: switching band_gain or band_offset on changes no other draw of the
+    # item (its geometry, flips and boxes stay those of the same seed without them).
+    bands = draw_band_gains(rng, channels, cfg.band_gain, cfg.band_offset) if channels != 3 else None
+    return FinishDraws(gains, ud, lr, bands)
 
 
 def flip_boxes(sample: Sample, draws: FinishDraws) -> Sample:

@@ -1,5 +1,7 @@
 """YOLOv5's HSV colour step on a batch of RGB images, in torch ops on the images' device, with the
-pixels of the CPU path (``augment.photometric.apply_hsv`` with ``to=cv2.COLOR_HSV2RGB``).
+pixels of the CPU path (``augment.photometric.apply_hsv`` with ``to=cv2.COLOR_HSV2RGB``); and the
+per-band gains and offsets of images of other than 3 channels (``apply_band_gains``), looked up in the
+CPU path's own tables (``augment.photometric.band_tables``), so its bytes are the CPU path's.
 
 The CPU path is OpenCV's 8-bit BGR->HSV, three lookup tables (``photometric.hsv_tables``), then
 OpenCV's 8-bit HSV->RGB; each part is reproduced here as OpenCV computes it:
@@ -22,12 +24,13 @@ multiply-add OpenCV itself gives other pixels (1 level, on about 0.005% of value
 from __future__ import annotations
 
 import functools
+from typing import Sequence
 
 import cv2
 import numpy as np
 import torch
 
-from ..augment.photometric import hsv_tables
+from ..augment.photometric import BandGains, band_tables, hsv_tables
 
 _SHIFT = 12  # OpenCV's hsv_shift: the fixed-point reciprocals carry 12 fractional bits
 _HUE_RANGE = 180  # 8-bit hue: degrees / 2
@@ -153,3 +156,33 @@ def apply_hsv(images: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
     divisions = torch.from_numpy(_DIVISIONS).to(device)
     h, s, v = _look_up(_rgb_to_hsv(images, divisions), gains, device)
     return _hsv_to_rgb(h, s, v, torch.from_numpy(_FACTORS).to(device))
+
+
+def apply_band_gains(images: torch.Tensor, draws: Sequence[BandGains]) -> torch.Tensor:
+    """``images`` with each band looked up in its image's ``band_tables``: a new tensor like ``images``.
+
+    Equal, byte for byte, to ``augment.photometric.apply_band_gains(images[i].numpy(), draws[i])`` for
+    each image: the tables are made on the CPU by that same function and only gathered here.
+
+    Args:
+        images: (B, C, H, W) uint8 (or uint16), any C, on any device (CUDA or CPU); not modified.
+        draws: B per-band draws (photometric.BandGains of C bands each), in image order.
+
+    Returns:
+        (B, C, H, W) tensor of ``images``' dtype on ``images.device``.
+    """
+    n, bands = images.shape[:2]
+    if images.dim() != 4 or len(draws) != n:
+        raise ValueError(f"images must be (B, C, H, W) with B = {len(draws)} draws, got {tuple(images.shape)}")
+    dtype = {torch.uint8: np.uint8, torch.uint16: np.uint16}.get(images.dtype)
+    if dtype is None:
+        raise ValueError(f"images must be uint8 or uint16, got {images.dtype}")
+    tables = np.stack([band_tables(d, dtype) for d in draws])  # (B, C, levels): item, band, level
+    if tables.shape[1] != bands:
+        raise ValueError(f"draws for {tables.shape[1]} bands do not fit images of {bands}")
+    levels = tables.shape[2]
+    device = images.device
+    # uint16 tables are gathered as int32 (which holds every level): torch's uint16 kernels vary by device
+    flat = torch.from_numpy(tables.reshape(-1).astype(np.int32 if dtype == np.uint16 else dtype)).to(device)
+    offset = (torch.arange(n * bands, device=device, dtype=torch.int32) * levels).view(n, bands, 1, 1)
+    return _gather(flat, images.to(torch.int32) + offset).to(images.dtype)

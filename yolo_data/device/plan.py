@@ -22,6 +22,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from ..augment.layout import Layout
+from ..augment.photometric import BandGains
 from ..images.load import CachedImage, EncodedImage, LoadedImage
 from ..runtime import torch_private
 
@@ -32,11 +33,14 @@ Source = Union[EncodedImage, CachedImage, LoadedImage]
 @dataclass
 class ItemPlan:
     """One item's pixels, to be made: ``layout`` (augment.layout; its tiles carry the Sources they draw
-    from) and its HSV gains ((3,) float64, or None for none), or ``made``: the uint8 (3, H, W) RGB
-    tensor a worker made itself (a step that needs pixels, such as copy-paste), HSV and flips applied."""
+    from), its HSV gains ((3,) float64, or None for none; applied to 3-channel items only) and its
+    per-band gains and offsets (augment.photometric.BandGains of its C bands, or None; applied to items
+    of other than 3 channels), or ``made``: the uint8 (C, H, W) tensor a worker made itself (a step
+    that needs pixels, such as copy-paste; RGB for C = 3), every colour step and the flips applied."""
     layout: Optional[Layout] = None
     hsv_gains: Optional[np.ndarray] = None
     made: Optional[torch.Tensor] = None
+    band_gains: Optional[BandGains] = None
 
     @property
     def hw(self) -> Tuple[int, int]:

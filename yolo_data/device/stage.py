@@ -3,9 +3,10 @@ its device.
 
 A training batch arrives as ``(BatchPlan, targets, paths, shapes[, ...])`` (plan.py): its JPEGs are
 decoded on the device in one call (decode.py), the items' layouts are made there and their HSV gains
-applied, CHUNK items at a time (render.py, colour.py), and the image tensor goes on as uint8
-(B, 3, H, W) RGB on the device, as the CPU path's would after ``.to(device)``.  Any other batch (an
-evaluation loader's, a caller's own mapper's) has its tensors moved to the device, unchanged.
+(3 channels) or per-band gains and offsets (other channels) applied, CHUNK items at a time (render.py,
+colour.py), and the image tensor goes on as uint8 (B, C, H, W) (RGB for C = 3) on the device, as the
+CPU path's would after ``.to(device)``.  Any other batch (an evaluation loader's, a caller's own
+mapper's) has its tensors moved to the device, unchanged.
 Targets, masks and per-object extras are moved too, so that the training step's ``.to(device)`` calls
 cost nothing.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .colour import apply_hsv
+from .colour import apply_band_gains, apply_hsv
 from .decode import decoded
 from .plan import BatchPlan
 from .render import made
@@ -43,12 +44,12 @@ class DeviceStage:
         return self.images(part) if isinstance(part, BatchPlan) else to_device(part, self.device)
 
     def images(self, plan: BatchPlan) -> torch.Tensor:
-        """uint8 (B, 3, H, W) RGB on the device: the batch's items made from their layouts (HSV gains
-        applied), or copied where a worker made them."""
+        """uint8 (B, C, H, W) on the device (RGB for C = 3): the batch's items made from their layouts
+        (HSV gains, or per-band gains and offsets, applied), or copied where a worker made them."""
         pixels = decoded(plan.sources, self.device, self.cache, plan.blob)
         out = torch.empty(plan.shape, dtype=torch.uint8, device=self.device)
         laid = [k for k, item in enumerate(plan.items) if item.made is None]
-        colour = out.shape[1] == 3  # HSV is a colour step: other bands draw their gains and keep their pixels
+        colour = out.shape[1] == 3  # HSV is for colour; other bands have the per-band step instead
         for k, item in enumerate(plan.items):
             if item.made is not None:
                 out[k] = item.made.to(self.device, non_blocking=True)
@@ -58,6 +59,9 @@ class DeviceStage:
             rows = [k for k in part if plan.items[k].hsv_gains is not None and colour]
             if rows:  # the gains stay on the CPU: colour.apply_hsv reads them there without a device wait
                 out[rows] = apply_hsv(out[rows], torch.from_numpy(np.stack([plan.items[k].hsv_gains for k in rows])))
+            rows = [k for k in part if plan.items[k].band_gains is not None and not colour]
+            if rows:
+                out[rows] = apply_band_gains(out[rows], [plan.items[k].band_gains for k in rows])
         return out
 
 

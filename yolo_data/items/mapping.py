@@ -192,17 +192,17 @@ class TrainMapper:
             if self.extra is None:
                 self.extra = AlbumentationsStep()
             sample = self.extra(sample, rng)
-        draws = draw_finish(cfg, rng)
+        draws = draw_finish(cfg, rng, self.images.channels)
         if draws.flip_lr and not self.task.flips_lr:  # keypoints without flip_idx: drawn, not applied
             draws = dataclasses.replace(draws, flip_lr=False)
         unflipped = sample.segments  # masks are drawn from these and flipped with the pixels, as YOLOv5 does
         img, sample = sample.img, flip_boxes(sample, draws)  # pixels are flipped on their way out
         hw = img.shape[:2]
         if self._deferring:  # the layout, flipped with the boxes
-            t = ItemPlan(sample.img, draws.hsv_gains)
+            t = ItemPlan(sample.img, draws.hsv_gains, band_gains=draws.band_gains)
         else:
             t = out.write(k, hw, lambda planes: write_rgb(img, planes, draws.hsv_gains, draws.flip_ud, draws.flip_lr,
-                                                          self.scratch), img.shape[2], img.dtype)
+                                                          self.scratch, draws.band_gains), img.shape[2], img.dtype)
             t = ItemPlan(made=t) if self.plans else t
         item = (t, targets_of(sample.cls, sample.boxes, hw), self.index.store.im_file(i), shapes)
         item = _with_extras(item, self.task, sample, hw)

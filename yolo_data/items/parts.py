@@ -87,6 +87,7 @@ def assemble(path, settings: Settings, prefix: str = "", run: Optional[RunState]
         labels, names, task, channels = read_labels(path, settings, prefix)
         index = build_index(labels.store, names, settings, run.rect_batch, prefix, data=path)
         images = open_images(labels, index.store, settings, run, prefix, channels)
+    control.set_channels(channels)
     scratch = Scratch()
     if mapper is None:
         mapper = make_mapper(index, images, settings, task, control, scratch, prefix, path)

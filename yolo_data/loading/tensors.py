@@ -6,8 +6,9 @@ for a dataset whose 16 bits are kept, Settings.images.keep16), planar, with the 
 steps (HSV gains, flips) applied on the way; the collate function then hands that tensor on as it
 is.  Channels in the batch: 3-channel BGR images become RGB planes (HSV applied, to 8-bit images
 only); images of any other number of channels keep their bands in their stored order (no HSV), as
-Ultralytics batches them.  Compared with making each item its own tensor and stacking them, that
-saves a transpose copy and a stack copy per image.
+Ultralytics batches them, with their per-band gains and offsets applied when the hyp asks for them.
+Compared with making each item its own tensor and stacking them, that saves a transpose copy and a
+stack copy per image.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from ..augment.photometric import apply_hsv
+from ..augment.photometric import BandGains, apply_band_gains, apply_hsv
 from ..geometry.boxes import xyxy_to_xywhn
 from ..geometry.shapes import LetterboxPlan, pad_value, resize_to
 from ..runtime import torch_private
@@ -126,21 +127,24 @@ class Scratch:
 
 
 def write_rgb(img: np.ndarray, out: np.ndarray, hsv_gains: Optional[np.ndarray] = None, flip_ud: bool = False,
-              flip_lr: bool = False, scratch: Optional[Scratch] = None) -> None:
+              flip_lr: bool = False, scratch: Optional[Scratch] = None, band_gains: Optional[BandGains] = None) -> None:
     """Write ``img`` into ``out`` after HSV ``hsv_gains`` (see photometric.apply_hsv) and the flips, as
     YOLOv5 applies them.
 
     ``out`` (C, H, W) uint8 says the channels: with C = 3, ``img`` is (H, W, 3) BGR or (H, W, 4) BGRA
     uint8 and ``out`` gets planar RGB; with any other C, ``img`` is (H, W, C) uint8, ``out`` gets its
     bands in their stored order and ``hsv_gains`` are not applied (HSV is for colour images only, as in
-    Ultralytics; the caller still draws them, see pipeline.FinishDraws).  ``img`` is not modified.
-    uint16 ``img`` and ``out`` (16 bits kept) likewise, without HSV (an 8-bit table).
+    Ultralytics; the caller still draws them, see pipeline.FinishDraws), but ``band_gains`` (C bands'
+    draws, photometric.BandGains) are, when given.  ``img`` is not modified.  uint16 ``img`` and ``out``
+    (16 bits kept) likewise, without HSV (an 8-bit table).
 
     HSV and flips commute (one works per pixel, the other only moves pixels), so the image is flipped
-    last, on its way into the planes.
+    last, on its way into the planes; the per-band step, per pixel too, is applied to the planes.
     """
     if out.shape[0] != 3:
         write_bands(img, out, flip_ud, flip_lr, scratch)
+        if band_gains is not None:
+            apply_band_gains(out, band_gains)
         return
     h, w = img.shape[:2]
     scratch = scratch or Scratch()
