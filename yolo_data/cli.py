@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from .formats.datayaml import is_dataset_yaml, load_dataset_yaml
-from .labels.split import SplitLabels, load_split
+from .labels.split import SplitLabels, fit_channels, load_split
 from .labels.summary import progress_bar
 from .storage import Storage, StorageOptions, container, using
 
@@ -53,8 +53,12 @@ def format_table(rows: List[Tuple[str, SplitLabels]]) -> str:
 def build_caches(data: str, workers: Optional[int] = None, cache_dir=None, force: bool = False,
                  progress: bool = True, keep_difficult: bool = False) -> List[Tuple[str, SplitLabels]]:
     splits, names = _splits(data)
-    return [(name, load_split(paths, cache_dir=cache_dir, workers=workers, force=force, names=names or None,
-                              keep_difficult=keep_difficult, progress=progress_bar(f"scanning {name}", progress and sys.stderr.isatty())))
+    # the images a training run leaves out for their bands are listed with the rest
+    channels = (load_dataset_yaml(data).channels if is_dataset_yaml(data) else None) or 3
+    return [(name, fit_channels(load_split(paths, cache_dir=cache_dir, workers=workers, force=force, names=names or None,
+                                           keep_difficult=keep_difficult,
+                                           progress=progress_bar(f"scanning {name}", progress and sys.stderr.isatty())),
+                                channels))
             for name, paths in splits]
 
 
