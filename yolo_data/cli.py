@@ -224,6 +224,7 @@ def report_main(argv=None) -> int:
     """``yolo-data report DATA``: write DATA's dataset report (HTML and JSON); exit 1 when a category
     of ``--fail-on`` has findings or a split cannot be read, 2 when the data cannot be read at all."""
     from .report.compose import FINDINGS, ReportOptions, write_report
+    from .report.datastats import bands_text
     from .labels.summary import plural
     ap = argparse.ArgumentParser(
         prog="yolo-data report",
@@ -277,6 +278,10 @@ def report_main(argv=None) -> int:
             print(f"{name}: {plural(s['images'], 'image')}, {plural(s['objects'], 'object')}, "
                   f"{plural(s['backgrounds'], 'background')}, {s['left_out']:,} left out, "
                   f"{plural(s['warnings'], 'warning')}; {cache}")
+            other = f" ({s['other_bands']:,} of other bands left out)" if s.get("other_bands") else ""
+            print(f"{name} images by bands: {bands_text(s['image_bands'])}{other}")
+    if f["pictures"]:
+        print(f"pictures of {f['settings']['channels']}-channel batches show {f['pictures_show']}")
     flat = f["duplicates"].get("flat", [])
     if flat:
         print(f"{plural(len(flat), 'flat picture')} (one colour: black, white or gray), grouped only with "
