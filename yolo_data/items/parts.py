@@ -129,7 +129,8 @@ def _progress_bar(prefix: str, enabled: bool):
 def read_labels(path, settings: Settings, prefix: str = "") -> Tuple[SplitLabels, List[str], LabelTask, int]:
     """The split's verified labels (cache or scan), its class names, the task it was read for and the
     bands of its images (``settings.images.channels``, else the dataset yaml's ``channels``, else 3), with
-    the split's summary line.  Images whose bands do not fit are left out and named (labels.split.fit_channels).  ``path``: image folder, .txt list, list of them, dataset yaml
+    the split's summary line; images whose bands do not fit are left out and named there
+    (labels.split.fit_channels).  ``path``: image folder, .txt list, list of them, dataset yaml
     (``settings.split_name`` picks), or a split of another label format (formats.py: COCO .json, Pascal
     VOC folder/list, LabelMe folder); ``settings.source.fraction`` < 1 keeps the first images in file
     order."""
