@@ -1,6 +1,7 @@
 """The scan records each image's bands and bits (images.bands.ImageBands) in its record, the label
 store and the label cache; which images a run of C channels leaves out is the decode's own rule
 (images.bands.fits), so the scan and imread_bands never disagree."""
+import logging
 from pathlib import Path
 
 import cv2
@@ -111,14 +112,17 @@ def test_the_cache_holds_the_bands_and_serves_any_channels(zoo, tmp_path):
     assert fit_channels(ten, 10) is ten  # nothing to leave out: the same split
 
 
-def test_a_cache_of_the_previous_version_is_rescanned(zoo, tmp_path, monkeypatch):
-    """A version 8 cache (no bands) is not read: the split is scanned again and its bands known."""
+def test_a_cache_of_the_previous_version_is_rescanned(zoo, tmp_path, monkeypatch, caplog):
+    """A version 8 cache (no bands) is of another version: the split is scanned again, saying why, and
+    its bands known."""
     folder, want = zoo
     with monkeypatch.context() as m:
         m.setattr(cache, "FORMAT_VERSION", 8)
         m.setattr(LabelStore, "arrays", lambda self: {k: v for k, v in vars(self).items() if k != "bands"})
         old = load_split(str(folder), nc=1, cache_dir=str(tmp_path / "cache"))
     assert old.built and old.cache_file.exists()
-    new = load_split(str(folder), nc=1, cache_dir=str(tmp_path / "cache"))
+    with caplog.at_level(logging.INFO, logger="yolo_data"):
+        new = load_split(str(folder), nc=1, cache_dir=str(tmp_path / "cache"))
     assert new.built and new.cache_file == old.cache_file
     assert new.store.bands[:, 0].min() >= 1
+    assert "label cache version 8, this yolo_data reads 9; rebuilding it" in caplog.text
