@@ -198,24 +198,24 @@ def fit_channels(split: SplitLabels, channels: int, keep16: bool = False) -> Spl
     Returns:
         The SplitLabels of the images that fit (its store a subset of ``split.store``, in order).
     """
-    rows = split.store.bands
+    store, rows = split.store, split.store.bands
     if not len(rows):
         return split
     if (rows == rows[0]).all():  # one kind of image (the common case): one verdict for all
-        if fits(split.store.bands_of(0), channels, keep16) is None:
-            return split
-        drop = np.ones(len(rows), bool)
-    else:
-        _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
-        bad = np.array([fits(split.store.bands_of(i), channels, keep16) is not None for i in first.tolist()], bool)
-        drop = bad[inverse.reshape(-1)]
-        if not drop.any():
-            return split
-    problems = []
-    for i in np.flatnonzero(drop).tolist():
-        info = split.store.bands_of(i)
-        problems.append(Problem(split.store.im_file(i), misfit_message(info.bands, info.bits, channels,
-                                                                        fits(info, channels, keep16)), dropped=True))
+        first, inverse = np.zeros(1, np.int64), np.zeros(len(rows), np.int64)
+    else:  # a few kinds: one verdict each (a sort of one int64 key: np.unique of rows is 10x slower)
+        parts = np.clip(rows, 0, 65535).astype(np.int64)  # (the verdict of a value beyond is the same)
+        key = ((parts[:, 0] << 16 | parts[:, 1]) << 16 | parts[:, 2]) << 16 | parts[:, 3]
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    infos = [store.bands_of(i) for i in first.tolist()]
+    whys = [fits(info, channels, keep16) for info in infos]
+    if all(why is None for why in whys):
+        return split
+    reasons = [None if why is None else misfit_message(info.bands, info.bits, channels, why)
+               for info, why in zip(infos, whys)]
+    drop = np.array([r is not None for r in reasons], bool)[inverse]
+    problems = [Problem(store.im_file(i), reasons[k], dropped=True)
+                for i, k in zip(np.flatnonzero(drop).tolist(), inverse[drop].tolist())]
     sub = split.store.subset(np.flatnonzero(~drop))
     counts = dict(split.counts, other_bands=len(problems), boxes=sub.num_boxes(), backgrounds=sub.num_backgrounds())
     return replace(split, store=sub, counts=counts, problems=problems + list(split.problems))

@@ -139,6 +139,8 @@ class LabelStore:
                 raise ValueError(f"{name} do not run from 0 to {total} without decreasing")
         if n and self.shapes_hw.min() < 1:
             raise ValueError("image sizes must be positive")
+        if n and self.bands.min() < 0:
+            raise ValueError("band counts and bit depths must not be negative")
         # one float64 sum is finite exactly when every value is (no temporary array of flags)
         if len(self.labels) and not (np.isfinite(self.labels.sum(dtype=np.float64))
                                      and self.labels[:, 0].min() >= 0):
