@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from .formats.datayaml import is_dataset_yaml, load_dataset_yaml
-from .labels.split import SplitLabels, load_split
+from .labels.split import SplitLabels, fit_channels, load_split
 from .labels.summary import progress_bar
 from .storage import Storage, StorageOptions, container, using
 
@@ -53,8 +53,12 @@ def format_table(rows: List[Tuple[str, SplitLabels]]) -> str:
 def build_caches(data: str, workers: Optional[int] = None, cache_dir=None, force: bool = False,
                  progress: bool = True, keep_difficult: bool = False) -> List[Tuple[str, SplitLabels]]:
     splits, names = _splits(data)
-    return [(name, load_split(paths, cache_dir=cache_dir, workers=workers, force=force, names=names or None,
-                              keep_difficult=keep_difficult, progress=progress_bar(f"scanning {name}", progress and sys.stderr.isatty())))
+    # the images a training run leaves out for their bands are listed with the rest
+    channels = (load_dataset_yaml(data).channels if is_dataset_yaml(data) else None) or 3
+    return [(name, fit_channels(load_split(paths, cache_dir=cache_dir, workers=workers, force=force, names=names or None,
+                                           keep_difficult=keep_difficult,
+                                           progress=progress_bar(f"scanning {name}", progress and sys.stderr.isatty())),
+                                channels))
             for name, paths in splits]
 
 
@@ -220,6 +224,7 @@ def report_main(argv=None) -> int:
     """``yolo-data report DATA``: write DATA's dataset report (HTML and JSON); exit 1 when a category
     of ``--fail-on`` has findings or a split cannot be read, 2 when the data cannot be read at all."""
     from .report.compose import FINDINGS, ReportOptions, write_report
+    from .report.datastats import bands_text
     from .labels.summary import plural
     ap = argparse.ArgumentParser(
         prog="yolo-data report",
@@ -273,6 +278,10 @@ def report_main(argv=None) -> int:
             print(f"{name}: {plural(s['images'], 'image')}, {plural(s['objects'], 'object')}, "
                   f"{plural(s['backgrounds'], 'background')}, {s['left_out']:,} left out, "
                   f"{plural(s['warnings'], 'warning')}; {cache}")
+            other = f" ({s['other_bands']:,} of other bands left out)" if s.get("other_bands") else ""
+            print(f"{name} images by bands: {bands_text(s['image_bands'])}{other}")
+    if f["pictures"]:
+        print(f"pictures of {f['settings']['channels']}-channel batches show {f['pictures_show']}")
     flat = f["duplicates"].get("flat", [])
     if flat:
         print(f"{plural(len(flat), 'flat picture')} (one colour: black, white or gray), grouped only with "

@@ -1,5 +1,6 @@
 """Images of any number of channels (images/bands.py): grayscale, multi-page TIFF bands, 4-channel PNG,
 16-bit samples, band counts from headers, images that do not fit named, C = 3 exactly as before."""
+import re
 import struct
 from pathlib import Path
 
@@ -10,8 +11,9 @@ from PIL import Image
 
 from conftest import SHARED
 
-from yolo_data.images import (ImageBandsError, ImageDecodeError, image_bands, imread_bands, imread_bgr,
+from yolo_data.images import (ImageBands, ImageBandsError, ImageDecodeError, image_bands, imread_bands, imread_bgr,
                               load_image, resize_bands)
+from yolo_data.images.bands import decoded_bands, fits
 
 COCO128 = SHARED / "coco128" / "images" / "train2017"
 
@@ -91,7 +93,7 @@ def test_bands_stored_in_one_tiff_page_are_named_not_read_in_part(tmp_path):
 
 def test_16_bit_samples_are_scaled_by_their_high_byte_or_kept(files):
     folder, arrays = files
-    # (a 3-page TIFF reads at C = 3 as before, its first page in colour: the stack is checked at C = 2)
+    # (a 3-page TIFF's pages are bands, named at C = 3: the stack is checked at C = 2)
     pages = [arrays["b16"][..., k] for k in range(2)]
     assert cv2.imwritemulti(str(folder / "b16x2.tif"), pages)
     im8 = imread_bands(str(folder / "b16x2.tif"), 2)
@@ -149,10 +151,49 @@ def test_header_band_counts_agree_with_the_decode(files, tmp_path):
     assert image_bands(b"GIF89a" + bytes(50)) is None and image_bands(b"\x89PNG\r\n\x1a\n" + bytes(8)) is None
 
 
-def test_a_16_bit_tiff_of_3_pages_reads_at_3_channels_as_before_and_as_bands_elsewhere(files):
+def test_a_tiff_whose_pages_are_bands_is_named_at_1_and_3_channels_and_read_at_its_own(files):
+    """Reading its first page as gray or colour would drop its other bands: never silently converted."""
     folder, arrays = files
-    assert np.array_equal(imread_bands(str(folder / "b16.tif"), 3), imread_bgr(str(folder / "b16.tif")))
-    assert image_bands(str(folder / "b16.tif")).bands == 3 and image_bands(str(folder / "b16.tif")).pages
+    for name, bands in (("b16.tif", 3), ("bands.tif", 10)):
+        info = image_bands(str(folder / name))
+        assert (info.bands, info.pages) == (bands, True)
+        for channels in (1, 3):
+            assert fits(info, channels) == "its bands are TIFF pages, and a multi-band image is not converted to " + (
+                "gray" if channels == 1 else "colour")
+            with pytest.raises(ImageBandsError, match=f"image has {bands} bands of (16|8) bits, the dataset {channels} "
+                                                      "channels?: its bands are TIFF pages"):
+                imread_bands(str(folder / name), channels)
+            with pytest.raises(ImageBandsError):
+                load_image(str(folder / name), 32, False, channels=channels)
+    info = image_bands(str(folder / "bands.tif"))
+    assert fits(info, 10) is None and imread_bands(str(folder / "bands.tif"), 10).shape[2] == 10
+    assert fits(image_bands(str(folder / "colour.png")), 3) is None
+
+
+@pytest.mark.parametrize("name,channels,keep16,why", [
+    ("gray.jpg", 3, False, None), ("gray.png", 1, False, None), ("colour.jpg", 1, False, None),
+    ("bgra.png", 3, False, None), ("bgra.png", 4, False, None), ("bands.tif", 10, False, None),
+    ("g16.png", 1, True, None), ("b16.tif", 3, False, "TIFF pages"), ("colour.jpg", 4, False, "bands of a dataset"),
+    ("gray.png", 3, True, "16-bit samples asked"), ("bands.tif", 10, True, "16-bit samples asked")])
+def test_fits_says_what_imread_bands_does(files, name, channels, keep16, why):
+    folder, _ = files
+    said = fits(image_bands(str(folder / name)), channels, keep16)
+    assert (said is None) == (why is None) and (why is None or why in said)
+    if why is None:
+        assert imread_bands(str(folder / name), channels, keep16).shape[2] == channels
+    else:
+        with pytest.raises(ImageBandsError, match=re.escape(said)):
+            imread_bands(str(folder / name), channels, keep16)
+
+
+def test_unknown_bands_fit_and_a_decode_tells_the_other_formats(tmp_path):
+    assert fits(None, 10) is None and fits(ImageBands(0, 0, False, "webp"), 10) is None
+    assert cv2.imwrite(str(tmp_path / "a.webp"), rng_image((20, 30, 4)))
+    info = decoded_bands((tmp_path / "a.webp").read_bytes(), "webp")
+    assert (info.bands, info.bits, info.pages) == (4, 8, False)
+    assert fits(info, 4) is None and imread_bands(str(tmp_path / "a.webp"), 4).shape == (20, 30, 4)
+    assert "bands of a dataset" in fits(info, 10)
+    assert decoded_bands(b"not an image", "webp") is None
 
 
 @pytest.mark.parametrize("channels", [1, 4, 10, 600])

@@ -13,7 +13,7 @@ import torch
 
 from yolo_data import Settings, create_dataloader
 from yolo_data.build import build_loader
-from yolo_data.images.decode import ImageReadError
+from yolo_data.images.bands import imread_bands
 
 LABELS = "0 0.5 0.5 0.3 0.4\n1 0.3 0.3 0.2 0.2\n"
 
@@ -95,23 +95,62 @@ def test_the_setting_wins_over_the_yaml_and_a_yaml_without_the_key_is_colour(tmp
 
 
 def test_an_image_of_other_bands_is_named_and_left_out(tmp_path, caplog):
-    """A 3-band image in a 4-channel dataset: training takes another image in its place with a warning
-    naming it; evaluation, which must see its images, stops with the file's name; either way the split
-    remembers it and the next loader leaves it out."""
+    """A 3-band image in a 4-channel dataset: the scan's record of its bands names it in the split's
+    summary and leaves it out, for training and evaluation alike, before any decode."""
     for run, augment in (("training", True), ("evaluation", False)):
         data = dataset(tmp_path / run, 4, n=8)
         odd = tmp_path / run / "images" / "train" / "03.png"
         write(odd, np.full((52, 64, 3), 7, np.uint8))
-        if augment:
-            with caplog.at_level(logging.WARNING, logger="yolo_data"):
-                for b in batches(data, True, n=2):
-                    assert b[0].shape[1] == 4 and str(odd) not in b[2]
-            assert "03.png: image has 3 bands of 8 bits, the dataset 4 channels" in caplog.text
-        else:
-            with pytest.raises(ImageReadError, match="03.png: image has 3 bands of 8 bits, the dataset 4 channels"):
-                batches(data, False, n=2, batch_size=8)
-        (again,) = batches(data, False, n=1, batch_size=8)
-        assert len(again[2]) == 7 and str(odd) not in again[2]
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="yolo_data"):
+            got = batches(data, augment, n=2, batch_size=8)
+        for b in got:
+            assert b[0].shape[1] == 4 and str(odd) not in b[2]
+        assert len(got[0][2]) == 7
+        assert f"{odd}: image has 3 bands of 8 bits, the dataset 4 channels" in caplog.text
+        assert "7 images, 14 boxes, 0 backgrounds, 0 corrupt, 1 of other bands, 0 warnings" in caplog.text
+
+
+def named_at_scan(data: Path, odd: Path, caplog, **fields):
+    """The first batch of ``data`` (no image decoded yet fails) and the log naming ``odd``."""
+    decoded = []
+    real = imread_bands
+
+    def spy(path, *args, **kwargs):
+        decoded.append(str(path))
+        return real(path, *args, **kwargs)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="yolo_data"), \
+            pytest.MonkeyPatch.context() as m:
+        m.setattr("yolo_data.images.load.imread_bands", spy)
+        (b,) = batches(data, False, n=1, batch_size=16, **fields)
+    assert str(odd) not in b[2] and str(odd) not in decoded  # left out at the scan, never decoded
+    return b, caplog.text
+
+
+def test_a_10_page_tiff_in_a_3_channel_dataset_is_named_at_the_scan(tmp_path, caplog):
+    """Its first page read as colour would drop nine bands: the split leaves it out and says why."""
+    data = dataset(tmp_path, 3, n=6)
+    odd = tmp_path / "images" / "train" / "a.tif"
+    write(odd, np.random.default_rng(1).integers(0, 255, (40, 64, 10), dtype=np.uint8))
+    (tmp_path / "labels" / "train" / "a.txt").write_text(LABELS)
+    b, log = named_at_scan(data, odd, caplog)
+    assert b[0].shape[:2] == (6, 3)
+    assert f"{odd}: image has 10 bands of 8 bits, the dataset 3 channels: its bands are TIFF pages" in log
+    # the same files at 10 channels: the TIFF is the one image that fits, from the same label cache
+    b, log = named_at_scan(data, tmp_path / "images" / "train" / "00.png", caplog, channels=10)
+    assert list(b[2]) == [str(odd)] and b[0].shape[1] == 10
+    assert "1 image, 2 boxes, 0 backgrounds, 0 corrupt, 6 of other bands, 0 warnings from " in log  # not rescanned
+
+
+def test_a_jpeg_in_a_10_channel_dataset_is_named(tmp_path, caplog):
+    data = dataset(tmp_path, 10, n=4)
+    odd = tmp_path / "images" / "train" / "photo.jpg"
+    write(odd, np.full((40, 64, 3), 90, np.uint8))
+    (tmp_path / "labels" / "train" / "photo.txt").write_text(LABELS)
+    b, log = named_at_scan(data, odd, caplog)
+    assert len(b[2]) == 4 and b[0].shape[1] == 10
+    assert f"{odd}: image has 3 bands of 8 bits, the dataset 10 channels: not converted" in log
 
 
 def test_bad_channels_are_refused(tmp_path):

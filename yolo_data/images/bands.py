@@ -22,19 +22,24 @@ it; a multi-page TIFF of bands is not.  OpenCV decodes at most 4 channels in one
 in one page (more than 4 samples a pixel) are named too, never read in part; store one band a page.
 
 ``image_bands`` tells from a file's header (PNG, JPEG, TIFF) how many bands the decode above gives,
-without decoding, for a scan to check a dataset's images cheaply.
+without decoding, for a scan to check a dataset's images cheaply (``decoded_bands`` tells it from a
+decode, for the other formats).  ``fits`` is the one rule of which images a dataset of C channels
+reads: ``imread_bands`` refuses what it refuses, and the scan leaves those images out before training
+(labels.split.fit_channels).  At C = 1 and C = 3 a TIFF whose pages are bands (or one page of more
+than 4 samples) is refused: reading its first page as gray or colour would drop its other bands.
 """
 from __future__ import annotations
 
 import os
 import struct
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Optional, Union
+from typing import BinaryIO, Callable, Optional, Tuple, Union
 
 import cv2
 import numpy as np
 
-from .decode import REDUCED_FLAGS, TIFF_SUFFIXES, ImageDecodeError, ImageReadError, imread_bgr, read_whole
+from ..storage import is_url
+from .decode import REDUCED_FLAGS, ImageDecodeError, ImageReadError, imread_bgr, read_whole
 
 # libjpeg's scaled grayscale decodes (as decode.REDUCED_FLAGS for colour)
 REDUCED_GRAY_FLAGS = {2: cv2.IMREAD_REDUCED_GRAYSCALE_2, 4: cv2.IMREAD_REDUCED_GRAYSCALE_4,
@@ -64,10 +69,51 @@ class ImageBandsError(ImageDecodeError):
     ``channels`` the dataset's (``path``, ``size``, ``mtime_ns`` as ImageDecodeError's)."""
 
     def __init__(self, path: str, size: int, mtime_ns: int, bands: int, bits: int, channels: int, why: str):
-        ImageReadError.__init__(self, f"{path}: image has {bands} band{'s' * (bands != 1)} of {bits} bits, "
-                                      f"the dataset {channels} channel{'s' * (channels != 1)}: {why}")
+        ImageReadError.__init__(self, f"{path}: {misfit_message(bands, bits, channels, why)}")
         self.path, self.size, self.mtime_ns = path, size, mtime_ns
         self.bands, self.bits, self.channels = bands, bits, channels
+
+
+def misfit_message(bands: int, bits: int, channels: int, why: str) -> str:
+    """What is said of an image that does not fit a dataset (``why``: as :func:`fits` says it), by a
+    decode (ImageBandsError) and by a scan alike: 'image has 10 bands of 8 bits, the dataset 3
+    channels: ...'."""
+    return (f"image has {bands} band{'s' * (bands != 1)} of {bits} bits, "
+            f"the dataset {channels} channel{'s' * (channels != 1)}: {why}")
+
+
+def fits(info: Optional[ImageBands], channels: int, keep16: bool = False) -> Optional[str]:
+    """Whether a dataset of ``channels`` channels reads the image ``info`` describes (see the module
+    docstring): None when it does, else why not.  ``keep16``: 16-bit samples are kept, so only 16-bit
+    images fit.  An image whose bands are unknown (``info`` None, or 0 bands) fits: its decode tells.
+
+    The one rule: imread_bands refuses exactly what this refuses (and names the rare file whose header
+    says one thing and its decode another), and the scan leaves those images out before training.
+
+    Args:
+        info: the image's ImageBands (image_bands from its header, or decoded_bands), or None.
+        channels: the dataset's channels (1, 3, or any other count of bands).
+        keep16: whether 16-bit samples are kept (else they become 8-bit by their high byte).
+
+    Returns:
+        None, or the reason as text (the end of :func:`misfit_message`).
+    """
+    if info is None or info.bands < 1:
+        return None
+    if info.samples > 4:
+        return f"{info.samples} samples a pixel in one page (OpenCV reads up to 4): store one band a page"
+    if channels in (1, 3) and info.pages:
+        return ("its bands are TIFF pages, and a multi-band image is not converted to "
+                + ("gray" if channels == 1 else "colour"))
+    if keep16 and info.bits != 16:
+        return "16-bit samples asked (keep16)"
+    if channels in (1, 3):  # OpenCV's gray and colour decodes convert every other depth to 8 bits
+        return None
+    if info.bits > 16:
+        return f"{info.bits}-bit samples are not read (8 or 16-bit only)"
+    if info.bands != channels:
+        return "not converted, the bands of a dataset are its own"
+    return None
 
 
 def image_bands(source: Union[bytes, str, BinaryIO]) -> Optional[ImageBands]:
@@ -180,11 +226,23 @@ def _tiff_bands(read, head: bytes) -> Optional[ImageBands]:
     return ImageBands(len(pages) if stacked else 1, bits, stacked, "tiff", samples)
 
 
+def decoded_bands(data: bytes, fmt: str) -> Optional[ImageBands]:
+    """ImageBands of an image in ``data`` as the decode of a dataset of other than 1 or 3 channels
+    gives it (its channels and sample size; ``pages`` False: a decode does not say where bands came
+    from), for a format whose header image_bands does not read (``fmt``: its name, e.g. 'webp').
+    None when OpenCV cannot decode it.  A whole decode: only for the rare formats."""
+    im = _unchanged(data)
+    if im is None:
+        return None
+    bands = im.shape[2] if im.ndim == 3 else 1
+    return ImageBands(bands, im.dtype.itemsize * 8, False, fmt, bands)
+
+
 def imread_bands(path: str, channels: int = 3, keep16: bool = False, data: Optional[bytes] = None,
                  factor: int = 1) -> np.ndarray:
     """(h, w, ``channels``) of the image at ``path`` as a dataset of that many channels reads it (see
-    the module docstring): uint8, or uint16 with ``keep16``; at channels = 3 (and not keep16)
-    exactly ``imread_bgr(path)``, BGR.
+    the module docstring): uint8, or uint16 with ``keep16``; at channels = 3 (and not keep16) the
+    pixels of ``imread_bgr(path)``, BGR, for every image that fits (see :func:`fits`).
 
     Args:
         path: the image file (or URL: then its bytes are fetched, as imread_bgr's).
@@ -199,25 +257,17 @@ def imread_bands(path: str, channels: int = 3, keep16: bool = False, data: Optio
 
     Raises:
         ImageReadError: the file cannot be read.  ImageDecodeError: read whole and not decodable.
-        ImageBandsError: its bands or bit depth do not fit ``channels`` / ``keep16``.
+        ImageBandsError: its bands or bit depth do not fit ``channels`` / ``keep16`` (:func:`fits`).
     """
     path = os.fspath(path)
     if channels in (1, 3):
         return _gray_or_colour(path, channels, keep16, data, factor)
     data, st = (data, None) if data is not None else read_whole(path)
-    suffix = path.rpartition(".")[2].lower()
     info = image_bands(data)
-    im = None
-    if suffix in TIFF_SUFFIXES or data[:4] in TIFF_SIGNATURES:
-        if info is not None and info.samples > 4:
-            raise _bands_error(path, data, st, info.bands, info.bits, channels,
-                               f"{info.samples} samples a pixel in one page (OpenCV reads up to 4): store one band a page")
-        im = _tiff_unchanged(data)
-    if im is None:
-        try:
-            im = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED) if data else None
-        except cv2.error:
-            im = None
+    why = fits(info, channels, keep16)
+    if why is not None:
+        raise _bands_error(path, data, st, info.bands, info.bits, channels, why)
+    im = _unchanged(data)
     if im is None:
         raise ImageDecodeError(path, len(data), st.st_mtime_ns if st else 0)
     im = im[..., None] if im.ndim == 2 else im
@@ -226,6 +276,17 @@ def imread_bands(path: str, channels: int = 3, keep16: bool = False, data: Optio
         raise _bands_error(path, data, st, im.shape[2], im.dtype.itemsize * 8, channels,
                            "not converted, the bands of a dataset are its own")
     return np.ascontiguousarray(im)
+
+
+def _unchanged(data: bytes) -> Optional[np.ndarray]:
+    """OpenCV's unchanged decode of ``data`` (a TIFF: see _tiff_unchanged), or None."""
+    im = _tiff_unchanged(data) if data[:4] in TIFF_SIGNATURES else None
+    if im is None:
+        try:
+            im = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED) if data else None
+        except cv2.error:
+            im = None
+    return im
 
 
 def _tiff_unchanged(data: bytes) -> Optional[np.ndarray]:
@@ -260,19 +321,30 @@ def _bands_error(path, data, st, bands, bits, channels, why) -> ImageBandsError:
                            bands, bits, channels, why)
 
 
+def _header(path: str, data: Optional[bytes]) -> Optional[ImageBands]:
+    """image_bands of ``data``, else of the file's header (a few small reads); None when the file
+    cannot be opened (the decode then says why)."""
+    if data is not None:
+        return image_bands(data)
+    try:
+        return image_bands(path)
+    except (OSError, ValueError):  # (ValueError: a name with a NUL byte)
+        return None
+
+
 def _gray_or_colour(path: str, channels: int, keep16: bool, data: Optional[bytes], factor: int) -> np.ndarray:
-    """Channels 1 or 3: OpenCV's grayscale or colour decode (imread_bgr's path, simplejpeg and all); a
-    TIFF whose pages are bands is named, not read in part; with keep16 only 16-bit images."""
+    """Channels 1 or 3: OpenCV's grayscale or colour decode (imread_bgr's path, simplejpeg and all),
+    after the header is checked (see :func:`fits`: a TIFF whose pages are bands is named, not read in
+    part; with keep16 only 16-bit images)."""
+    if data is None and is_url(path):
+        data = read_whole(path)[0]
+    info = _header(path, data)
+    why = fits(info, channels, keep16)
+    if why is not None:
+        size, mtime = (len(data), 0) if data is not None else _size_mtime(path)
+        raise ImageBandsError(path, size, mtime, info.bands, info.bits, channels, why)
     if channels == 3 and not keep16:
         return imread_bgr(path, REDUCED_FLAGS[factor] if factor > 1 else cv2.IMREAD_COLOR, data)
-    st = None
-    if path.rpartition(".")[2].lower() in TIFF_SUFFIXES or keep16:
-        if data is None:
-            data, st = read_whole(path)
-        info = image_bands(data)
-        if info is not None and (info.pages or info.samples > 4):
-            raise _bands_error(path, data, st, info.bands, info.bits, channels,
-                               "a multi-band image is not converted to " + ("gray" if channels == 1 else "colour"))
     if channels == 1:
         flags = REDUCED_GRAY_FLAGS[factor] if factor > 1 else cv2.IMREAD_GRAYSCALE
     else:
@@ -280,6 +352,15 @@ def _gray_or_colour(path: str, channels: int, keep16: bool, data: Optional[bytes
     im = imread_bgr(path, flags | (cv2.IMREAD_ANYDEPTH if keep16 else 0), data)
     im = im[..., None] if im.ndim == 2 else im
     if keep16 and im.dtype != np.uint16:
-        raise _bands_error(path, data, st, im.shape[2], im.dtype.itemsize * 8, channels,
-                           "16-bit samples asked (keep16)")
+        raise ImageBandsError(path, *((len(data), 0) if data is not None else _size_mtime(path)), im.shape[2],
+                              im.dtype.itemsize * 8, channels, "16-bit samples asked (keep16)")
     return im
+
+
+def _size_mtime(path: str) -> Tuple[int, int]:
+    """(size, mtime_ns) of the file at ``path``, as ImageDecodeError records them; (0, 0) when gone."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return 0, 0
+    return st.st_size, st.st_mtime_ns

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..storage import Storage, current_storage, is_url
 from .decode import JPEG_SUFFIXES, REDUCED_FLAGS, ImageDecodeError, ImageReadError, imread_bgr  # noqa: F401
-from .decode import JPEG_SIGNATURE, exif_orientation, read_whole, simplejpeg_module
+from .decode import JPEG_SIGNATURE, TIFF_SUFFIXES, exif_orientation, read_whole, simplejpeg_module
 from .bands import imread_bands
 
 
@@ -131,7 +131,9 @@ def load_image(path: str, img_size: int, linear: bool, hw0: Optional[Tuple[int, 
                 interp = cv2.INTER_LINEAR if linear else cv2.INTER_AREA  # as resize_long_side when shrinking
                 resized = resize_bands(im, (w, h), interp)  # OpenCV's dsize: (width, height)
                 return LoadedImage(resized, tuple(hw0), (h, w))
-    im = imread_bgr(path, data=data) if channels == 3 and not keep16 else imread_bands(path, channels, keep16, data)
+    # a TIFF at 3 channels too goes through imread_bands, whose header check names one whose pages are bands
+    colour = channels == 3 and not keep16 and path.rpartition(".")[2].lower() not in TIFF_SUFFIXES
+    im = imread_bgr(path, data=data) if colour else imread_bands(path, channels, keep16, data)
     hw0 = im.shape[:2]
     im = resize_long_side(im, img_size, linear, capped)
     return LoadedImage(im, hw0, im.shape[:2])

@@ -19,10 +19,11 @@ from ..formats import split_format
 from ..formats.datayaml import is_dataset_yaml, load_dataset_yaml
 from ..formats.sources import fraction_cache_file, img2label_path, list_image_files, storage_for
 from ..images import failures
+from ..images.bands import ImageBandsError
 from ..images.load import ImageDecodeError, ImageSource
 from ..labels import summary
 from ..labels.cache import user_cache_dir
-from ..labels.split import SplitLabels, load_split
+from ..labels.split import SplitLabels, fit_channels, load_split
 from ..loading.tensors import Scratch
 from ..runtime.workers import guard_opencv_pool
 from ..sampling.runstate import RunState
@@ -129,7 +130,8 @@ def _progress_bar(prefix: str, enabled: bool):
 def read_labels(path, settings: Settings, prefix: str = "") -> Tuple[SplitLabels, List[str], LabelTask, int]:
     """The split's verified labels (cache or scan), its class names, the task it was read for and the
     bands of its images (``settings.images.channels``, else the dataset yaml's ``channels``, else 3), with
-    the split's summary line.  ``path``: image folder, .txt list, list of them, dataset yaml
+    the split's summary line; images whose bands do not fit are left out and named there
+    (labels.split.fit_channels).  ``path``: image folder, .txt list, list of them, dataset yaml
     (``settings.split_name`` picks), or a split of another label format (formats.py: COCO .json, Pascal
     VOC folder/list, LabelMe folder); ``settings.source.fraction`` < 1 keeps the first images in file
     order."""
@@ -149,10 +151,12 @@ def read_labels(path, settings: Settings, prefix: str = "") -> Tuple[SplitLabels
     labels = load_split(paths, cache_dir=part.cache_dir, workers=part.scan_workers, names=names or None,
                         progress=_progress_bar(prefix, summary.printing_rank()), keep_difficult=part.keep_difficult,
                         task=task.name, kpt_shape=task.kpt_shape, default_cache=default_cache)
+    channels = settings.images.channels or (spec and spec.channels) or 3
+    # the cache serves runs of any channels: the images this run cannot read are left out and named here
+    labels = fit_channels(labels, channels, settings.images.keep16)
     summary.log_split_summary(labels, prefix, path)  # every run, cache or scan (rank 0 only)
     if not len(labels.store):
         raise RuntimeError(f"{prefix}no usable images in {path}: " + "; ".join(str(p) for p in labels.problems[:5]))
-    channels = settings.images.channels or (spec and spec.channels) or 3
     return labels, labels.names or names, task, channels  # a COCO JSON's categories, VOC's object names
 
 
@@ -183,5 +187,9 @@ def open_images(labels: SplitLabels, store, settings: Settings, run: RunState, p
 
 
 def _remember_failure(cache_file, error: ImageDecodeError) -> None:
-    """An image passed the scan and cannot be decoded now: the next run leaves it out (failures.py)."""
+    """An image passed the scan and cannot be decoded now: the next run leaves it out (failures.py).  Not
+    one whose bands do not fit: that is a fact about the file and this run's channels, and the record
+    serves runs of any channels (each leaves out what does not fit it: labels.split.fit_channels)."""
+    if isinstance(error, ImageBandsError):
+        return
     failures.remember(cache_file, error.path, str(error), (error.size, error.mtime_ns))

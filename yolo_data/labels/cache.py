@@ -37,9 +37,9 @@ LOGGER = logging.getLogger("yolo_data")
 
 KIND = "labels"
 # Of the contents (4: class names; 5: a format's settings and listed images; 6: which listed images
-# the store kept; 7: image sizes as shapes_hw [h, w], no longer shapes [w, h]; 8: keypoints); the
-# container's own format is container.FORMAT.
-FORMAT_VERSION = 8
+# the store kept; 7: image sizes as shapes_hw [h, w], no longer shapes [w, h]; 8: keypoints; 9: each
+# image's bands and bits, LabelStore.bands); the container's own format is container.FORMAT.
+FORMAT_VERSION = 9
 __all__ = ["CacheError", "CacheContents", "fingerprint", "check_listing", "load", "save", "user_cache_dir",
            "folder_cache_file"]
 
@@ -275,8 +275,8 @@ def load(path: Path) -> CacheContents:
     Returns:
         CacheContents: ``store`` (the LabelStore, read-only: labels float32 (L, 5) [class, x, y, w, h]
         normalised xywh with label_offsets per image, shapes_hw int32 (n, 2) [h, w], image paths,
-        polygons, keypoints), the fingerprint it was made for, the scan's counts and problems, class
-        names, the format's settings, the listed and the kept images.
+        polygons, keypoints, bands int32 (n, 4)), the fingerprint it was made for, the scan's counts
+        and problems, class names, the format's settings, the listed and the kept images.
 
     Raises:
         FileNotFoundError: there is no file at ``path``.

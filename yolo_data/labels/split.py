@@ -5,7 +5,8 @@ label cache or scans the files and writes one (:mod:`~yolo_data.labels.loadorsca
 ranks then map exactly the file it names.  For a split in a bucket, where the nodes of a job share no
 filesystem, global rank 0 does that once for the job and hands the file's bytes to the other nodes'
 local ranks 0 (``_load_or_scan_once_per_job``); ``publish`` puts the file in the bucket beside the
-labels, where every later job finds it.
+labels, where every later job finds it.  ``fit_channels`` leaves out of a run the images whose bands
+do not fit its channels: the cache holds every image's bands, whatever the channels of a run.
 """
 from __future__ import annotations
 
@@ -13,13 +14,18 @@ import hashlib
 import json
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import List, Optional, Tuple
+
+import numpy as np
 
 from .. import distributed, formats
 from ..formats.base import SourceOptions
 from ..formats.sources import remote_cache_url
+from ..formats.problems import Problem
 from ..images import failures
+from ..images.bands import fits, misfit_message
 from ..storage import backend_for, is_url
 from . import cache
 from .loadorscan import SplitLabels, cache_candidates, cache_of_bytes, load_or_scan
@@ -27,7 +33,7 @@ from .scan import Progress
 
 LOGGER = logging.getLogger("yolo_data")
 
-__all__ = ["SplitLabels", "load_split", "publish"]
+__all__ = ["SplitLabels", "load_split", "publish", "fit_channels"]
 
 
 def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional[int] = None,
@@ -177,3 +183,40 @@ def publish(split: SplitLabels) -> str:
         raise ValueError(f"{url}: the split's label cache was not written, so there is nothing to publish")
     backend_for(url).write(url, Path(split.cache_file).read_bytes())
     return url
+
+
+def fit_channels(split: SplitLabels, channels: int, keep16: bool = False) -> SplitLabels:
+    """The split without the images a dataset of ``channels`` channels does not read (images.bands.fits
+    of each image's bands as the scan recorded them), each named in its problems (first, left out) and
+    counted in ``counts['other_bands']``; ``split`` itself when every image fits.
+
+    Args:
+        split: a split as :func:`load_split` returns it.
+        channels: the dataset's channels.
+        keep16: 16-bit samples are kept (then only 16-bit images fit).
+
+    Returns:
+        The SplitLabels of the images that fit (its store a subset of ``split.store``, in order).
+    """
+    store, rows = split.store, split.store.bands
+    if not len(rows):
+        return split
+    if (rows == rows[0]).all():  # one kind of image (the common case): one verdict for all
+        first, inverse = np.zeros(1, np.int64), np.zeros(len(rows), np.int64)
+    else:  # a few kinds: one verdict each (a sort of one int64 key: np.unique of rows is 10x slower)
+        parts = np.clip(rows, 0, 65535).astype(np.int64)  # (the verdict of a value beyond is the same)
+        key = ((parts[:, 0] << 16 | parts[:, 1]) << 16 | parts[:, 2]) << 16 | parts[:, 3]
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    infos = [store.bands_of(i) for i in first.tolist()]
+    whys = [fits(info, channels, keep16) for info in infos]
+    if all(why is None for why in whys):
+        return split
+    reasons = [None if why is None else misfit_message(info.bands, info.bits, channels, why)
+               for info, why in zip(infos, whys)]
+    drop = np.array([r is not None for r in reasons], bool)[inverse]
+    problems = [Problem(store.im_file(i), reasons[k], dropped=True)
+                for i, k in zip(np.flatnonzero(drop).tolist(), inverse[drop].tolist())]
+    sub = split.store.subset(np.flatnonzero(~drop))
+    counts = dict(split.counts, other_bands=len(problems), boxes=sub.num_boxes(), backgrounds=sub.num_backgrounds())
+    return replace(split, store=sub, counts=counts, problems=problems + list(split.problems))
+

@@ -15,11 +15,19 @@ from typing import Dict, Iterable, List, Optional, Sequence
 import numpy as np
 
 from ..formats.sources import img2label_path
+from ..images.bands import ImageBands
 from .verify import PairRecord
 
 
 def _offsets(counts: Iterable[int]) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(np.fromiter(counts, dtype=np.int64))]).astype(np.int64)
+
+
+def _band_row(info: Optional[ImageBands]) -> tuple:
+    """An image's row of ``LabelStore.bands`` (0s when unknown)."""
+    if info is None:
+        return 0, 0, 0, 0
+    return info.bands, info.bits, int(info.pages), min(info.samples, 2**31 - 1)
 
 
 def _gather(values: np.ndarray, offsets: np.ndarray, index: np.ndarray):
@@ -46,6 +54,8 @@ class LabelStore:
     (a row without a polygon owns no points).  An oriented box's four corners are its polygon.
     keypoints float32 (L, K, 3): per label row K keypoints [x, y, visibility], x and y normalised
     (K = 0 for a split without keypoints: no bytes).
+    bands int32 (n, 4): per image [bands, bits a sample, 1 when its bands are TIFF pages, samples a
+    pixel of its first page] (images.bands.ImageBands: see ``bands_of``); a row of 0s when unknown.
     """
     path_bytes: np.ndarray
     path_offsets: np.ndarray
@@ -55,10 +65,13 @@ class LabelStore:
     seg_points: np.ndarray
     seg_offsets: np.ndarray
     keypoints: Optional[np.ndarray] = None  # None: no keypoints, (L, 0, 3)
+    bands: Optional[np.ndarray] = None  # None: unknown, (n, 4) of 0s
 
     def __post_init__(self):
         if self.keypoints is None:
             self.keypoints = np.zeros((len(self.labels), 0, 3), np.float32)
+        if self.bands is None:
+            self.bands = np.zeros((len(self.shapes_hw), 4), np.int32)
         # Views handed to users must not write through into a store shared by workers and ranks.
         for f in fields(self):
             getattr(self, f.name).flags.writeable = False
@@ -90,6 +103,7 @@ class LabelStore:
             seg_offsets=_offsets(seg_counts),
             keypoints=np.concatenate([r.keypoints if r.keypoints is not None else np.zeros((len(r.labels), k, 3))
                                       for r in good] + [np.zeros((0, k, 3))]).astype(np.float32),
+            bands=np.array([_band_row(r.bands) for r in good], np.int32).reshape(-1, 4),
         )
 
     # -- serialisation helpers -------------------------------------------------------------------
@@ -114,7 +128,7 @@ class LabelStore:
                      and self.seg_points.ndim == 2 and self.seg_points.shape[1] == 2
                      and self.shapes_hw.ndim == 2 and self.shapes_hw.shape[1] == 2
                      and self.keypoints.ndim == 3 and self.keypoints.shape[0] == len(self.labels)
-                     and self.keypoints.shape[2] == 3)
+                     and self.keypoints.shape[2] == 3 and self.bands.shape == (n, 4))
         if not shapes_ok:
             raise ValueError("label store arrays have inconsistent shapes")
         for name, offsets, total in (("path_offsets", self.path_offsets, len(self.path_bytes)),
@@ -125,6 +139,8 @@ class LabelStore:
                 raise ValueError(f"{name} do not run from 0 to {total} without decreasing")
         if n and self.shapes_hw.min() < 1:
             raise ValueError("image sizes must be positive")
+        if n and self.bands.min() < 0:
+            raise ValueError("band counts and bit depths must not be negative")
         # one float64 sum is finite exactly when every value is (no temporary array of flags)
         if len(self.labels) and not (np.isfinite(self.labels.sum(dtype=np.float64))
                                      and self.labels[:, 0].min() >= 0):
@@ -198,7 +214,7 @@ class LabelStore:
         rows, _ = _gather(np.arange(len(self.labels)), self.label_offsets, index)
         seg_points, seg_offsets = _gather(self.seg_points, self.seg_offsets, rows)
         return LabelStore(path_bytes, path_offsets, self.shapes_hw[index], labels, label_offsets,
-                          seg_points, seg_offsets, self.keypoints[rows])
+                          seg_points, seg_offsets, self.keypoints[rows], self.bands[index])
 
     def keep_rows(self, keep: np.ndarray, classes: Optional[np.ndarray] = None) -> "LabelStore":
         """A new store with the same images, each keeping only its label rows where ``keep`` (L,) bool is
@@ -214,7 +230,12 @@ class LabelStore:
             labels[:, 0] = np.asarray(classes, dtype=np.float32)[rows]
         seg_points, seg_offsets = _gather(self.seg_points, self.seg_offsets, rows)
         return LabelStore(self.path_bytes, self.path_offsets, self.shapes_hw, labels, _offsets(counts),
-                          seg_points, seg_offsets, self.keypoints[rows])
+                          seg_points, seg_offsets, self.keypoints[rows], self.bands)
+
+    def bands_of(self, i: int) -> Optional[ImageBands]:
+        """Image ``i``'s bands and bits (images.bands.ImageBands, ``fmt`` empty), None when unknown."""
+        bands, bits, pages, samples = (int(v) for v in self.bands[i])
+        return ImageBands(bands, bits, bool(pages), "", samples) if bands else None
 
     def num_boxes(self) -> int:
         return len(self.labels)

@@ -113,13 +113,16 @@ def split_summary(split, prefix: str = "", data=None, show: int = SHOW_PROBLEMS)
     """(summary line, problem lines) for a :class:`~yolo_data.labels.split.SplitLabels`.
 
     ``train: 126 images, 929 boxes, 2 backgrounds, 0 corrupt, 0 warnings from labels/x.yolo_data.cache
-    (read in 0.004 s)`` or ``... 0 warnings (scanned in 1.23 s, cached in labels/x.yolo_data.cache)``.
+    (read in 0.004 s)`` or ``... 0 warnings (scanned in 1.23 s, cached in labels/x.yolo_data.cache)``;
+    ``..., 0 corrupt, 2 of other bands, ...`` when images whose bands do not fit the dataset's
+    channels were left out (labels.split.fit_channels).
     The problem lines (none when there are none) give their number, the first ``show`` of them and the
     command that lists them all (``data``: what the dataset was made from).
     """
     c = split.counts
+    other = f"{c['other_bands']:,} of other bands, " if c.get("other_bands") else ""
     line = (f"{prefix}{plural(len(split.store), 'image')}, {plural(c.get('boxes', 0), 'box')}, "
-            f"{plural(c.get('backgrounds', 0), 'background')}, {c.get('corrupt', 0):,} corrupt, "
+            f"{plural(c.get('backgrounds', 0), 'background')}, {c.get('corrupt', 0):,} corrupt, {other}"
             f"{plural(c.get('warnings', 0), 'warning')}")
     if not split.built:
         line += f" from {split.cache_file} (read in {_seconds(split.seconds)})"

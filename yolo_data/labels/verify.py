@@ -5,6 +5,11 @@ Nothing here modifies a file: a JPEG that lacks its end marker is reported, not 
 regular files are opened (labelfile.py).  JPEG and PNG are checked from their headers and marker or
 chunk structure, never decoded.  The rarer formats (TIFF, WebP, BMP, ...) are decoded once with the
 decoder used for training, so the scan keeps only what training can read.
+
+Each record also holds the image's bands and bits a sample (images.bands.ImageBands): from the header
+of a JPEG, PNG or TIFF (a few bytes of the file already open), from an unchanged decode of the other
+formats.  The record does not depend on a dataset's channels: which images fit them is decided when a
+run chooses its images (labels.split.fit_channels), so one scan serves a run of any channels.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from ..formats.labelfile import NotRegular, open_regular
 from ..formats.problems import LabelError, Problem
 from ..formats.sources import IMG_FORMATS
 from ..formats.yolotxt import YoloReader
+from ..images.bands import ImageBands, decoded_bands, image_bands
 from ..images.load import ImageReadError, imread_bgr
 # where these were imported from before each format had its module
 from ..formats.labelfile import (ASPECT_TOLERANCE, COORD_TOLERANCE, MAX_CLASS_ID, MAX_LABEL_BYTES,  # noqa: F401,E402
@@ -44,7 +50,8 @@ class PairRecord:
     [class, x, y, w, h] normalised.  ``segments``: None, or one (k, 2) float32 normalised polygon per
     label row (an empty (0, 2) array for plain box rows).  ``keypoints``: None, or (n, K, 3) float32
     [x, y, visibility] per label row, x and y normalised (pose).  ``status``: 'ok', 'missing' (no label file),
-    'empty' (label file without rows) or 'corrupt' (left out).
+    'empty' (label file without rows) or 'corrupt' (left out).  ``bands``: the image's bands and bits a
+    sample (images.bands.ImageBands), None when unknown (a header that does not parse, a corrupt pair).
     """
     im_file: str
     shape: Optional[Tuple[int, int]] = None
@@ -53,6 +60,7 @@ class PairRecord:
     keypoints: Optional[np.ndarray] = None
     status: str = "ok"
     problems: List[Problem] = field(default_factory=list)
+    bands: Optional[ImageBands] = None
 
 
 def _pread(f: BinaryIO, n: int, pos: int) -> bytes:
@@ -73,7 +81,15 @@ def image_size(im_file: str) -> Tuple[Tuple[int, int], List[str]]:
     JPEG and PNG from their headers and structure only; other formats are decoded with the training
     decoder (rare in detection datasets, and Pillow reads TIFFs that OpenCV cannot).
     """
-    warnings = []
+    shape, warnings, _ = image_facts(im_file)
+    return shape, warnings
+
+
+def image_facts(im_file: str) -> Tuple[Tuple[int, int], List[str], Optional[ImageBands]]:
+    """(h, w) and warnings as :func:`image_size` gives them, and the image's bands and bits
+    (images.bands.ImageBands; None when its header does not say and no decode is made).  Raises
+    LabelError."""
+    warnings, bands = [], None
     try:
         f, st = open_regular(im_file)
     except NotRegular as e:
@@ -113,6 +129,8 @@ def image_size(im_file: str) -> Tuple[Tuple[int, int], List[str]]:
                     warnings.append("unreadable EXIF data ignored")
         elif fmt in ("jpeg", "mpo"):
             warnings.extend(_jpeg_tail_warnings(f, st.st_size))
+        if fmt in _HEADER_ONLY:
+            bands = image_bands(f)
         if orientation in (5, 6, 7, 8):  # transposing orientations: OpenCV decodes it as h x w
             w, h = h, w
         elif orientation not in (None, 1, 2, 3, 4):
@@ -124,16 +142,27 @@ def image_size(im_file: str) -> Tuple[Tuple[int, int], List[str]]:
                 # an object in a bucket: its bytes, as training reads them; a TIFF: its bytes too, as
                 # training decodes a .tif (decode.imread_bgr: imread fails on some that imdecode takes)
                 if hasattr(f, "pread") or fmt == "tiff":
-                    h, w = imread_bgr(im_file, data=_pread(f, st.st_size, 0)).shape[:2]
+                    data = _pread(f, st.st_size, 0)
+                    h, w = imread_bgr(im_file, data=data).shape[:2]
                 else:
+                    data = None
                     fd_path = f"/proc/self/fd/{f.fileno()}"
                     h, w = imread_bgr(fd_path if os.path.exists(fd_path) else im_file).shape[:2]
             except ImageReadError:
                 raise LabelError(f"OpenCV, the decoder used for training, cannot decode this {fmt.upper()} "
                                "image (Pillow reads its header)") from None
+            bands = _other_bands(f, st.st_size, fmt, data)
     if w < MIN_IMAGE_SIDE or h < MIN_IMAGE_SIDE:
         raise LabelError(f"image size {w}x{h} is below {MIN_IMAGE_SIDE} pixels a side")
-    return (h, w), warnings
+    return (h, w), warnings, bands
+
+
+def _other_bands(f: BinaryIO, size: int, fmt: str, data: Optional[bytes]) -> Optional[ImageBands]:
+    """The bands of an image that is not JPEG or PNG: a TIFF's from its header (its bytes are at hand),
+    another format's from an unchanged decode (the training decode of a dataset of other than 1 or 3
+    channels: WebP, BMP and the like are rare, and their headers are not read here)."""
+    data = _pread(f, size, 0) if data is None else data
+    return image_bands(data) or decoded_bands(data, fmt)
 
 
 def _png_exif(f: BinaryIO, size: int) -> Optional[bytes]:
@@ -181,7 +210,7 @@ def verify_pair(im_file: str, lb_file, nc: Optional[int] = None, reader: Optiona
     rec = PairRecord(im_file=im_file)
     current = im_file
     try:
-        rec.shape, warnings = image_size(im_file)
+        rec.shape, warnings, rec.bands = image_facts(im_file)
         rec.problems += [Problem(im_file, w, dropped=False) for w in warnings]
         current = reader.describe(lb_file)
         rec.labels, rec.segments, rec.status, warnings, *points = reader.read(lb_file, rec.shape)

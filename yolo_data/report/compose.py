@@ -43,7 +43,7 @@ from .. import formats
 from ..formats.datayaml import is_dataset_yaml, load_dataset_yaml
 from ..items.task import resolve_task
 from ..labels.cache import user_cache_dir
-from ..labels.split import SplitLabels, load_split
+from ..labels.split import SplitLabels, fit_channels, load_split
 from ..labels.summary import progress_bar
 from ..sampling import balance
 from ..settings import Settings, TargetSettings
@@ -108,8 +108,9 @@ class Report:
 class _Split:
     name: str
     entry: object  # what the split names (folder, list, json, ...)
-    labels: Optional[SplitLabels]
+    labels: Optional[SplitLabels]  # the images that fit the dataset's channels
     error: Optional[str] = None
+    bands: List[dict] = field(default_factory=list)  # datastats.band_counts of every image the scan kept
 
 
 def split_cache_dir(entry, options: ReportOptions):
@@ -126,7 +127,9 @@ def split_cache_dir(entry, options: ReportOptions):
 def read_splits(data, options: ReportOptions) -> Tuple[List[_Split], List[str], object, Optional[object]]:
     """(splits, class names, the task, the yaml's DatasetSpec or None) of ``data``: every split of a
     dataset yaml, or the one split a folder, list, COCO JSON or VOC source names.  A split that cannot
-    be read at all is kept with its error (the report names it)."""
+    be read at all is kept with its error (the report names it).  Images whose bands do not fit the
+    dataset's channels (the yaml's ``channels``, else 3) are left out and named, as a training run
+    leaves them out (labels.split.fit_channels); the band counts are those of every image scanned."""
     spec = load_dataset_yaml(data) if is_dataset_yaml(data) else None
     if spec is not None and not spec.splits:
         raise ValueError(f"{data}: no train/val/test split listed")
@@ -141,11 +144,17 @@ def read_splits(data, options: ReportOptions) -> Tuple[List[_Split], List[str], 
                                 names=names or None,
                                 progress=progress_bar(f"scanning {name}", tty), task=task.name,
                                 kpt_shape=task.kpt_shape)
-            out.append(_Split(name, entry, labels))
+            found = datastats.band_counts(labels.store)
+            out.append(_Split(name, entry, fit_channels(labels, channels_of(spec)), bands=found))
             names = names or labels.names
         except (OSError, ValueError) as e:
             out.append(_Split(name, entry, None, str(e)))
     return out, names, task, spec
+
+
+def channels_of(spec) -> int:
+    """The channels of a dataset: its yaml's ``channels`` (``spec``: its DatasetSpec, or None), else 3."""
+    return (spec and spec.channels) or 3
 
 
 def _split_summary(s: _Split, nc: int, img_size: int) -> dict:
@@ -158,8 +167,9 @@ def _split_summary(s: _Split, nc: int, img_size: int) -> dict:
         "format": s.labels.kind,
         "cache_file": str(s.labels.cache_file) if s.labels.cache_file else None,
         "cache_built": bool(s.labels.built),
-        "listed": int(c["found"]), "left_out": int(c["corrupt"]), "warnings": int(c["warnings"]),
-        "missing_label_files": int(c["missing"]), "empty_label_files": int(c["empty"]),
+        "listed": int(c["found"]), "left_out": int(c["corrupt"]) + int(c.get("other_bands", 0)),
+        "warnings": int(c["warnings"]), "missing_label_files": int(c["missing"]), "empty_label_files": int(c["empty"]),
+        "other_bands": int(c.get("other_bands", 0)), "image_bands": s.bands,
         **datastats.split_figures(store, nc, img_size),
         "problems": datastats.group_problems(s.labels.problems),
     }
@@ -338,7 +348,8 @@ def make_report(data, options: ReportOptions = ReportOptions()) -> Report:
     figures = {
         "yolo_data_report": REPORT_VERSION, "yolo_data": __version__, "data": str(data),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "settings": {"img_size": options.img_size, "task": task.name, "class_balance": options.class_balance},
+        "settings": {"img_size": options.img_size, "task": task.name, "class_balance": options.class_balance,
+                     "channels": channels_of(spec)},
         "names": list(names), "splits": per_split, "classes": class_rows, "missing_classes": missing,
         "sampled": ({"split": train.name, **_sampled(train.labels.store, len(class_rows), options.class_balance)}
                     if train is not None and len(train.labels.store) else None),
@@ -350,6 +361,8 @@ def make_report(data, options: ReportOptions = ReportOptions()) -> Report:
         pictures.update(_batch_pictures(data, train, spec, names, task, options))
         pictures.update(_rare_pictures(splits, class_rows, names))
     figures["pictures"] = sorted(pictures)
+    from .plots import shown_text
+    figures["pictures_show"] = shown_text(channels_of(spec))  # what the batches' pictures show of their bands
     figures["seconds"] = round(time.perf_counter() - t0, 3)
     return Report(figures, pictures)
 

@@ -125,6 +125,24 @@ def split_figures(store: LabelStore, nc: int, img_size: int) -> dict:
     }
 
 
+def band_counts(store: LabelStore) -> List[Dict[str, int]]:
+    """[{'bands', 'bits', 'images'}]: how many images of the split have each band count and bit depth
+    (the scan's record: labels.store.LabelStore.bands; 0 and 0 where it could not tell), most images
+    first."""
+    rows = store.bands[:, :2]
+    if not len(rows):
+        return []
+    kinds, counts = np.unique(rows, axis=0, return_counts=True)
+    order = np.lexsort((kinds[:, 1], kinds[:, 0], -counts))
+    return [{"bands": int(kinds[i, 0]), "bits": int(kinds[i, 1]), "images": int(counts[i])} for i in order]
+
+
+def bands_text(rows: Sequence[Dict[str, int]]) -> str:
+    """band_counts as one line: '3 bands, 8-bit: 126; 1 band, 8-bit: 2'."""
+    return "; ".join((f"{r['bands']} band{'s' * (r['bands'] != 1)}, {r['bits']}-bit" if r["bands"] else "unknown")
+                     + f": {r['images']:,}" for r in rows)
+
+
 def imbalance(instances: Sequence[int], names: Sequence[str]) -> Optional[dict]:
     """The commonest and rarest class present (by instances) and their ratio; None without labels."""
     counts = np.asarray(instances, np.int64)

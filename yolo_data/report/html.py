@@ -110,6 +110,23 @@ def _splits(f: dict) -> str:
     return _table(head, rows)
 
 
+def _bands(f: dict) -> str:
+    """Images by band count and bit depth in each split (every image the scan kept), and the dataset's
+    channels: images of other bands are left out and named under Problems."""
+    rows = []
+    for name, s in f["splits"].items():
+        for r in s.get("image_bands", []):
+            rows.append([e(name), _n(r["bands"]) if r["bands"] else "unknown", f"{r['bits']}-bit" if r["bits"] else "",
+                         _n(r["images"])])
+    if not rows:
+        return '<p class="muted">No image scanned.</p>'
+    channels = f["settings"].get("channels", 3)
+    left = sum(s.get("other_bands", 0) for s in f["splits"].values())
+    note = (f"<p>The dataset has channels: {channels}"
+            + (f"; {plural(left, 'image')} of other bands left out (see Problems)." if left else ".") + "</p>")
+    return _table(["split", "bands", "bit depth", "images"], rows) + note
+
+
 def _cache(s: dict) -> str:
     if not s["cache_file"]:
         return "not written"
@@ -223,6 +240,8 @@ def _pictures(f: dict, images: Dict[str, str]) -> str:
     batches = [k for k in f.get("pictures", []) if k.startswith("batch")]
     if batches:
         out.append("<h3>Training batches as the loader makes them</h3>")
+        if f.get("pictures_show"):
+            out.append(f'<p class="muted">The pictures show {e(f["pictures_show"])}.</p>')
         out += [f'<img class="pic" alt="training {e(k)}" src="{images[k]}">' for k in batches if k in images]
     rare = [k for k in f.get("pictures", []) if k.startswith("class")]
     if rare:
@@ -247,6 +266,7 @@ def render(figures: dict, images: Optional[Dict[str, str]] = None) -> str:
         f"sizes at img_size {st['img_size']} · {len(f['names'])} classes · made in {f['seconds']:.1f} s</div>"
         f"<h2 id='findings'>Findings</h2>{_findings(f)}"
         f"<h2 id='splits'>Splits</h2>{_splits(f)}"
+        f"<h2 id='bands'>Bands</h2>{_bands(f)}"
         f"<h2 id='problems'>Problems</h2>{_problems(f)}"
         f"<h2 id='classes'>Classes</h2>{_classes(f)}"
         f"<h2 id='duplicates'>Duplicates and leakage</h2>{_duplicates(f)}"

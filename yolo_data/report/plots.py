@@ -58,12 +58,30 @@ def shown(img: np.ndarray) -> np.ndarray:
     """(H, W, 3) uint8 BGR to draw of a (C, H, W) uint8 batch image: RGB as it is, one band as gray,
     and of any other number the first three bands as blue, green and red (the order OpenCV stores
     colour in: a false-colour picture of a multi-band image), a single band twice more for two."""
-    bands = img.shape[0]
+    return np.ascontiguousarray(img[_picked(img.shape[0])].transpose(1, 2, 0))
+
+
+def _picked(bands: int) -> list:
+    """The bands shown as blue, green and red of a picture of an image of ``bands`` bands."""
     if bands == 3:
-        picked = [2, 1, 0]  # RGB -> BGR
-    else:
-        picked = [min(k, bands - 1) if bands > 1 else 0 for k in (0, 1, 2)]
-    return np.ascontiguousarray(img[picked].transpose(1, 2, 0))
+        return [2, 1, 0]  # RGB -> BGR
+    return [min(k, bands - 1) if bands > 1 else 0 for k in (0, 1, 2)]
+
+
+def shown_text(bands: int) -> str:
+    """What a picture drawn by ``shown`` of an image of ``bands`` bands shows, in words: 'colour',
+    'one band as gray', or e.g. 'false colour of 10 bands: band 1 as blue, band 2 as green, band 3 as
+    red' (bands counted from 1)."""
+    if bands == 3:
+        return "colour"
+    if bands == 1:
+        return "one band as gray"
+    picked = _picked(bands)
+    colours = {}
+    for band, colour in zip(picked, ("blue", "green", "red")):
+        colours.setdefault(band, []).append(colour)
+    return (f"false colour of {bands} bands: "
+            + ", ".join(f"band {b + 1} as {' and '.join(c)}" for b, c in colours.items()))
 
 
 def instance_strip(objects: Sequence, cls: int, tile: int = 112, margin: float = 0.15) -> Optional[np.ndarray]:
