@@ -1,5 +1,6 @@
 """build_loader's parts: the dataset receives what the composition root assembled, and a caller's own
 mapper or sampler takes the place of the built one."""
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -65,8 +66,14 @@ def test_a_custom_mapper_makes_images_of_the_datasets_channels(small_dataset, tm
     loader = build_loader(str(small_dataset), settings(tmp_path, workers=0, channels=1), mapper=gray)
     imgs = next(iter(loader))[0]
     assert imgs.shape == (2, 1, 8, 8) and imgs[:, 0, 0, 0].tolist() == [0, 1]
-    loader = build_loader(str(small_dataset), settings(tmp_path / "c16", workers=0, channels=1, keep16=True),
-                          mapper=gray)
+    deep = tmp_path / "deep"  # 16-bit gray PNGs, as keep16 reads (an 8-bit image would be left out)
+    for k in range(2):
+        (deep / "images" / "train").mkdir(parents=True, exist_ok=True)
+        (deep / "labels" / "train").mkdir(parents=True, exist_ok=True)
+        cv2.imwrite(str(deep / "images" / "train" / f"{k}.png"), np.full((32, 48), 1000 * k + 7, np.uint16))
+        (deep / "labels" / "train" / f"{k}.txt").write_text("0 0.5 0.5 0.2 0.2\n")
+    (deep / "data.yaml").write_text("path: .\ntrain: images/train\nnames: [a]\nchannels: 1\n")
+    loader = build_loader(str(deep / "data.yaml"), settings(tmp_path / "c16", workers=0, keep16=True), mapper=gray)
     with pytest.raises(TypeError, match=r"img must be a uint16 \(1, H, W\) CPU tensor \(the dataset has 1 "
                                         r"channels\), got torch.uint8 \(1, 8, 8\)"):
         next(iter(loader))
@@ -75,8 +82,7 @@ def test_a_custom_mapper_makes_images_of_the_datasets_channels(small_dataset, tm
         img, targets, path, shapes = gray(item, key)
         return img.to(torch.int32).mul(257).to(torch.uint16), targets, path, shapes
 
-    loader = build_loader(str(small_dataset), settings(tmp_path / "c16", workers=0, channels=1, keep16=True),
-                          mapper=gray16)
+    loader = build_loader(str(deep / "data.yaml"), settings(tmp_path / "c16", workers=0, keep16=True), mapper=gray16)
     imgs = next(iter(loader))[0]
     assert imgs.dtype == torch.uint16 and imgs[:, 0, 0, 0].tolist() == [0, 257]
     loader = build_loader(str(small_dataset), settings(tmp_path, workers=0, channels=1), mapper=marked)

@@ -24,6 +24,8 @@ def store():
 class Solid:
     """An ImageSource stand-in: image i is filled with the value 10 * (i + 1), at long side img_size."""
 
+    channels, keep16 = 3, False  # colour images of 8 bits, as an ImageSource of a colour dataset
+
     def __init__(self, st, img_size):
         self.st, self.img_size, self.calls = st, img_size, []
 
