@@ -1,5 +1,6 @@
-"""Datasets of any number of bands for the per-band gain and offset tests (tests/augment/test_band_gains.py,
-tests/device/test_band_gains_on_device.py): written into a folder, their first training batches."""
+"""Datasets of any number of bands for the tests of other channels (tests/augment/test_band_gains.py,
+tests/device/test_band_gains_on_device.py, tests/items/test_band_datasets.py, test_sixteen_bit_datasets.py):
+an image of C bands written as a file, datasets of them, their first training batches."""
 from __future__ import annotations
 
 import hashlib
@@ -20,6 +21,16 @@ LABELS = "0 0.5 0.5 0.3 0.4\n1 0.3 0.3 0.2 0.2\n"
 HYP = dict(mixup=0.5, flipud=0.5)
 
 
+def write_bands(path: Path, img: np.ndarray) -> None:
+    """``img`` (h, w, C) uint8 or uint16: more than 4 bands as a multi-page TIFF (one page a band), else
+    the format the suffix names (1 band as a gray image)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if img.shape[2] > 4:
+        assert cv2.imwritemulti(str(path), [img[:, :, k] for k in range(img.shape[2])])
+    else:
+        assert cv2.imwrite(str(path), img[:, :, 0] if img.shape[2] == 1 else img)
+
+
 def band_dataset(root: Path, channels: int, n: int = 8) -> Path:
     """``n`` images of ``channels`` bands (PNG for 3, multi-page TIFF for more), two boxes each, and a
     data yaml saying the channels."""
@@ -28,10 +39,7 @@ def band_dataset(root: Path, channels: int, n: int = 8) -> Path:
     (root / "labels").mkdir(parents=True)
     for i in range(n):
         img = rng.integers(0, 256, (40 + 4 * i, 56, channels), dtype=np.uint8)
-        if channels == 3:
-            assert cv2.imwrite(str(root / "images" / f"{i}.png"), img)
-        else:
-            assert cv2.imwritemulti(str(root / "images" / f"{i}.tif"), [img[:, :, k] for k in range(channels)])
+        write_bands(root / "images" / f"{i}.{'png' if channels == 3 else 'tif'}", img)
         (root / "labels" / f"{i}.txt").write_text(LABELS)
     (root / "data.yaml").write_text(f"path: .\ntrain: images\nval: images\nnames: [a, b]\nchannels: {channels}\n")
     return root / "data.yaml"

@@ -14,17 +14,9 @@ import torch
 from yolo_data import Settings, create_dataloader
 from yolo_data.build import build_loader
 from yolo_data.images.bands import imread_bands
+from banddata import write_bands as write
 
 LABELS = "0 0.5 0.5 0.3 0.4\n1 0.3 0.3 0.2 0.2\n"
-
-
-def write(path: Path, img: np.ndarray) -> None:
-    """``img`` (h, w, C) uint8: a 10-band image as a multi-page TIFF (one page a band), others by suffix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if img.shape[2] > 4:
-        assert cv2.imwritemulti(str(path), [img[:, :, k] for k in range(img.shape[2])])
-    else:
-        assert cv2.imwrite(str(path), img[:, :, 0] if img.shape[2] == 1 else img)
 
 
 def dataset(root: Path, channels: int, n: int = 10, yaml_channels=True, bands=None) -> Path:

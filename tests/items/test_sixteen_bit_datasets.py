@@ -16,18 +16,10 @@ import torch
 from yolo_data import Settings
 from yolo_data.build import build_loader
 from yolo_data.geometry.shapes import letterbox_plan
+from banddata import write_bands as write
 
 LABELS = "0 0.5 0.5 0.3 0.4\n1 0.3 0.3 0.2 0.2\n"
 KINDS = {"gray": 1, "colour": 3, "bgra": 4, "pages": 5}  # what the files hold -> the dataset's channels
-
-
-def write(path: Path, img: np.ndarray) -> None:
-    """(h, w, C) uint16 or uint8: more than 4 bands as a multi-page TIFF (one page a band), else a PNG."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if img.shape[2] > 4:
-        assert cv2.imwritemulti(str(path), [img[:, :, k] for k in range(img.shape[2])])
-    else:
-        assert cv2.imwrite(str(path), img[:, :, 0] if img.shape[2] == 1 else img)
 
 
 def read(path: str) -> np.ndarray:
