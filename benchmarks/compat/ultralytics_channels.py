@@ -34,6 +34,7 @@ import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data wit
 
 sys.path.insert(0, str(common.GENERATORS))
 from make_channels import copy_channels  # noqa: E402
+from ultralytics_plugin import compare_inputs  # noqa: E402  (beside this script)
 
 
 def band_copies(source: Path, tmp: Path, channels, limit: int) -> dict:
@@ -53,47 +54,6 @@ def band_copies(source: Path, tmp: Path, channels, limit: int) -> dict:
         out[c] = src.parent / "abs.yaml"
         out[c].write_text(yaml.safe_dump(doc, sort_keys=False))
     return out
-
-
-def compare_inputs(data: Path, imgsz: int, batch: int) -> str:
-    """Ultralytics' validation loader and the plug-in's on ``data``'s val split, item by item (matched by
-    file), as one line."""
-    import numpy as np
-    from ultralytics.cfg import get_cfg
-    from ultralytics.data import build_dataloader, build_yolo_dataset
-    from ultralytics.data.utils import check_det_dataset
-    from yolo_data.integrations.ultralytics_args import loader_settings
-    from yolo_data.integrations.ultralytics_loader import create_loader
-    with common.library_output(False):
-        cfg = get_cfg(overrides={"imgsz": imgsz, "rect": True, "batch": batch})
-        spec = check_det_dataset(str(data))
-        theirs = build_dataloader(build_yolo_dataset(cfg, spec["val"], batch, spec, mode="val", stride=32),
-                                  batch, 0, shuffle=False)
-        ours = create_loader(spec["val"], loader_settings(cfg, "val", batch, 32, workers=0, data=spec))
-
-    def items(loader):
-        out = {}
-        for b in loader:
-            for i, f in enumerate(b["im_file"]):
-                k = b["batch_idx"] == i
-                out[f] = (b["img"][i].numpy(), b["cls"][k].numpy(), b["bboxes"][k].numpy(), tuple(b["ori_shape"][i]),
-                          b["ratio_pad"][i])
-        return out
-
-    t, o = items(theirs), items(ours)
-    ours.close()
-    if set(t) != set(o):
-        return f"different files ({len(set(t) ^ set(o))} differ)"
-    bands = sorted({int(v[0].shape[0]) for v in list(t.values()) + list(o.values())})
-    dtypes = sorted({str(v[0].dtype) for v in list(t.values()) + list(o.values())})
-    px = sum(not np.array_equal(t[f][0], o[f][0]) for f in t)
-    cls = sum(not np.array_equal(t[f][1], o[f][1]) for f in t)
-    box = max(float(np.abs(t[f][2] - o[f][2]).max(initial=0)) for f in t)
-    shp = sum(t[f][3] != o[f][3] for f in t)
-    rp = sum(not (np.allclose(t[f][4][0], o[f][4][0], rtol=0, atol=1e-12) and tuple(t[f][4][1]) == tuple(o[f][4][1]))
-             for f in t)
-    return (f"{len(t)} images of {'/'.join(map(str, bands))} bands {'/'.join(dtypes)}: pixels differ in {px}, "
-            f"classes in {cls}, ori_shape in {shp}, ratio_pad in {rp}; largest box difference {box:.2e}")
 
 
 def train_one_epoch(data: Path, channels: int, tmp: Path, a) -> str:

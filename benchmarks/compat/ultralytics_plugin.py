@@ -73,21 +73,22 @@ def validate(weights: Path, data: Path, validator, a):
     return {k: float(m.results_dict[k]) for k in METRICS}, time.perf_counter() - t
 
 
-def compare_inputs(data: Path, a) -> str:
-    """Ultralytics' validation dataset and ours, item by item (matched by file): pixels, boxes, classes,
-    ori_shape, ratio_pad."""
+def compare_inputs(data: Path, imgsz: int, batch: int, verbose: bool = False) -> str:
+    """Ultralytics' validation loader and the plug-in's on ``data``'s val split, item by item (matched by
+    file), as one line: the images' bands and dtype, then how many differ in pixels, classes, ori_shape
+    and ratio_pad, and the largest box difference (normalised xywh)."""
     import numpy as np
     from ultralytics.cfg import get_cfg
     from ultralytics.data import build_dataloader, build_yolo_dataset
     from ultralytics.data.utils import check_det_dataset
     from yolo_data.integrations.ultralytics_args import loader_settings
     from yolo_data.integrations.ultralytics_loader import create_loader
-    with common.library_output(a.verbose):
-        cfg = get_cfg(overrides={"imgsz": a.imgsz, "rect": True, "batch": a.batch})
+    with common.library_output(verbose):
+        cfg = get_cfg(overrides={"imgsz": imgsz, "rect": True, "batch": batch})
         spec = check_det_dataset(str(data))
-        theirs = build_dataloader(build_yolo_dataset(cfg, spec["val"], a.batch, spec, mode="val", stride=32),
-                                  a.batch, 0, shuffle=False)
-        ours = create_loader(spec["val"], loader_settings(cfg, "val", a.batch, 32, workers=0))
+        theirs = build_dataloader(build_yolo_dataset(cfg, spec["val"], batch, spec, mode="val", stride=32),
+                                  batch, 0, shuffle=False)
+        ours = create_loader(spec["val"], loader_settings(cfg, "val", batch, 32, workers=0, data=spec))
 
     def items(loader):
         out = {}
@@ -99,17 +100,19 @@ def compare_inputs(data: Path, a) -> str:
         return out
 
     t, o = items(theirs), items(ours)
+    ours.close()
     if set(t) != set(o):
         return f"different files ({len(set(t) ^ set(o))} differ)"
+    bands = sorted({int(v[0].shape[0]) for v in list(t.values()) + list(o.values())})
+    dtypes = sorted({str(v[0].dtype) for v in list(t.values()) + list(o.values())})
     px = sum(not np.array_equal(t[f][0], o[f][0]) for f in t)
     cls = sum(not np.array_equal(t[f][1], o[f][1]) for f in t)
     box = max(float(np.abs(t[f][2] - o[f][2]).max(initial=0)) for f in t)
     shp = sum(t[f][3] != o[f][3] for f in t)
     rp = sum(not (np.allclose(t[f][4][0], o[f][4][0], rtol=0, atol=1e-12) and tuple(t[f][4][1]) == tuple(o[f][4][1]))
              for f in t)
-    ours.close()
-    return (f"{len(t)} images: pixels differ in {px}, classes in {cls}, ori_shape in {shp}, ratio_pad in {rp}; "
-            f"largest box difference {box:.2e} (normalised xywh)")
+    return (f"{len(t)} images of {'/'.join(map(str, bands))} bands {'/'.join(dtypes)}: pixels differ in {px}, "
+            f"classes in {cls}, ori_shape in {shp}, ratio_pad in {rp}; largest box difference {box:.2e}")
 
 
 def ddp_probe() -> str:
@@ -187,7 +190,7 @@ def main() -> None:
     print(f"  {'DetectionValidator':22s}" + "".join(f"{theirs[k]:22.6f}" for k in METRICS) + f"{t1:10.1f}")
     print(f"  {'YoloDataValidator':22s}" + "".join(f"{ours[k]:22.6f}" for k in METRICS) + f"{t2:10.1f}")
     print(f"  identical: {theirs == ours}")
-    print(f"  inputs: {compare_inputs(data, a)}")
+    print(f"  inputs: {compare_inputs(data, a.imgsz, a.batch, a.verbose)}")
 
     print("\n(c) DDP with 2 CPU processes")
     print(f"  {ddp_probe()}")
