@@ -33,7 +33,7 @@ sys.path.insert(0, str(HERE.parent))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 
 sys.path.insert(0, str(common.GENERATORS))
-from make_channels import copy_channels  # noqa: E402
+from make_channels import channel_copies  # noqa: E402
 from ultralytics_plugin import compare_inputs  # noqa: E402  (beside this script)
 
 
@@ -41,12 +41,7 @@ def band_copies(source: Path, tmp: Path, channels, limit: int) -> dict:
     """{C: yaml} of copies of ``source`` with C channels (make_channels), their yamls with an absolute
     ``path`` (Ultralytics resolves a relative one against its datasets folder, not the yaml's)."""
     import yaml
-    out, made = {}, {}
-    for c in channels:  # each call writes a grayscale copy too: the first one serves
-        if c not in made:
-            gray, bands = copy_channels(source, tmp / f"c{c}", bands=max(c, 2), limit=limit)
-            made.setdefault(1, gray)
-            made[max(c, 2)] = bands
+    out, made = {}, channel_copies(source, tmp, channels, limit)
     for c in channels:
         src = made[c]
         doc = yaml.safe_load(src.read_text())

@@ -29,7 +29,7 @@ sys.path.insert(0, str(HERE.parent))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 
 sys.path.insert(0, str(common.GENERATORS))
-from make_channels import copy_channels  # noqa: E402
+from make_channels import channel_copies  # noqa: E402
 
 
 def train_epoch(data: Path, channels: int, a) -> str:
@@ -99,12 +99,7 @@ def main() -> None:
     logging.getLogger("yolov5").setLevel(logging.ERROR)
     t0 = time.perf_counter()
     source = a.source or common.dataset("coco128")
-    copies = {}
-    for c in sorted(a.channels, reverse=True):  # each call writes a grayscale copy too: the first one serves
-        if c not in copies:
-            gray, bands = copy_channels(source, tmp / f"c{c}", bands=max(c, 2), limit=a.limit)
-            copies.setdefault(1, gray)
-            copies[max(c, 2)] = bands
+    copies = channel_copies(source, tmp, a.channels, a.limit)
     with common.library_output(a.verbose):  # its log handlers keep the stream they find at import
         import yolov5
         import yolov5.models.yolo  # noqa: F401

@@ -28,7 +28,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import List
+from typing import Dict, List
 
 import cv2
 import numpy as np
@@ -103,6 +103,17 @@ def copy_channels(source: Path, out: Path, bands: int = 10, limit: int = 0, gray
         folder.mkdir(parents=True, exist_ok=True)
         written[-1].write_text(yaml.safe_dump(doc, sort_keys=False))
     return written
+
+
+def channel_copies(source: Path, out: Path, channels, limit: int = 0) -> Dict[int, Path]:
+    """{C: yaml} of a copy of ``source`` for each C of ``channels`` (1: the grayscale copy; any other but
+    3, which is the colour original: the C-band copy), each written once under ``out/c<C>``."""
+    copies: Dict[int, Path] = {}
+    for c in sorted(set(channels)):
+        if c == 3 or c < 1:
+            raise ValueError(f"channels {c}: 1 (grayscale) or 2 and more but 3 (the colour original is the source)")
+        copies[c] = copy_channels(source, out / f"c{c}", bands=0 if c == 1 else c, limit=limit, gray=c == 1)[0]
+    return copies
 
 
 def main() -> None:

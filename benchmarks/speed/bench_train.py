@@ -266,12 +266,9 @@ def with_channels(sources: List[Source], channels, out: Path) -> List[Source]:
     result = []
     for src in sources:
         result.append(src)
-        root = src.images.parents[1]  # <root>/images/<split>
-        for n in channels:
-            if n == 3:
-                continue
-            log(f"writing the {n}-channel copy of {src.name} ...")
-            yaml_path = make_channels.copy_channels(root, out, bands=0 if n == 1 else n, gray=n == 1)[0]
+        log(f"writing the {', '.join(map(str, channels))}-channel copies of {src.name} ...")
+        copies = make_channels.channel_copies(src.images.parents[1], out / src.name, [n for n in channels if n != 3])
+        for n, yaml_path in copies.items():
             result.append(source_from_yaml(f"{src.name}-{'gray' if n == 1 else f'{n}band'}", yaml_path, link=True))
     return result
 
