@@ -128,6 +128,8 @@ def split_summary(split, prefix: str = "", data=None, show: int = SHOW_PROBLEMS)
         line += f" from {split.cache_file} (read in {_seconds(split.seconds)})"
     elif split.cache_file is not None:
         line += f" (scanned in {_seconds(split.seconds)}, cached in {split.cache_file})"
+    elif not split.on_disk:
+        line += f" (scanned in {_seconds(split.seconds)}; kept in memory: the source has no fingerprint)"
     else:
         line += f" (scanned in {_seconds(split.seconds)}; the label cache could not be written)"
     problems = split.problems

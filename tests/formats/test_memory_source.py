@@ -1,0 +1,199 @@
+"""In-memory sources (formats/memory.py): the bundled sample's images and labels held in memory, as encoded
+bytes and as decoded arrays, give the batches of the same data as YOLO .txt files on disk: evaluation bit
+for bit, training with the same seed (mosaic on, 0 and 2 workers), the RAM image cache, class balance,
+resume and DDP; a 1-channel source; a source that gives the wrong thing is named with what was wrong.
+"""
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from procs import init, run
+from yolo_data import ItemSource, MemorySource, create_dataloader
+from yolo_data.build import build_loader
+from yolo_data.formats.memory import MemoryBackend
+from yolo_data.formats.yolotxt import YoloReader
+from yolo_data.settings import Settings
+
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
+NAMES = ["circle", "rectangle", "triangle"]
+
+
+@pytest.fixture(scope="module")
+def on_disk(tmp_path_factory) -> Path:
+    """The sample's train split copied into a temp folder (its label cache is written there)."""
+    root = tmp_path_factory.mktemp("sample")
+    shutil.copytree(SAMPLE / "images" / "train", root / "images" / "train")
+    shutil.copytree(SAMPLE / "labels" / "train", root / "labels" / "train")
+    return root / "images" / "train"
+
+
+@pytest.fixture(scope="module")
+def as_png(on_disk, tmp_path_factory) -> Path:
+    """The same split with each JPEG decoded and written as PNG: the files a source of decoded arrays
+    equals (training decodes a large JPEG file at a reduced scale, which decoded pixels cannot be)."""
+    root = tmp_path_factory.mktemp("sample_png")
+    shutil.copytree(on_disk.parents[1] / "labels", root / "labels")
+    (root / "images" / "train").mkdir(parents=True)
+    for p in on_disk.iterdir():
+        cv2.imwrite(str(root / "images" / "train" / (p.stem + ".png")), cv2.imread(str(p)))
+    return root / "images" / "train"
+
+
+def held(images: Path, arrays: bool = False, flags: int = cv2.IMREAD_COLOR, **kw) -> MemorySource:
+    """The split of ``images`` in memory: each image's bytes (or its decoded array) and its labels and
+    polygons as the YOLO reader reads its .txt file (no label file: an empty (0, 5) array)."""
+    pixels, labels = [], []
+    for p in sorted(images.iterdir()):
+        data = p.read_bytes()
+        im = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
+        lb = images.parents[1] / "labels" / images.name / (p.stem + ".txt")
+        rows, segments = YoloReader(len(NAMES)).read(str(lb), im.shape[:2])[:2]
+        labels.append(rows if segments is None else (rows, segments))  # the triangles' rows are polygons
+        pixels.append(im if arrays else data)
+    return MemorySource(pixels, labels, NAMES, **kw)
+
+
+def batches(path, workers=0, epochs=1, **kw):
+    loader, ds = create_dataloader(path, 64, 4, 32, workers=workers, **kw)
+    return [[(imgs, targets) for imgs, targets, _, _ in loader] for _ in range(epochs)], ds
+
+
+def same(a, b):
+    assert len(a) == len(b) and all(len(x) == len(y) for x, y in zip(a, b))
+    for ea, eb in zip(a, b):
+        for (ia, ta), (ib, tb) in zip(ea, eb):
+            assert ia.dtype == ib.dtype == torch.uint8 and torch.equal(ia, ib)
+            assert torch.equal(ta, tb)
+
+
+@pytest.mark.parametrize("arrays", [False, True], ids=["bytes", "arrays"])
+def test_evaluation_batches_equal_those_of_the_same_files_bit_for_bit(on_disk, arrays):
+    src = held(on_disk, arrays)
+    assert isinstance(src, ItemSource)
+    got, ds = batches(src)
+    want, files = batches(str(on_disk))
+    same(got, want)
+    assert ds.split_labels.kind == "memory" and ds.split_labels.cache_file is None  # no fingerprint: not on disk
+    assert ds.im_files[0] == f"{ds.path}/0.{'png' if arrays else 'jpg'}" and ds.path.startswith("memory://")
+    assert ds.split_labels.counts["boxes"] == files.split_labels.counts["boxes"] == 44
+
+
+@pytest.mark.parametrize("arrays", [False, True], ids=["bytes", "arrays"])
+def test_training_batches_with_mosaic_equal_those_of_the_files_with_0_and_2_workers(on_disk, as_png, arrays):
+    kw = dict(augment=True, shuffle=True, seed=7, epochs=2)
+    files = as_png if arrays else on_disk
+    want, _ = batches(str(files), **kw)
+    for workers in (0, 2):
+        got, ds = batches(held(files, arrays), workers=workers, **kw)
+        assert ds.mosaic
+        same(got, want)
+
+
+def test_a_ram_image_cache_and_class_balance_work_on_a_source(as_png):
+    kw = dict(augment=True, shuffle=True, seed=5, class_balance=0.5, epochs=2)
+    want, files = batches(str(as_png), **kw)
+    got, ds = batches(held(as_png, arrays=True), cache="ram", workers=2, **kw)
+    assert ds.images.cache is not None and ds.images.cache.ok.all()
+    same(got, want)
+    assert files.__len__() == ds.__len__()
+
+
+def test_resume_gives_the_remaining_batches(on_disk):
+    def make(workers=0):
+        return create_dataloader(held(on_disk), 64, 4, 32, augment=True, shuffle=True, seed=2, workers=workers)[0]
+
+    def steps(loader):  # each source is its own id: its items compared by index
+        return [([f.rpartition("/")[2] for f in p], i.sum().item()) for i, _, p, _ in loader]
+
+    ref = steps(make())
+    loader = make()
+    it = iter(loader)
+    next(it)
+    state = json.loads(json.dumps(loader.state_dict()))
+    resumed = make(workers=2)
+    resumed.load_state_dict(state)
+    assert steps(resumed) == ref[1:]
+
+
+def test_a_fingerprint_keeps_the_label_cache_and_the_disk_image_cache(on_disk, user_cache_dir):
+    first, ds = batches(held(on_disk, fingerprint="sample v1"), cache="disk")
+    assert ds.split_labels.built and ds.split_labels.cache_file.is_relative_to(user_cache_dir)
+    again, ds = batches(held(on_disk, fingerprint="sample v1"), cache="disk")
+    assert not ds.split_labels.built  # found again in a later run (the same id: the fingerprint's)
+    same(first, again)
+    _, ds = batches(held(on_disk, fingerprint="sample v2"))
+    assert ds.split_labels.built  # another fingerprint: scanned anew
+    with pytest.raises(ValueError, match="without a fingerprint.*cache='ram'"):
+        batches(held(on_disk), cache="disk")
+
+
+def test_a_one_channel_source_gives_the_batches_of_its_grayscale_files(on_disk, tmp_path):
+    gray = tmp_path / "images" / "train"
+    gray.mkdir(parents=True)
+    shutil.copytree(on_disk.parents[1] / "labels", tmp_path / "labels")
+    for p in on_disk.iterdir():
+        cv2.imwrite(str(gray / (p.stem + ".png")), cv2.imread(str(p), cv2.IMREAD_GRAYSCALE))
+    src = held(gray, arrays=True, flags=cv2.IMREAD_GRAYSCALE)
+    assert src.image(0).ndim == 2
+    got, _ = batches(src, channels=1, augment=True, shuffle=True, seed=1)
+    want, _ = batches(str(gray), channels=1, augment=True, shuffle=True, seed=1)
+    assert got[0][0][0].shape[1] == 1
+    same(got, want)
+
+
+def test_a_source_giving_the_wrong_thing_is_named_with_what_was_wrong(on_disk):
+    src = held(on_disk, arrays=True)
+    src.images[1] = src.images[1].astype(np.float32)
+    src._labels[2] = np.zeros((1, 5), np.float64)
+    src._shapes = [src.shape(i) for i in range(len(src))]
+    src._shapes[3] = (7, 9)
+    _, ds = batches(src)
+    found = {p.file.rpartition("/")[2].split(" ")[0]: p.reason for p in ds.split_labels.problems}
+    assert "(h, w) or (h, w, C) uint8 or uint16" in found["1.png"] and "float32" in found["1.png"]
+    assert "item 1 of MemorySource" in found["1.png"]
+    assert "(n, 5) float32" in found["2.png"] and "float64" in found["2.png"]
+    assert "shape(3) is (7, 9)" in found["3.png"]
+    assert len(ds) == len(src) - 3
+
+
+def test_a_spawned_worker_gets_a_picklable_source_and_a_clear_refusal_of_another(on_disk):
+    loader, ds = create_dataloader(held(on_disk), 64, 4, 32, workers=0)
+    backend = ds.images.storage.backend_for(ds.im_files[0])
+    copy = pickle.loads(pickle.dumps(backend))  # what a spawned worker gets with the dataset's storage
+    assert copy.read(ds.im_files[0]) == backend.read(ds.im_files[0])
+    backend.sources["x"] = lambda: None
+    with pytest.raises(TypeError, match=r"cannot be pickled into a spawned DataLoader worker.*'fork'"):
+        pickle.dumps(backend)
+
+
+def _rank_worker(rank, world, port, images, out_dir):
+    init(rank, world, port)
+    try:
+        settings = Settings.training(img_size=64, batch_size=2, stride=32, seed=4, workers=0)
+        loader = build_loader(held(Path(images)), settings, rank=rank)
+        Path(out_dir, f"{rank}.json").write_text(json.dumps([list(p) for _, _, p, _ in loader]))
+    finally:
+        import torch.distributed as dist
+        dist.destroy_process_group()
+
+
+def test_two_ranks_get_disjoint_shares_of_the_same_global_order(on_disk, tmp_path):
+    settings = Settings.training(img_size=64, batch_size=4, stride=32, seed=4, workers=0)
+    want = [list(p) for _, _, p, _ in build_loader(held(on_disk), settings)]
+    run(_rank_worker, 2, str(on_disk), str(tmp_path))
+    ranks = [json.loads(Path(tmp_path, f"{r}.json").read_text()) for r in range(2)]
+    assert len(ranks[0]) == len(ranks[1]) == len(want)
+    ids = {f.rpartition("/")[0] for r in ranks for step in r for f in step}
+    assert len(ids) == 1  # the ranks name the source alike (then a label cache's key, a store's, agree)
+
+    def items(paths):
+        return [f.rpartition("/")[2] for f in paths]
+
+    for p0, p1, w in zip(ranks[0], ranks[1], want):
+        assert items(p0) + items(p1) == items(w) and not set(p0) & set(p1)
