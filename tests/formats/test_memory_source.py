@@ -197,3 +197,22 @@ def test_two_ranks_get_disjoint_shares_of_the_same_global_order(on_disk, tmp_pat
 
     for p0, p1, w in zip(ranks[0], ranks[1], want):
         assert items(p0) + items(p1) == items(w) and not set(p0) & set(p1)
+
+
+def test_the_ultralytics_data_string_names_both_sources_and_their_names(on_disk):
+    from yolo_data.integrations.ultralytics_args import memory_data, remote_dataset
+    train, val = held(on_disk), held(on_disk)
+    data = memory_data(train, val, channels=3)
+    assert data.startswith("memory://") and "?val=" in data
+    got = remote_dataset(data)
+    assert got["names"] == dict(enumerate(NAMES)) and got["nc"] == 3 and got["channels"] == 3
+    assert (got["train"], got["val"]) == (f"memory://{data.split('//')[1].split('?')[0]}", entry_of_val(data))
+    del train, val  # Ultralytics keeps only the string: the sources stay named by it
+    loader, ds = create_dataloader(got["val"], 64, 4, 32, workers=0)
+    assert len(ds) == 16
+    with pytest.raises(TypeError, match="in-memory sources"):
+        memory_data(str(on_disk))
+
+
+def entry_of_val(data: str) -> str:
+    return "memory://" + data.partition("?val=")[2].partition("&")[0]

@@ -155,12 +155,14 @@ def _fingerprint_of(source) -> Optional[str]:
     return value
 
 
-def entry_of(path):
+def entry_of(path, hold: bool = False):
     """The split entry of ``path``: ``memory://<id>`` for an in-memory source (named here once, see the
     module's docstring), ``path`` itself for anything else.
 
     Args:
         path: a source (ItemSource), or a path, URL, list of them or dataset yaml.
+        hold: keep the source for the life of the process (a source named by a string that outlives the
+            call, as Ultralytics' ``data=`` is); by default it is named while something holds it.
 
     Returns:
         A string URL for a source, else ``path`` unchanged.
@@ -169,12 +171,16 @@ def entry_of(path):
         return path
     known = _ids.get(id(path))
     if known is not None and _lookup(known) is path:
+        if hold:
+            _strong[known] = path
         return f"{SCHEME}://{known}"
     fp = _fingerprint_of(path)
     sid = "fp-" + hashlib.sha256(fp.encode()).hexdigest()[:20] if fp is not None else f"source-{next(_count)}"
     try:
         _named[sid] = path
     except TypeError:  # no weak reference to it: kept for the process
+        hold = True
+    if hold:
         _strong[sid] = path
     _ids[id(path)] = sid
     return f"{SCHEME}://{sid}"
