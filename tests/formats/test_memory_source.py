@@ -80,7 +80,7 @@ def test_evaluation_batches_equal_those_of_the_same_files_bit_for_bit(on_disk, a
     want, files = batches(str(on_disk))
     same(got, want)
     assert ds.split_labels.kind == "memory" and ds.split_labels.cache_file is None  # no fingerprint: not on disk
-    assert ds.im_files[0] == f"{ds.path}/0.{'png' if arrays else 'jpg'}" and ds.path.startswith("memory://")
+    assert ds.im_files[0] == f"{ds.path}/00.{'png' if arrays else 'jpg'}" and ds.path.startswith("memory://")
     assert ds.split_labels.counts["boxes"] == files.split_labels.counts["boxes"] == 44
 
 
@@ -155,10 +155,10 @@ def test_a_source_giving_the_wrong_thing_is_named_with_what_was_wrong(on_disk):
     src._shapes[3] = (7, 9)
     _, ds = batches(src)
     found = {p.file.rpartition("/")[2].split(" ")[0]: p.reason for p in ds.split_labels.problems}
-    assert "(h, w) or (h, w, C) uint8 or uint16" in found["1.png"] and "float32" in found["1.png"]
-    assert "item 1 of MemorySource" in found["1.png"]
-    assert "(n, 5) float32" in found["2.png"] and "float64" in found["2.png"]
-    assert "shape(3) is (7, 9)" in found["3.png"]
+    assert "(h, w) or (h, w, C) uint8 or uint16" in found["01.png"] and "float32" in found["01.png"]
+    assert "item 1 of MemorySource" in found["01.png"]
+    assert "(n, 5) float32" in found["02.png"] and "float64" in found["02.png"]
+    assert "shape(3) is (7, 9)" in found["03.png"]
     assert len(ds) == len(src) - 3
 
 
@@ -216,3 +216,9 @@ def test_the_ultralytics_data_string_names_both_sources_and_their_names(on_disk)
 
 def entry_of_val(data: str) -> str:
     return "memory://" + data.partition("?val=")[2].partition("&")[0]
+
+
+def test_a_fraction_of_a_source_is_its_first_items(on_disk):
+    settings = Settings.evaluation(img_size=64, batch_size=4, stride=32, workers=0, fraction=0.25)
+    ds = build_loader(held(on_disk), settings).dataset
+    assert [f.rpartition("/")[2] for f in ds.im_files] == ["00.jpg", "01.jpg", "02.jpg", "03.jpg"]

@@ -260,6 +260,7 @@ class MemoryBackend(Backend):
         return ObjectInfo(url, len(data), 0 if fp is None else text_tag(fp))
 
     def list(self, url: str, recursive: bool = True) -> List[ObjectInfo]:
+        """Every item of the source ``url`` names (a part of a split, ``fraction``, is its first items)."""
         src = self.source(url)
         return [ObjectInfo(u, 0, 0) for u in item_urls(url, src)]
 
@@ -304,16 +305,17 @@ def encoded(image, what: str) -> bytes:
 
 
 def item_urls(entry: str, source) -> List[str]:
-    """``memory://<id>/<i>.<ext>`` of each item (``ext`` as its bytes are: a start asks each item's
-    image once here; png or tiff for an array, whose bytes are not made)."""
-    urls = []
+    """``memory://<id>/<i>.<ext>`` of each item, ``i`` zero-padded so that the names sort as the items
+    (``ext`` as its bytes are: a start asks each item's image once here; png or tif for an array, whose
+    bytes are not made)."""
+    urls, width = [], len(str(max(len(source) - 1, 0)))
     for i in range(len(source)):
         im = source.image(i)
         if isinstance(im, np.ndarray):
             ext = "tif" if im.ndim == 3 and im.shape[2] not in (1, 3, 4) else "png"
         else:
             ext = _suffix(bytes(im[:16])) if isinstance(im, (bytes, bytearray, memoryview)) else "bin"
-        urls.append(f"{entry.rstrip('/')}/{i}.{ext}")
+        urls.append(f"{entry.rstrip('/')}/{i:0{width}d}.{ext}")
     return urls
 
 
@@ -369,23 +371,25 @@ class MemoryFormat(LabelFormat):
     """The label format of ``memory://<id>`` entries (see the module's docstring).  The fingerprint
     covers the source's fingerprint (each item's tag) and each item's encoded size."""
     name = "memory"
-    cuts_by_files = False
+    cuts_by_files = True  # a fraction of a split: its first items (the backend lists them)
     tasks = ("detect", "segment", "pose", "obb")
 
     def claims(self, entry: Path) -> bool:
         return str(entry).startswith(f"{SCHEME}:/")  # (a Path folds the URL's //)
 
     def open(self, entries: List[Any], options: SourceOptions) -> SplitSource:
-        if len(entries) != 1:
-            raise ValueError(f"a split reads one in-memory source, got {len(entries)}: {entries}")
-        entry = str(entries[0])
+        entry = str(entries[0]).split("/")[2]  # memory://<id>[/<item>]: the source's id
+        if any(str(e).split("/")[2] != entry for e in entries):
+            raise ValueError(f"a split reads one in-memory source, got several: {entries[:3]}")
+        entry = f"{SCHEME}://{entry}"
         src = backend_for(entry).source(entry)
         names = list(options.names) if options.names else [str(n) for n in src.names]
         fp = _fingerprint_of(src)
         sid = _split_url(entry)[0]
         settings = {"format": self.name, "source": sid, "fingerprint": fp,
                     **({"nonce": f"{os.getpid()}-{id(src)}"} if fp is None else {})}
-        im_files = item_urls(entry, src)
+        whole = len(entries) == 1 and _split_url(str(entries[0]))[1] is None
+        im_files = item_urls(entry, src) if whole else [str(e) for e in entries]  # all items, or those listed
         return SplitSource(self.name, im_files, im_files, None, MemoryReader(len(names) or options.nc), names,
                            settings, user_cache_dir() / CACHE_FOLDER / f"{sid}.yolo_data.cache", str,
                            nc=len(names) or options.nc, kept_on_disk=fp is not None)
