@@ -222,3 +222,15 @@ def test_a_fraction_of_a_source_is_its_first_items(on_disk):
     settings = Settings.evaluation(img_size=64, batch_size=4, stride=32, workers=0, fraction=0.25)
     ds = build_loader(held(on_disk), settings).dataset
     assert [f.rpartition("/")[2] for f in ds.im_files] == ["00.jpg", "01.jpg", "02.jpg", "03.jpg"]
+
+
+def test_the_dataset_report_takes_a_source(on_disk, tmp_path):
+    from yolo_data.report.compose import ReportOptions, make_report
+    got = make_report(held(on_disk), ReportOptions(workers=1))
+    want = make_report(str(on_disk), ReportOptions(workers=1))
+    (split,) = got.figures["splits"].values()
+    (files,) = want.figures["splits"].values()
+    assert got.figures["names"] == NAMES and got.figures["data"].startswith("memory://")
+    assert split["classes"] == files["classes"] and split["images"] == files["images"]
+    dup, dup_files = (dict(r.figures["duplicates"], seconds=None) for r in (got, want))
+    assert dup == dup_files and dup["checked"] and "batch0" in got.pictures
