@@ -4,6 +4,7 @@ for bit, training with the same seed (mosaic on, 0 and 2 workers), the RAM image
 resume and DDP; a 1-channel source; a source that gives the wrong thing is named with what was wrong.
 """
 import json
+import logging
 import pickle
 import shutil
 from pathlib import Path
@@ -73,10 +74,12 @@ def same(a, b):
 
 
 @pytest.mark.parametrize("arrays", [False, True], ids=["bytes", "arrays"])
-def test_evaluation_batches_equal_those_of_the_same_files_bit_for_bit(on_disk, arrays):
+def test_evaluation_batches_equal_those_of_the_same_files_bit_for_bit(on_disk, arrays, caplog):
     src = held(on_disk, arrays)
     assert isinstance(src, ItemSource)
-    got, ds = batches(src)
+    with caplog.at_level(logging.INFO, logger="yolo_data"):
+        got, ds = batches(src)
+    assert "kept in memory: the source has no fingerprint)" in caplog.text
     want, files = batches(str(on_disk))
     same(got, want)
     assert ds.split_labels.kind == "memory" and ds.split_labels.cache_file is None  # no fingerprint: not on disk
@@ -172,12 +175,24 @@ def test_a_spawned_worker_gets_a_picklable_source_and_a_clear_refusal_of_another
         pickle.dumps(backend)
 
 
+class Warnings(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.seen = []
+
+    def emit(self, record):
+        self.seen.append(record.getMessage())
+
+
 def _rank_worker(rank, world, port, images, out_dir):
     init(rank, world, port)
+    warned = Warnings()
+    logging.getLogger("yolo_data").addHandler(warned)
     try:
         settings = Settings.training(img_size=64, batch_size=2, stride=32, seed=4, workers=0)
         loader = build_loader(held(Path(images)), settings, rank=rank)
-        Path(out_dir, f"{rank}.json").write_text(json.dumps([list(p) for _, _, p, _ in loader]))
+        steps = [list(p) for _, _, p, _ in loader]
+        Path(out_dir, f"{rank}.json").write_text(json.dumps({"steps": steps, "warnings": warned.seen}))
     finally:
         import torch.distributed as dist
         dist.destroy_process_group()
@@ -187,7 +202,9 @@ def test_two_ranks_get_disjoint_shares_of_the_same_global_order(on_disk, tmp_pat
     settings = Settings.training(img_size=64, batch_size=4, stride=32, seed=4, workers=0)
     want = [list(p) for _, _, p, _ in build_loader(held(on_disk), settings)]
     run(_rank_worker, 2, str(on_disk), str(tmp_path))
-    ranks = [json.loads(Path(tmp_path, f"{r}.json").read_text()) for r in range(2)]
+    got = [json.loads(Path(tmp_path, f"{r}.json").read_text()) for r in range(2)]
+    assert not [w for g in got for w in g["warnings"] if "scans the files itself" in w]  # each rank reads its own
+    ranks = [g["steps"] for g in got]
     assert len(ranks[0]) == len(ranks[1]) == len(want)
     ids = {f.rpartition("/")[0] for r in ranks for step in r for f in step}
     assert len(ids) == 1  # the ranks name the source alike (then a label cache's key, a store's, agree)
