@@ -5,6 +5,7 @@ resume and DDP; a 1-channel source; a source that gives the wrong thing is named
 """
 import json
 import logging
+import os
 import pickle
 import shutil
 from pathlib import Path
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+import conftest
 from procs import init, run
 from yolo_data import ItemSource, MemorySource, create_dataloader
 from yolo_data.build import build_loader
@@ -251,3 +253,47 @@ def test_the_dataset_report_takes_a_source(on_disk, tmp_path):
     assert split["classes"] == files["classes"] and split["images"] == files["images"]
     dup, dup_files = (dict(r.figures["duplicates"], seconds=None) for r in (got, want))
     assert dup == dup_files and dup["checked"] and "batch0" in got.pictures
+
+
+# the datasets beside the project (as conftest finds them), or where YOLO_DATA_BENCH_DATA says (a worktree)
+SHARED = Path(os.environ.get("YOLO_DATA_BENCH_DATA") or conftest.SHARED)
+
+
+@pytest.mark.parametrize("name, task, kpt_shape", [("coco128-seg", "segment", None), ("tiger-pose", "pose", (12, 2)),
+                                                     ("pen-obb", "obb", None)])
+def test_segment_pose_and_obb_sources_give_the_batches_of_their_files(tmp_path, name, task, kpt_shape):
+    """12 images of a shared dataset, copied with their labels; the source holds each image's bytes and the
+    rows, polygons and keypoints the YOLO reader reads for the task."""
+    top = SHARED / name
+    if not top.is_dir():
+        pytest.skip(f"{top} is not here")
+    split = sorted(p for p in (top / "images").iterdir() if p.is_dir())[0].name
+    images, labels = tmp_path / "images" / split, tmp_path / "labels" / split
+    images.mkdir(parents=True)
+    labels.mkdir(parents=True)
+    pixels, rows = [], []
+    reader = YoloReader(None, task, kpt_shape)
+    for p in sorted((top / "images" / split).iterdir())[:12]:
+        shutil.copy(p, images / p.name)
+        lb = top / "labels" / split / (p.stem + ".txt")
+        if lb.exists():
+            shutil.copy(lb, labels / lb.name)
+        data = p.read_bytes()
+        shape = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR).shape[:2]
+        got = reader.read(str(labels / lb.name), shape)
+        pixels.append(data)
+        rows.append((got[0], got[1], got[4]) if task == "pose" else (got[0], got[1]))
+    names = [str(i) for i in range(80)]
+    for augment in (False, True):
+        settings = (Settings.training if augment else Settings.evaluation)(
+            img_size=64, batch_size=4, stride=32, workers=0, seed=3, task=task, kpt_shape=kpt_shape, names=names)
+        files, held_ = build_loader(str(images), settings), build_loader(MemorySource(pixels, rows, names), settings)
+        want, got = list(files), list(held_)
+        assert len(got) == len(want) == 3
+        for a, b in zip(got, want):
+            assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]), (task, augment)  # images, targets
+        for x, y in zip(held_.dataset.segments, files.dataset.segments):  # the polygons (of masks, of corners)
+            assert len(x) == len(y) and all(np.array_equal(u, v) for u, v in zip(x, y))
+        if task == "pose":
+            assert all(np.array_equal(x, y) for x, y in zip(held_.dataset.keypoints, files.dataset.keypoints))
+            assert sum(len(k) for k in held_.dataset.keypoints) > 0
