@@ -297,3 +297,39 @@ def test_segment_pose_and_obb_sources_give_the_batches_of_their_files(tmp_path, 
         if task == "pose":
             assert all(np.array_equal(x, y) for x, y in zip(held_.dataset.keypoints, files.dataset.keypoints))
             assert sum(len(k) for k in held_.dataset.keypoints) > 0
+
+
+class Squares:
+    """A synthetic ItemSource of its own (no MemorySource): item i is a 48 x 64 BGR image made on request,
+    a square of class i % 2 at a place drawn from i."""
+    names = ["red", "blue"]
+
+    def __len__(self):
+        return 10
+
+    def shape(self, i):
+        return (48, 64)
+
+    def _box(self, i):
+        x, y = 4 + 5 * i % 40, 4 + 3 * i % 24
+        return x, y, x + 16, y + 16
+
+    def image(self, i):
+        im = np.full((48, 64, 3), 20 * i, np.uint8)
+        x1, y1, x2, y2 = self._box(i)
+        im[y1:y2, x1:x2] = (0, 0, 255) if i % 2 == 0 else (255, 0, 0)
+        return im
+
+    def labels(self, i):
+        x1, y1, x2, y2 = self._box(i)
+        return np.array([[i % 2, (x1 + x2) / 128, (y1 + y2) / 96, 16 / 64, 16 / 48]], np.float32)
+
+
+def test_a_source_of_its_own_making_its_items_on_request_trains_alike_on_0_and_2_workers():
+    src = Squares()
+    assert isinstance(src, ItemSource) and not hasattr(src, "fingerprint")
+    kw = dict(augment=True, shuffle=True, seed=9, epochs=2)
+    want, ds = batches(src, **kw)
+    got, _ = batches(src, workers=2, **kw)
+    same(got, want)
+    assert ds.names == ["red", "blue"] and len(ds) == 10 and ds.split_labels.counts["boxes"] == 10

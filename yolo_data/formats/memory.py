@@ -178,6 +178,7 @@ def entry_of(path, hold: bool = False):
     sid = "fp-" + hashlib.sha256(fp.encode()).hexdigest()[:20] if fp is not None else f"source-{next(_count)}"
     try:
         _named[sid] = path
+        weakref.finalize(path, _ids.pop, id(path), None)  # its id() may be another object's later
     except TypeError:  # no weak reference to it: kept for the process
         hold = True
     if hold:
@@ -187,7 +188,8 @@ def entry_of(path, hold: bool = False):
 
 
 def _lookup(sid: str):
-    return _named.get(sid) or _strong.get(sid)
+    found = _named.get(sid)
+    return _strong.get(sid) if found is None else found
 
 
 def _split_url(url: str) -> Tuple[str, Optional[int]]:
