@@ -19,7 +19,6 @@ import conftest
 from procs import init, run
 from yolo_data import ItemSource, MemorySource, create_dataloader
 from yolo_data.build import build_loader
-from yolo_data.formats.memory import MemoryBackend
 from yolo_data.formats.yolotxt import YoloReader
 from yolo_data.settings import Settings
 

@@ -27,7 +27,7 @@ from typing import Any, List
 from ..storage import register as register_storage
 from . import coco, labelme, memory, voc, yolotxt
 from .base import LabelFormat, SourceOptions, SplitSource
-from .memory import ItemSource, MemorySource, entry_of
+from .memory import ItemSource, MemorySource, entry_of  # noqa: F401 (the names callers import from here)
 
 # asked in this order; YOLO claims everything, so it stays last
 FORMATS: List[LabelFormat] = [memory.FORMAT, coco.FORMAT, voc.FORMAT, labelme.FORMAT, yolotxt.FORMAT]
