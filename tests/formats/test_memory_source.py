@@ -151,15 +151,18 @@ def test_a_one_channel_source_gives_the_batches_of_its_grayscale_files(on_disk, 
     same(got, want)
 
 
-def test_a_source_giving_the_wrong_thing_is_named_with_what_was_wrong(on_disk):
+def test_a_source_giving_the_wrong_thing_is_named_with_what_was_wrong(on_disk, caplog):
     src = held(on_disk, arrays=True)
     src.images[1] = src.images[1].astype(np.float32)
     src._labels[2] = np.zeros((1, 5), np.float64)
     src._shapes = [src.shape(i) for i in range(len(src))]
     src._shapes[3] = (7, 9)
-    _, ds = batches(src)
+    with caplog.at_level(logging.WARNING, logger="yolo_data"):
+        _, ds = batches(src)
+    assert "the full list: the dataset's split_labels.problems" in caplog.text  # no command reads it
     found = {p.file.rpartition("/")[2].split(" ")[0]: p.reason for p in ds.split_labels.problems}
     assert "(h, w) or (h, w, C) uint8 or uint16" in found["01.png"] and "float32" in found["01.png"]
+    assert found["01.png"].startswith("cannot read image header (item 1 of MemorySource")
     assert "item 1 of MemorySource" in found["01.png"]
     assert "(n, 5) float32" in found["02.png"] and "float64" in found["02.png"]
     assert "shape(3) is (7, 9)" in found["03.png"]

@@ -242,7 +242,10 @@ class MemoryBackend(Backend):
             src = self.source(url)
             if i is None or not 0 <= i < len(src):
                 raise FileNotFoundError(2, f"no item {i} in a source of {len(src)}", url)
-            data = encoded(src.image(i), f"{url}: item {i} of {type(src).__name__}")
+            try:
+                data = encoded(src.image(i), f"item {i} of {type(src).__name__}")
+            except ValueError as e:  # an item that cannot be read, as a file that cannot be: an OSError
+                raise OSError(str(e)) from None
             with self._lock:
                 self._held[url] = data
                 while len(self._held) > _HELD_BYTES:
