@@ -23,6 +23,7 @@ loader is assembled) and ``cli``.
 from . import moved
 from .dataset import LoadImagesAndLabels, YoloDataset
 from .distributed import RanksDisagreeError, ZeroFirstError, torch_distributed_zero_first, wait_for_the_master
+from .formats.memory import ItemSource, MemorySource
 from .formats.problems import LabelError
 from .integrations import yolov5_segment as segment  # noqa: F401  (YOLOv5-seg's create_dataloader)
 from .integrations.torch_utils import init_torch_seeds, select_device, smart_DDP, time_synchronized
@@ -35,5 +36,5 @@ moved.install()  # the flat paths of 0.3 (yolo_data.cache, ...) still import, wi
 __all__ = [
     "create_dataloader", "torch_distributed_zero_first", "wait_for_the_master", "select_device",
     "time_synchronized", "init_torch_seeds", "smart_DDP", "YoloDataset", "LoadImagesAndLabels",
-    "ZeroFirstError", "RanksDisagreeError", "Settings", "LabelError", "__version__",
+    "ZeroFirstError", "RanksDisagreeError", "Settings", "LabelError", "ItemSource", "MemorySource", "__version__",
 ]

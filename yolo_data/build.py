@@ -31,6 +31,7 @@ import torch
 from . import distributed
 from .dataset import YoloDataset
 from .device.stage import DeviceStage
+from .formats import entry_of
 from .items.parts import assemble
 from .labels.summary import console, printing_rank
 from .loading.collate import QuadCollate, collate_fn
@@ -58,8 +59,8 @@ def build_loader(path, settings: Settings, rank: int = -1, prefix: str = "", *, 
     boxes and steps, which would otherwise hang the first collective.
 
     Args:
-        path: image folder, .txt list, list of them, dataset yaml (``settings.split_name`` picks), or a
-            split of another label format (COCO .json, Pascal VOC folder or list, LabelMe folder).
+        path: image folder, .txt list, list of them, dataset yaml (``settings.split_name`` picks), a split of
+            another label format (COCO .json, VOC, LabelMe), or an in-memory source (``ItemSource``).
         settings: every decision (settings.Settings; its training and evaluation presets).
         rank: the local rank under DDP, -1 otherwise.
         prefix: put before every line logged.
@@ -86,6 +87,7 @@ def build_loader(path, settings: Settings, rank: int = -1, prefix: str = "", *, 
     Returns:
         The loader (``loader.dataset``: the ``dataset_class``; ``loader.sampler``: the sampler).
     """
+    source, path = path, entry_of(path)  # noqa: F841 - a source's memory:// URL; ``source`` keeps it alive
     per_rank, opts = settings.batch_size, settings.loader
     _check_balance(settings, sampler, prefix)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -19,6 +19,7 @@ from torch.utils.data import Dataset
 from .augment.augstate import TrainSettings
 from .device.plan import BatchPlan, ItemPlan
 from .device.stage import DeviceStage
+from .formats import entry_of
 from .items.mapping import DrawKey
 from .items.parts import DatasetParts, assemble
 from .labels.store import ImageFiles, Keypoints, LabelFiles, Labels, Segments
@@ -51,8 +52,9 @@ class YoloDataset(Dataset):
         """The dataset of ``path``, serving items from ``parts``.
 
         Args:
-            path: image folder, .txt list, list of them, dataset yaml (``split`` picks the split), or a
-                split of another label format (COCO .json, Pascal VOC folder or list, LabelMe folder).
+            path: image folder, .txt list, list of them, dataset yaml (``split`` picks the split), a
+                split of another label format (COCO .json, Pascal VOC folder or list, LabelMe folder), or
+                an in-memory source (formats.memory.ItemSource).
             settings: a :class:`~yolo_data.settings.Settings`; default the evaluation preset.
             prefix: put before every line logged.
             run: what the composition root decided for this run (sampling.runstate.RunState: rect batch,
@@ -74,7 +76,7 @@ class YoloDataset(Dataset):
                             f"{', '.join(sorted(fields))} cannot change them (give them to the settings instead)")
         self.settings = settings = as_settings(settings, **fields)
         self.run = run or RunState(rect_batch=settings.batch_size)
-        self.path, self.prefix = path, prefix
+        self.path, self.prefix = entry_of(path), prefix
         if parts is None:
             parts = assemble(path, settings, prefix, self.run)
         self.augment, self.img_size, self.stride = settings.augment, settings.img_size, settings.stride

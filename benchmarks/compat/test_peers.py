@@ -98,6 +98,13 @@ def test_ultralytics_trainer_trains_from_an_s3_bucket_with_the_batches_of_a_loca
         assert line in out, out[-3000:]
 
 
+def test_ultralytics_trainer_trains_from_memory_sources_with_the_batches_of_the_files():
+    out = run("ultralytics_memory.py")
+    for line in ("trained and validated from memory: True", "next train batch equals the local copy's: True",
+                 "args.yaml names the data by its string: True"):
+        assert line in out, out[-3000:]
+
+
 def test_ultralytics_classes_give_its_own_rows_and_the_remap_trains_a_model_of_the_kept_classes():
     out = run("ultralytics_classes.py")
     for line in ("classes gives Ultralytics' rows: True",

@@ -1,6 +1,7 @@
 """Label formats, and the registry that picks one for a split: asked in order, the first format that
 claims an entry reads it.
 
+    memory   memory.py   an in-memory source's ``memory://<id>`` (memory.entry_of names a source so)
     coco     coco.py     a .json annotation file
     voc      voc.py      a folder with Annotations/ and JPEGImages/, or a list in its ImageSets/
     labelme  labelme.py  a folder of images with a LabelMe .json beside each, and no YOLO labels
@@ -23,11 +24,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, List
 
-from . import coco, labelme, voc, yolotxt
+from ..storage import register as register_storage
+from . import coco, labelme, memory, voc, yolotxt
 from .base import LabelFormat, SourceOptions, SplitSource
+from .memory import ItemSource, MemorySource, entry_of  # noqa: F401 (the names callers import from here)
 
 # asked in this order; YOLO claims everything, so it stays last
-FORMATS: List[LabelFormat] = [coco.FORMAT, voc.FORMAT, labelme.FORMAT, yolotxt.FORMAT]
+FORMATS: List[LabelFormat] = [memory.FORMAT, coco.FORMAT, voc.FORMAT, labelme.FORMAT, yolotxt.FORMAT]
+register_storage(memory.SCHEME, memory.MemoryBackend)  # an in-memory source's items are served from it
 
 
 def register(fmt: LabelFormat) -> None:

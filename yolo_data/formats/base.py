@@ -76,7 +76,9 @@ class SplitSource:
     split puts that file's stat in ``settings``).  ``settings``: JSON-serialisable, covered by the
     fingerprint and stored in the cache.  ``names``: the class names, or None until :meth:`find_names`
     (then ``discover`` reads them from the annotations and makes the reader: only when the split is
-    scanned, not when it is cached).  ``keeps_listing``: the cache stores ``im_files``, so a warm start
+    scanned, not when it is cached).  ``kept_on_disk``: False for a split whose inputs have no
+    fingerprint that outlives the process (an in-memory source without one): no label cache is looked
+    for or written, and no disk image cache is made.  ``keeps_listing``: the cache stores ``im_files``, so a warm start
     (LabelFormat.warm_start) can check the fingerprint without listing the split.  ``nc``: class ids must
     be below it (None: unknown).  ``problems``: found while listing (dropped ones count as listed images
     left out).
@@ -94,6 +96,7 @@ class SplitSource:
     nc: Optional[int] = None
     keeps_listing: bool = False
     discover: Optional[Callable[[], Tuple[List[str], LabelReader]]] = None
+    kept_on_disk: bool = True
 
     def find_names(self) -> List[str]:
         """The class names, read from the annotations (``discover``) when nothing gave them."""

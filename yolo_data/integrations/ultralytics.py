@@ -5,6 +5,7 @@ trains from boxes and points: detect, segment, pose, obb.
     from yolo_data.integrations.ultralytics import YoloDataTrainer
     YOLO("yolo11n.yaml").train(data="coco128.yaml", trainer=YoloDataTrainer, epochs=1, imgsz=320)
     YOLO("yolo11n-pose.yaml").train(data="tiger-pose.yaml", trainer=YoloDataTrainer)  # pose: the same class
+    YOLO("yolo11n.yaml").train(data=memory_data(train_source, val_source), trainer=YoloDataTrainer)  # in memory
 
 ``YoloDataTrainer`` and ``YoloDataValidator`` become the task's class (``YoloDataSegmentationTrainer``, ...)
 from the ``task`` Ultralytics gives them, so one name serves every model.
@@ -32,12 +33,12 @@ from ultralytics.utils.ops import xyxyxyxy2xywhr
 from ultralytics.utils.torch_utils import unwrap_model
 
 from ..storage import is_url
-from .ultralytics_args import (check_arguments, class_subset, loader_settings, names_differ, remote_dataset,
-                               take_own_args, validation_classes, warn_ignored)
+from .ultralytics_args import (check_arguments, class_subset, loader_settings, memory_data, names_differ,
+                               remote_dataset, take_own_args, validation_classes, warn_ignored)
 from .ultralytics_loader import UltralyticsDataset, create_loader
 
 __all__ = ["YoloDataTrainer", "YoloDataValidator", "YoloDataSegmentationTrainer", "YoloDataSegmentationValidator",
-           "YoloDataPoseTrainer", "YoloDataPoseValidator", "YoloDataOBBTrainer", "YoloDataOBBValidator"]
+           "YoloDataPoseTrainer", "YoloDataPoseValidator", "YoloDataOBBTrainer", "YoloDataOBBValidator", "memory_data"]
 
 
 def _grid(stride) -> int:

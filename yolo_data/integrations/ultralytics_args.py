@@ -17,11 +17,12 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 from ..augment.hyp import AugmentConfig
 from ..formats.datayaml import load_dataset_yaml
+from ..formats.memory import SCHEME as MEMORY_SCHEME, entry_of
 from ..labels.summary import printing_rank
 from ..sampling.balance import threshold_of
 from ..settings import checked_classes, Settings
 from ..formats.sources import fraction_count  # noqa: F401 (where it was imported from)
-from ..storage import Storage, StorageOptions, using
+from ..storage import Storage, StorageOptions, backend_for, scheme_of, using
 
 LOGGER = logging.getLogger("yolo_data")
 
@@ -115,6 +116,8 @@ def remote_dataset(yaml: str, single_cls: bool = False, endpoint_url: Optional[s
     dataset yaml in a bucket (at ``endpoint_url``, else the default endpoint), which Ultralytics itself
     cannot read: its splits stay s3:// URLs, for yolo_data's datasets to read; class names as a dict; the
     yaml's ``channels`` (3 without the key); ``kpt_shape`` and ``flip_idx`` where the yaml gives them."""
+    if scheme_of(yaml) == MEMORY_SCHEME:
+        return _memory_dataset(yaml, single_cls)
     with using(Storage(StorageOptions(endpoint_url=endpoint_url))):
         spec = load_dataset_yaml(yaml)
     names = {0: "item"} if single_cls else dict(enumerate(spec.names))
@@ -127,6 +130,36 @@ def remote_dataset(yaml: str, single_cls: bool = False, endpoint_url: Optional[s
     if spec.flip_idx:
         data["flip_idx"] = list(spec.flip_idx)
     return data
+
+
+def memory_data(train, val=None, channels: int = 3) -> str:
+    """Ultralytics' ``data=`` for in-memory sources (formats.memory.ItemSource): a string, as Ultralytics
+    keeps ``data`` in its saved arguments and checkpoints, naming the sources of this process.
+
+    Args:
+        train: the train split's source.
+        val: the val split's source (default: ``train``).
+        channels: the bands of the images (the model's input channels and what both loaders read).
+
+    Returns:
+        ``memory://<train id>?val=<val id>&channels=<c>``, for ``YOLO(...).train(data=..., trainer=YoloDataTrainer)``
+        in this process (Ultralytics' own DDP starts fresh processes, which do not hold the sources).
+    """
+    t, v = entry_of(train, hold=True), entry_of(train if val is None else val, hold=True)
+    if not (isinstance(t, str) and isinstance(v, str) and t.startswith(MEMORY_SCHEME) and v.startswith(MEMORY_SCHEME)):
+        raise TypeError("memory_data(train, val): in-memory sources (yolo_data.ItemSource), not paths")
+    return f"{t}?val={v.rpartition('/')[2]}&channels={int(channels)}"
+
+
+def _memory_dataset(url: str, single_cls: bool) -> Dict[str, Any]:
+    """The data dict of a ``memory_data`` string: its splits the sources' URLs, the train source's names."""
+    from urllib.parse import parse_qs
+    train, _, query = url.partition("?")
+    q = parse_qs(query)
+    val = f"{MEMORY_SCHEME}://{q['val'][0]}" if "val" in q else train
+    names = {0: "item"} if single_cls else dict(enumerate(str(n) for n in backend_for(train).source(train).names))
+    return {"yaml_file": url, "path": "", "names": names, "nc": len(names), "train": train, "val": val,
+            "channels": int(q.get("channels", ["3"])[0])}
 
 
 def take_own_args(overrides: Optional[Dict[str, Any]]) -> Tuple[Optional[Dict[str, Any]], Dict[str, Any]]:

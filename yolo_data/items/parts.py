@@ -15,7 +15,7 @@ from typing import Callable, List, Optional, Tuple
 
 from .. import distributed
 from ..augment.augstate import AugmentControl
-from ..formats import split_format
+from ..formats import entry_of, split_format
 from ..formats.datayaml import is_dataset_yaml, load_dataset_yaml
 from ..formats.sources import fraction_cache_file, img2label_path, list_image_files, storage_for
 from ..images import failures
@@ -79,6 +79,9 @@ def assemble(path, settings: Settings, prefix: str = "", run: Optional[RunState]
     Returns:
         The DatasetParts.  Raises RuntimeError when the split has no usable image.
     """
+    # an in-memory source: its memory:// URL, a string as every other split entry (``source`` holds the
+    # object until the storage's backend does: the names of sources are weak references)
+    source, path = path, entry_of(path)  # noqa: F841
     run = run or RunState(rect_batch=settings.batch_size)
     control = AugmentControl(settings.augmentation.hyp, settings.img_size, settings.mosaic_possible, settings.seed,
                              settings.augment)
@@ -168,6 +171,10 @@ def open_images(labels: SplitLabels, store, settings: Settings, run: RunState, p
     cache, part = None, settings.images
     if part.cache:
         mode = normalise_mode(part.cache)
+        if mode == "disk" and not labels.on_disk:
+            raise ValueError(f"cache='disk': {labels.store.im_file(0).rpartition('/')[0]} is an in-memory source "
+                             "without a fingerprint(), so nothing of it is written to disk; use cache='ram', "
+                             "or give the source a fingerprint()")
         spec = ImageCacheSpec(mode, settings.img_size, linear=settings.linear_resize,
                               disk_files=disk_candidates(labels.default_file, settings.img_size,
                                                          settings.linear_resize, settings.rect,

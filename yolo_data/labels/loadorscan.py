@@ -53,6 +53,7 @@ class SplitLabels:
     names: List[str] = field(default_factory=list)  # class names (the yaml's, or the annotations' own)
     kind: str = "yolo"  # the label format's name (formats/__init__.py)
     label_file_of: Callable[[str], str] = img2label_path  # an image's annotation file
+    on_disk: bool = True  # False: nothing of the split may be written to disk (SplitSource.kept_on_disk)
 
 
 def _counts(records, store: LabelStore) -> Dict[str, int]:
@@ -246,9 +247,10 @@ def load_or_scan(path, options: SourceOptions, cache_dir, workers, force, progre
 
     def split(store, cfile, built, counts, problems, names):
         return SplitLabels(store, cfile, built, time.perf_counter() - t0, counts, problems, fp, default,
-                           names, source.kind, source.label_file_of)
+                           names, source.kind, source.label_file_of, source.kept_on_disk)
 
-    if not force:
+    save = save and source.kept_on_disk
+    if not force and source.kept_on_disk:
         found = _first_fresh(candidates, fp, im_files)
         if found is None and save:
             found = _published(default, candidates[0], fp, im_files)

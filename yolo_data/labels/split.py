@@ -86,7 +86,7 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
         failed, nbytes = failures.read(s.cache_file)
         made["split"] = failures.leave_out(s, failed)
         return json.dumps({"file": None if s.cache_file is None else str(s.cache_file), "fingerprint": s.fingerprint,
-                           "default": str(s.default_file), "failed_bytes": nbytes, "kind": s.kind,
+                           "default": str(s.default_file), "failed_bytes": nbytes, "kind": s.kind, "on_disk": s.on_disk,
                            "label_file": s.label_file_of(s.store.im_file(0)) if len(s.store) else None})
 
     tag = "labels-" + hashlib.sha256(json.dumps([str(p) for p in formats.entries(path)] + [nc, names, keep_difficult, task, kpt_shape]).encode(
@@ -107,10 +107,13 @@ def load_split(path, nc: Optional[int] = None, cache_dir=None, workers: Optional
             return failures.leave_out(s, failures.read(s.cache_file, upto=info["failed_bytes"])[0])
         except (OSError, cache.CacheError) as e:
             reason = f"cannot read local rank 0's label cache {info['file']} ({e})"
-    else:
+    elif info.get("on_disk", True):
         reason = "local rank 0 could not write its label cache"
-    LOGGER.warning(f"{reason}; this rank scans the files itself, and the ranks are checked to agree "
-                   "before the first batch")
+    else:  # nothing of this split is on disk (an in-memory source): every rank reads its own
+        reason = None
+    if reason is not None:
+        LOGGER.warning(f"{reason}; this rank scans the files itself, and the ranks are checked to agree "
+                       "before the first batch")
     s = load_or_scan(path, options, cache_dir, workers, force, progress, save, default_cache)
     return failures.leave_out(s, failures.read(s.cache_file)[0])
 

@@ -128,6 +128,8 @@ def split_summary(split, prefix: str = "", data=None, show: int = SHOW_PROBLEMS)
         line += f" from {split.cache_file} (read in {_seconds(split.seconds)})"
     elif split.cache_file is not None:
         line += f" (scanned in {_seconds(split.seconds)}, cached in {split.cache_file})"
+    elif not split.on_disk:
+        line += f" (scanned in {_seconds(split.seconds)}; kept in memory: the source has no fingerprint)"
     else:
         line += f" (scanned in {_seconds(split.seconds)}; the label cache could not be written)"
     problems = split.problems
@@ -139,7 +141,10 @@ def split_summary(split, prefix: str = "", data=None, show: int = SHOW_PROBLEMS)
              f"({plural(left_out, 'image')} left out, {plural(len(problems) - left_out, 'warning')})"
              + (f", the first {len(first)}:" if len(first) < len(problems) else ":")]
     lines += [f"  {p}" for p in first]
-    lines.append(f"  the full list: yolo-data-cache {_data_arg(data)}")
+    if split.kind != "memory":  # (the command reads files: an in-memory source is in this process only)
+        lines.append(f"  the full list: yolo-data-cache {_data_arg(data)}")
+    else:
+        lines.append("  the full list: the dataset's split_labels.problems")
     return line, lines
 
 

@@ -41,6 +41,7 @@ import numpy as np
 
 from .. import formats
 from ..formats.datayaml import is_dataset_yaml, load_dataset_yaml
+from ..formats.memory import entry_of
 from ..items.task import resolve_task
 from ..labels.cache import user_cache_dir
 from ..labels.split import SplitLabels, fit_channels, load_split
@@ -321,7 +322,7 @@ def make_report(data, options: ReportOptions = ReportOptions()) -> Report:
 
     Args:
         data: a dataset yaml (every split it lists), or one split: image folder, .txt list, COCO JSON,
-            Pascal VOC folder or list, LabelMe folder.
+            Pascal VOC folder or list, LabelMe folder, or an in-memory source (formats.memory.ItemSource).
         options: image size, task, which parts to make (duplicates, pictures), workers, cache folder.
 
     Returns:
@@ -334,6 +335,7 @@ def make_report(data, options: ReportOptions = ReportOptions()) -> Report:
             named in the report instead).
     """
     t0 = time.perf_counter()
+    source, data = data, entry_of(data)  # noqa: F841 - an in-memory source's URL; ``source`` keeps it alive
     splits, names, task, spec = read_splits(data, options)
     nc = len(names)
     per_split = {s.name: _split_summary(s, nc, options.img_size) for s in splits}
