@@ -4,6 +4,7 @@ claims an entry reads it.
     coco     coco.py     a .json annotation file
     voc      voc.py      a folder with Annotations/ and JPEGImages/, or a list in its ImageSets/
     labelme  labelme.py  a folder of images with a LabelMe .json beside each, and no YOLO labels
+    parquet  parquet.py  a .parquet table in the Hugging Face Hub's layout, a folder of them, a table yaml
     yolo     yolotxt.py  anything else: image folders, .txt image lists, images -> labels/*.txt
 
 Each format is one module with one :class:`~yolo_data.formats.base.LabelFormat` object (the protocol is
@@ -23,11 +24,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, List
 
-from . import coco, labelme, voc, yolotxt
+from . import coco, labelme, parquet, voc, yolotxt
 from .base import LabelFormat, SourceOptions, SplitSource
 
 # asked in this order; YOLO claims everything, so it stays last
-FORMATS: List[LabelFormat] = [coco.FORMAT, voc.FORMAT, labelme.FORMAT, yolotxt.FORMAT]
+FORMATS: List[LabelFormat] = [coco.FORMAT, voc.FORMAT, labelme.FORMAT, parquet.FORMAT, yolotxt.FORMAT]
 
 
 def register(fmt: LabelFormat) -> None:
