@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -207,3 +208,34 @@ def test_reading_a_table_much_larger_than_the_row_groups_kept_holds_those_only(t
             assert groups <= 4 and held <= 4 * group_bytes + 4096
     assert backend.counts()["row_groups"] == 128  # each group read once per pass: the batch's rows share it
     assert peak <= 6 * group_bytes < path.stat().st_size / 8
+
+
+def test_a_warm_start_reads_no_row_and_the_cache_follows_the_table(sample, tmp_path, monkeypatch):
+    from yolo_data.formats import parquet
+    from yolo_data.labels.split import load_split
+    folder, ref = sample
+    table = hub_table(ref, tmp_path / "t.parquet")
+    first = load_split(str(table))
+    assert first.built and len(first.store) == 16 and first.names == SAMPLE_NAMES
+    listed = []
+    real = parquet._list_table
+    monkeypatch.setattr(parquet, "_list_table", lambda *a: listed.append(a[0]) or real(*a))
+    again = load_split(str(table))
+    assert not again.built and listed == [] and again.label_file_of("x") == str(table)
+    assert np.array_equal(again.store.labels, first.store.labels)
+    hub_table(ref, table, corrupt=0)  # the table rewritten: its size and tag change, so every row's
+    third = load_split(str(table))
+    assert third.built and listed == [str(table)] and len(third.store) == 15
+
+
+def test_a_table_dataset_reaches_spawned_workers(sample, tmp_path):
+    """The dataset and its rows' backend are pickled into spawned DataLoader workers; each makes its own
+    row groups anew there."""
+    folder, ref = sample
+    table = hub_table(ref, tmp_path / "t.parquet", row_group_size=4)
+    loader, ds = create_dataloader(str(table), 64, 4, 32, workers=0)
+    want = [(a.clone(), b.clone(), list(p), s) for a, b, p, s in loader]
+    spawned = DataLoader(ds, batch_size=4, sampler=loader.sampler, collate_fn=loader.collate_fn, num_workers=2,
+                         multiprocessing_context="spawn", timeout=120)
+    got = [(a.clone(), b.clone(), list(p), s) for a, b, p, s in spawned]
+    same_batches(got, want)

@@ -385,12 +385,11 @@ class ParquetFormat(LabelFormat):
         if not urls:
             raise FileNotFoundError(f"no images in {spec.source or list(spec.tables)}")
         use = names or found or []
-        nc = len(use) or options.nc
+        nc = len(use) or options.nc  # the reader checks class ids (a warm start's fingerprint has no nc)
         stats = [_stat(t) for t in spec.tables]
         return SplitSource(self.name, urls, labels, None, ParquetReader(spec.bbox_format, nc), use,
                            _settings(spec, stats, options), default_cache_file([spec.source or spec.tables[0]], None),
-                           self.annotation_file_of(spec.tables[0]), problems, nc=nc,
-                           keeps_listing=True)
+                           self.annotation_file_of(spec.tables[0]), problems, keeps_listing=True)
 
     def warm_start(self, entries: List[Any], options: SourceOptions) -> Optional[WarmStart]:
         try:
