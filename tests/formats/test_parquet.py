@@ -239,3 +239,18 @@ def test_a_table_dataset_reaches_spawned_workers(sample, tmp_path):
                          multiprocessing_context="spawn", timeout=120)
     got = [(a.clone(), b.clone(), list(p), s) for a, b, p, s in spawned]
     same_batches(got, want)
+
+
+def test_coco128_as_a_hub_table_in_coco_boxes_gives_its_yolo_batches_bit_for_bit(coco128, tmp_path):
+    """The Hub's default box format (x, y, w, h pixels) from coco128's .txt boxes: the same float32 rows
+    back, no warning for boxes that touch an edge by the rounding of their 6 decimals (as in the .txt
+    files), and the evaluation batches of the .txt files."""
+    folder = coco128 / "images" / "train2017"
+    ref = LoadImagesAndLabels(str(folder), 64)
+    table = hub_table(ref, tmp_path / "t" / "train.parquet", "coco", row_group_size=16, names=[str(i) for i in range(80)])
+    ds = LoadImagesAndLabels(str(table), 64)
+    assert [p for p in ds.split_labels.problems] == []
+    assert all(np.array_equal(a, b) for a, b in zip(ds.labels, ref.labels))
+    got, _ = all_batches(table)
+    want, _ = all_batches(folder)
+    same_batches(got, want)

@@ -41,7 +41,7 @@ import yaml
 from ..storage import backend_for, is_url
 from ..storage.parquetrows import open_table, pyarrow_parquet, row_url
 from .base import LabelError, LabelFormat, SourceOptions, SplitSource, WarmStart
-from .labelfile import normalising_size, without_duplicates
+from .labelfile import COORD_TOLERANCE, normalising_size, without_duplicates
 from .problems import Problem
 from .sources import IMG_FORMATS, default_cache_file
 
@@ -333,17 +333,21 @@ class ParquetReader:
             xywh = np.concatenate([(b[:, :2] + b[:, 2:] / 2) / (sw, sh), b[:, 2:] / (sw, sh)], 1)
         keep = np.isfinite(xywh).all(1) & (xywh[:, 2] > 0) & (xywh[:, 3] > 0)
         if not keep.all():
-            warnings.append(f"{int((~keep).sum())} boxes of no size (or not finite) in {self.bbox_format} "
-                            "format left out")
+            n = int((~keep).sum())
+            warnings.append(f"{n} box{'es' if n > 1 else ''} of no size (or not finite) in bbox_format "
+                            f"{self.bbox_format} left out")
         labels = np.concatenate([cls[:, None], xywh], 1)[keep]
         xyxy = np.concatenate([labels[:, 1:3] - labels[:, 3:5] / 2, labels[:, 1:3] + labels[:, 3:5] / 2], 1)
-        outside = (xyxy.min(1) < 0) | (xyxy.max(1) > 1)
-        if outside.any():  # only those are recomputed: the others keep the table's numbers
+        # a box past the edge by less than YOLO's tolerance (a writer's rounding) is kept as given, as a
+        # YOLO .txt row is; only those further out are recomputed, clipped: the others keep the table's numbers
+        outside = (xyxy.min(1) < -COORD_TOLERANCE) | (xyxy.max(1) > 1 + COORD_TOLERANCE)
+        if outside.any():
             clipped = xyxy[outside].clip(0, 1)
             labels[outside, 1:3] = (clipped[:, :2] + clipped[:, 2:]) / 2
             labels[outside, 3:5] = clipped[:, 2:] - clipped[:, :2]
             labels = labels[(labels[:, 3] > 0) & (labels[:, 4] > 0)]
-            warnings.append(f"{int(outside.sum())} boxes reaching outside the image clipped to it "
+            n = int(outside.sum())
+            warnings.append(f"{n} box{'es' if n > 1 else ''} reaching outside the image clipped to it "
                             f"(bbox_format {self.bbox_format}: is it the table's?)")
         labels = labels.astype(np.float32)
         if not len(labels):
