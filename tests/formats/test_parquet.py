@@ -254,3 +254,43 @@ def test_coco128_as_a_hub_table_in_coco_boxes_gives_its_yolo_batches_bit_for_bit
     got, _ = all_batches(table)
     want, _ = all_batches(folder)
     same_batches(got, want)
+
+
+def test_a_folder_of_tables_plain_binary_images_and_one_band(sample, tmp_path):
+    """A folder of two tables (the Hub shards a split: train-00000-of-00002.parquet, ...), the second with
+    a plain binary image column, read as one split in row order; grayscale batches (channels=1) equal
+    those of the .txt files."""
+    folder, ref = sample
+    whole = pq.read_table(hub_table(ref, tmp_path / "whole.parquet", "yolo"))
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    pq.write_table(whole.slice(0, 10), shards / "train-00000-of-00002.parquet", row_group_size=4)
+    second = whole.slice(10).set_column(0, "image", whole.slice(10).column("image").combine_chunks().field("bytes"))
+    pq.write_table(second, shards / "train-00001-of-00002.parquet", row_group_size=4)
+    (shards / "train.yaml").write_text("parquet: .\nbbox_format: yolo\n")
+    data = tmp_path / "data.yaml"
+    data.write_text(f"path: {shards}\ntrain: train.yaml\nval: train.yaml\nnames: {SAMPLE_NAMES}\nchannels: 1\n")
+    plain = LoadImagesAndLabels(str(shards), 64)  # the folder itself: coco boxes by default, the same rows
+    assert len(plain.im_files) == 16 and "train-00001-of-00002.parquet#row=5&" in plain.im_files[-1]
+    assert plain.im_files[-1].endswith("&name=5.jpg")  # no name in a binary column: its row and its bytes' suffix
+    ref_data = tmp_path / "ref.yaml"
+    ref_data.write_text(f"path: {folder.parent}\ntrain: images\nval: images\nnames: {SAMPLE_NAMES}\nchannels: 1\n")
+    got, ds = all_batches(data)
+    want, _ = all_batches(ref_data)
+    assert got[0][0].shape[1] == 1
+    for (a, ta, _, sa), (b, tb, _, sb) in zip(got, want):
+        assert torch.equal(a, b) and torch.equal(ta, tb) and sa == sb
+
+
+def test_what_a_table_lacks_is_named(sample, tmp_path):
+    folder, ref = sample
+    table = pq.read_table(hub_table(ref, tmp_path / "t.parquet"))
+    pq.write_table(table.drop_columns(["objects"]), tmp_path / "bare.parquet")
+    with pytest.raises(ValueError, match=r"bare.parquet: no column 'objects' \(a table yaml's image_column, "
+                                         r"objects_column\); its columns: image, width, height"):
+        LoadImagesAndLabels(str(tmp_path / "bare.parquet"), 64)
+    (tmp_path / "odd.yaml").write_text("parquet: t.parquet\nbox_format: xyxy\n")
+    (tmp_path / "data.yaml").write_text(f"path: .\ntrain: odd.yaml\nval: odd.yaml\nnames: {SAMPLE_NAMES}\n")
+    with pytest.raises(ValueError, match=r"odd.yaml: unknown keys \['box_format'\] \(a table yaml has parquet, "
+                                         r"bbox_format, image_column, objects_column\)"):
+        LoadImagesAndLabels(str(tmp_path / "data.yaml"), 64)

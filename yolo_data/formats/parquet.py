@@ -289,7 +289,8 @@ def _list_table(table: str, spec: TableSpec, names: Optional[List[str]]):
                 if not data:
                     problems.append(Problem(table, f"row {row}: no image bytes; left out", True))
                 else:
-                    name = os.path.basename(path or "").replace("&", "_") or str(row)
+                    # the name is only shown: no '&' (the URL's separator) or NUL (no path holds one)
+                    name = os.path.basename(path or "").replace("&", "_").replace("\0", "_") or str(row)
                     ext = _suffix(path, data[:16])
                     name = name if name.lower().endswith("." + ext) else f"{name}.{ext}"
                     stated = wh[k] if wh and all(isinstance(v, (int, float)) and v > 0 for v in wh[k]) else None
