@@ -294,3 +294,15 @@ def test_what_a_table_lacks_is_named(sample, tmp_path):
     with pytest.raises(ValueError, match=r"odd.yaml: unknown keys \['box_format'\] \(a table yaml has parquet, "
                                          r"bbox_format, image_column, objects_column\)"):
         LoadImagesAndLabels(str(tmp_path / "data.yaml"), 64)
+
+
+def test_a_row_name_never_holds_the_url_separator_or_a_nul(sample, tmp_path):
+    folder, ref = sample
+    table = pq.read_table(hub_table(ref, tmp_path / "t.parquet"))
+    images = table.column("image").to_pylist()
+    images[0]["path"], images[1]["path"] = "dir/a&b.jpg", "c\0d.png"
+    odd = table.set_column(0, "image", pa.array(images, table.schema.field("image").type))
+    pq.write_table(odd, tmp_path / "odd.parquet")
+    ds = LoadImagesAndLabels(str(tmp_path / "odd.parquet"), 64)
+    assert ds.im_files[0].endswith("&name=a_b.jpg") and ds.im_files[1].endswith("&name=c_d.png")
+    assert len(ds.im_files) == 16 and all("\0" not in f for f in ds.im_files)
