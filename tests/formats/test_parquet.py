@@ -162,8 +162,12 @@ def test_a_table_in_a_bucket_gives_the_batches_of_the_local_one(sample, tmp_path
     table = hub_table(ref, tmp_path / "t" / "train.parquet", "coco", row_group_size=3)
     upload(client, tmp_path / "t", "data", "parquet")
     url = "s3://data/parquet/train.parquet"
-    got, ds = all_batches(url)
+    loader, ds = create_dataloader(url, 64, 4, 32, workers=0)
     assert ds.im_files[0].startswith(f"parquet+{url}#row=00&")
+    rows = ds.storage.backend_for(ds.im_files[0])
+    before = rows.counts()["row_groups"]
+    got = [(a.clone(), b.clone(), list(p), s) for a, b, p, s in loader]
+    assert rows.counts()["row_groups"] - before <= 6  # 16 rows in 6 groups of 3: each read once at most
     want, _ = all_batches(table)
     same_batches(got, want)
     got, _ = all_batches(url, workers=2, augment=True)
