@@ -130,7 +130,8 @@ def _read_table_yaml(path: Path) -> TableSpec:
     fmt = data.get("bbox_format", "coco")
     if fmt not in BBOX_FORMATS:
         raise ValueError(f"{path}: bbox_format {fmt!r} is not one of {', '.join(BBOX_FORMATS)} (coco: x, y, w, h "
-                         "pixels from the top-left corner; xyxy: corners in pixels; yolo: centre x, y, w, h normalised)")
+                         "pixels from the top-left corner; xyxy: corners in pixels; yolo: centre x, y, w, h "
+                         "normalised)")
     named = data["parquet"] if isinstance(data["parquet"], list) else [data["parquet"]]
     if not named or not all(isinstance(n, str) and n for n in named):
         raise ValueError(f"{path}: 'parquet' must name a table, a folder of tables or a list of them")
@@ -158,7 +159,10 @@ def table_spec(entries: Sequence[Any]) -> TableSpec:
     yamls = [e for e in entries if not is_url(e) and _is_table_yaml(Path(e))]
     if yamls and len(entries) > 1:
         raise ValueError(f"a table yaml ({yamls[0]}) must be a split's only entry")
-    spec = _read_table_yaml(Path(yamls[0])) if yamls else TableSpec(tuple(t for e in entries for t in _tables_in(str(e))))
+    if yamls:
+        spec = _read_table_yaml(Path(yamls[0]))
+    else:
+        spec = TableSpec(tuple(t for e in entries for t in _tables_in(str(e))))
     if not spec.tables:
         raise FileNotFoundError(f"no .parquet tables in {entries[0] if len(entries) == 1 else list(entries)}")
     return spec

@@ -69,7 +69,8 @@ def parse_row_url(url: str) -> RowRef:
     parts = frag.split("&", 3)
     if not head.lower().startswith(PREFIX) or not sep or len(parts) != 4 or not all(
             p.startswith(k) for p, k in zip(parts[1:], ("col=", "size=", "name="))):
-        raise FileNotFoundError(errno.ENOENT, "not a Parquet row URL (parquet+<table URL>#row=..&col=..&size=..&name=..)", url)
+        raise FileNotFoundError(errno.ENOENT, "not a Parquet row URL "
+                                "(parquet+<table URL>#row=..&col=..&size=..&name=..)", url)
     try:
         row, size = int(parts[0]), int(parts[2][5:])
     except ValueError:
