@@ -285,24 +285,36 @@ def _list_table(table: str, spec: TableSpec, names: Optional[List[str]]):
         urls, labels, problems, row = [], [], [], 0
         for g in range(pf.metadata.num_row_groups):
             part = pf.read_row_group(g, columns, use_threads=False)
-            images = part.column(spec.image_column).to_pylist()
+            sizes, heads, paths = _cells(part.column(spec.image_column).combine_chunks())
             objects = part.column(spec.objects_column).to_pylist()
             wh = list(zip(*(part.column(c).to_pylist() for c in columns[2:]))) if len(columns) > 2 else None
-            for k, (im, cell) in enumerate(zip(images, objects)):
-                data, path = (im.get("bytes"), im.get("path")) if isinstance(im, dict) else (im, None)
-                if not data:
+            del part  # the group's image bytes: only their sizes and first bytes are kept
+            for k, (n, head, path, cell) in enumerate(zip(sizes, heads, paths, objects)):
+                if not n:
                     problems.append(Problem(table, f"row {row}: no image bytes; left out", True))
                 else:
                     # the name is only shown: no '&' (the URL's separator) or NUL (no path holds one)
                     name = os.path.basename(path or "").replace("&", "_").replace("\0", "_") or str(row)
-                    ext = _suffix(path, data[:16])
+                    ext = _suffix(path, head)
                     name = name if name.lower().endswith("." + ext) else f"{name}.{ext}"
                     stated = wh[k] if wh and all(isinstance(v, (int, float)) and v > 0 for v in wh[k]) else None
-                    urls.append(row_url(table, row, spec.image_column, len(data), name, digits))
+                    urls.append(row_url(table, row, spec.image_column, n, name, digits))
                     labels.append(_row_label(table, row, cell, stated, use))
                 row += 1
-            del part, images
     return urls, labels, found, problems
+
+
+def _cells(images) -> Tuple[list, list, list]:
+    """(size in bytes or None, first 16 bytes, original name or None) of each image cell of a row group
+    (a struct {bytes, path} or binary array), computed by pyarrow: no Python copy of the images."""
+    import pyarrow.compute as pc
+    if images.type.num_fields:
+        fields = [images.type.field(i).name for i in range(images.type.num_fields)]
+        parts = dict(zip(fields, images.flatten()))  # the parent's nulls applied to each child
+        data, paths = parts["bytes"], (parts["path"].to_pylist() if "path" in parts else [None] * len(images))
+    else:
+        data, paths = images, [None] * len(images)
+    return pc.binary_length(data).to_pylist(), pc.binary_slice(data, 0, 16).to_pylist(), paths
 
 
 @dataclass(frozen=True)
