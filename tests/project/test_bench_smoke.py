@@ -535,3 +535,16 @@ def test_bench_s3_quick(tiny, tmp_path):
     assert "leftover" not in err and "ERROR" not in err, err
     assert not (tmp_path / "results").exists()
     assert not list(tmp_path.glob("bench_s3_*")), list(tmp_path.iterdir())  # weed's data and the copies removed
+
+
+def test_bench_parquet(tiny, tmp_path):
+    """The generated set as a table of 2 copies in row groups of 4: every run measured, the table deleted."""
+    pytest.importorskip("pyarrow")
+    rc, out, err = run(tiny, tmp_path, "speed/bench_parquet.py", "--images", N, "--copies", 2, "--row-group", 4,
+                       "--train-batches", 1, "--workers", 1, "--tmp", tmp_path, timeout=300)
+    rows = ok(rc, out, err, "speed/bench_parquet.py")
+    assert set(rows) >= {"scan, the big table", "evaluation epoch, the big table", "evaluation epoch, JPEG files",
+                         "evaluation epoch, table of one copy", "shuffled training, JPEG files",
+                         "shuffled training, table of one copy"}, out
+    assert all(numbers(cells[2:4])[0] > 0 for k, cells in rows.items() if k != "run"), out
+    assert f"{2 * N} rows" in out and not list(tmp_path.glob("bench_parquet_*")), "the tables outlived the run"

@@ -5,6 +5,7 @@ claims an entry reads it.
     coco     coco.py     a .json annotation file
     voc      voc.py      a folder with Annotations/ and JPEGImages/, or a list in its ImageSets/
     labelme  labelme.py  a folder of images with a LabelMe .json beside each, and no YOLO labels
+    parquet  parquet.py  a .parquet table in the Hugging Face Hub's layout, a folder of them, a table yaml
     yolo     yolotxt.py  anything else: image folders, .txt image lists, images -> labels/*.txt
 
 Each format is one module with one :class:`~yolo_data.formats.base.LabelFormat` object (the protocol is
@@ -25,12 +26,13 @@ from pathlib import Path
 from typing import Any, List
 
 from ..storage import register as register_storage
-from . import coco, labelme, memory, voc, yolotxt
+from . import coco, labelme, memory, parquet, voc, yolotxt
 from .base import LabelFormat, SourceOptions, SplitSource
 from .memory import ItemSource, MemorySource, entry_of  # noqa: F401 (the names callers import from here)
 
 # asked in this order; YOLO claims everything, so it stays last
-FORMATS: List[LabelFormat] = [memory.FORMAT, coco.FORMAT, voc.FORMAT, labelme.FORMAT, yolotxt.FORMAT]
+FORMATS: List[LabelFormat] = [memory.FORMAT, coco.FORMAT, voc.FORMAT, labelme.FORMAT, parquet.FORMAT,
+                              yolotxt.FORMAT]
 register_storage(memory.SCHEME, memory.MemoryBackend)  # an in-memory source's items are served from it
 
 

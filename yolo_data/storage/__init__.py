@@ -10,6 +10,7 @@ Modules, in the order data flows through them:
     s3list       a folder's listing in pages, in key ranges at once
     keyspace     where to cut a folder's keys into ranges
     remotefile   an object as a read-only seekable file over ranged reads
+    parquetrows  rows of Parquet tables as objects (parquet+file://, parquet+s3://), a row group at a time
     remote       the s3:// functions of earlier versions, over the storage in use
     objectcache  fetched objects kept on local disk, bounded in size
     trust        who must own a cache file or folder and who may write it
@@ -41,6 +42,7 @@ from .container import CacheError, NoSpaceError, check_trust
 from .keyspace import cut_after
 from .local import LocalBackend, local_backend
 from .objectcache import ObjectCache
+from .parquetrows import parquet_rows_backend
 from .s3 import S3Backend, S3Options, s3_backend
 
 __all__ = ["Backend", "ObjectInfo", "ListingError", "StorageOptions", "Storage", "LocalBackend", "S3Backend",
@@ -50,7 +52,15 @@ __all__ = ["Backend", "ObjectInfo", "ListingError", "StorageOptions", "Storage",
 
 Factory = Callable[[StorageOptions], Backend]
 _SCHEME = re.compile(r"^[a-z][a-z0-9+.-]+$")
-_factories: Dict[str, Factory] = {"": local_backend, "file": local_backend, "s3": s3_backend}
+
+
+def _parquet_rows(options: StorageOptions) -> Backend:
+    """Rows of Parquet tables, each table read through a Storage of the same options (parquetrows.py)."""
+    return parquet_rows_backend(options, Storage(options).backend_for)
+
+
+_factories: Dict[str, Factory] = {"": local_backend, "file": local_backend, "s3": s3_backend,
+                                  "parquet+file": _parquet_rows, "parquet+s3": _parquet_rows}
 
 
 def register(scheme: str, factory: Factory) -> None:
