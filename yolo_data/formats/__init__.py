@@ -1,6 +1,7 @@
 """Label formats, and the registry that picks one for a split: asked in order, the first format that
 claims an entry reads it.
 
+    ndjson   ndjson.py   an .ndjson export (Ultralytics Platform), ``file.ndjson#split`` for one split
     coco     coco.py     a .json annotation file
     voc      voc.py      a folder with Annotations/ and JPEGImages/, or a list in its ImageSets/
     labelme  labelme.py  a folder of images with a LabelMe .json beside each, and no YOLO labels
@@ -23,11 +24,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, List
 
-from . import coco, labelme, voc, yolotxt
+from . import coco, labelme, ndjson, voc, yolotxt
 from .base import LabelFormat, SourceOptions, SplitSource
 
 # asked in this order; YOLO claims everything, so it stays last
-FORMATS: List[LabelFormat] = [coco.FORMAT, voc.FORMAT, labelme.FORMAT, yolotxt.FORMAT]
+FORMATS: List[LabelFormat] = [ndjson.FORMAT, coco.FORMAT, voc.FORMAT, labelme.FORMAT, yolotxt.FORMAT]
 
 
 def register(fmt: LabelFormat) -> None:
@@ -137,3 +138,19 @@ def open_source(path, options: SourceOptions = SourceOptions()) -> SplitSource:
         FileNotFoundError, ValueError: naming the entry that cannot be read.
     """
     return split_format(path).open(entries(path), options)
+
+
+def admit(path) -> None:
+    """Let the storage in use read what the split's entries name and no path does (an NDJSON's
+    http(s) image URLs): asked in every process that reads the split's images, before it reads them
+    (a format with an ``admit(entries)`` method does this; the others need nothing).
+
+    Args:
+        path: one split entry, or a list of entries of one format.
+
+    Returns:
+        None.
+    """
+    fmt = split_format(path)
+    if hasattr(fmt, "admit"):
+        fmt.admit(entries(path))
