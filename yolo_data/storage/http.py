@@ -17,9 +17,10 @@ What it answers (base.Backend's contract):
 
     read(url, start, length)   GET of the admitted URL (a Range header for a part); retried
     stat(url)                  an admitted URL's version: its tag is a hash of the full URL (a new
-                               signature or content name is a new version); its size is asked (HEAD)
-                               only for a URL admitted without the image's size (``sized=False``),
-                               else 0: the dataset file vouches for it and nothing is requested
+                               signature or content name is a new version); its size is asked (a GET
+                               of its first byte: a signed URL is signed for GET alone, not HEAD) only
+                               for a URL admitted without the image's size (``sized=False``), else 0:
+                               the dataset file vouches for it and nothing is requested
     read_many(urls)            a batch's images at once, ``concurrency`` threads
     list(url)                  refused: plain HTTP has no listings
 
@@ -178,7 +179,7 @@ class HttpBackend(Backend):
         self._counts.add(what, n)
 
     def counts(self) -> Dict[str, int]:
-        """Requests this backend made in this process: 'get', 'head'; 'retries', and 'failed': requests
+        """Requests this backend made in this process: 'get'; 'retries', and 'failed': requests
         that still failed after every try; 'cached': objects read from the local object cache instead."""
         return self._counts.get()
 
@@ -244,14 +245,13 @@ class HttpBackend(Backend):
             return ObjectInfo(url, 0, tag)
         size = self._sizes.get(url)
         if size is None:
+            # its first byte, not a HEAD: a signed URL is signed for one method, GET
             try:
-                _, headers = self._request(url, "HEAD")
+                data, headers = self._request(url, "GET", 0, 1)
             except FileNotFoundError:
                 return None
-            try:
-                size = int(headers.get("content-length", ""))
-            except ValueError:
-                size = len(self.read(url))  # a server that does not say: the object itself
+            total = headers.get("content-range", "").rpartition("/")[2]
+            size = int(total) if total.isdigit() else len(data)  # (a server that ignores Range sent it all)
             self._sizes[url] = size
         return ObjectInfo(url, size, tag)
 
