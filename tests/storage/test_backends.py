@@ -133,7 +133,7 @@ def test_local_disk_is_a_backend_too_for_file_urls(mem):
 
 def test_a_scheme_nobody_registered_is_named():
     with pytest.raises(ValueError, match=r"gs://b/data.yaml: no storage backend reads gs:// URLs \(registered: "
-                                         r"file://, s3://\)"):
+                                         r"file://, http://, https://, s3://\)"):
         create_dataloader("gs://b/data.yaml", 64, 4, 32, workers=0)
     with pytest.raises(ValueError, match="starting with a letter"):
         register("9p", MemoryBackend)
