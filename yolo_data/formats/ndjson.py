@@ -44,6 +44,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from urllib.parse import urlsplit
 
 from ..storage import backend_for, is_url, join_url, parent_url, scheme_of
 from .base import LabelFormat, SourceOptions, SplitSource
@@ -120,7 +121,10 @@ def read_ndjson(file: str) -> NdjsonFile:
     known = _last.get(file)
     if known is not None and known.digest == digest:
         return known
-    lines = raw.decode("utf-8", errors="strict").splitlines() if raw else []
+    try:
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise ValueError(f"{file}: not UTF-8 text") from None
     records = []
     for k, line in enumerate(lines, 1):
         if line.strip():
@@ -192,8 +196,8 @@ def _image_of(r: dict, here: str, root, split: str) -> Tuple[Optional[str], Opti
     url, name = r.get("url"), r.get("file")
     if isinstance(url, str) and url:
         scheme = scheme_of(url)
-        if not scheme:
-            return None, None, "its url is not a URL (scheme://...)"
+        if not scheme or not _parses(url):
+            return None, None, "its url is not a URL (scheme://host/...)"
         return url, (url if scheme in ADMITTED_SCHEMES else None), None  # s3://, file://: read as they are
     if not isinstance(name, str) or not name or "\0" in name:
         return None, None, "no 'url' and no 'file'"
@@ -204,6 +208,14 @@ def _image_of(r: dict, here: str, root, split: str) -> Tuple[Optional[str], Opti
         sub = f"{root}/images/{split}"
         folder = join_url(here + "/", sub) if is_url(here) else os.path.normpath(os.path.join(here, sub))
     return (join_url(folder + "/", name) if is_url(folder) else os.path.join(folder, name)), None, None
+
+
+def _parses(url: str) -> bool:
+    try:
+        urlsplit(url)
+    except ValueError:  # an unclosed [ of an IPv6 host, a port that is not a number
+        return False
+    return True
 
 
 def _auto_val(images: list) -> None:

@@ -36,6 +36,7 @@ import http.client
 import os
 import random
 import socket
+import ssl
 import threading
 import time
 import urllib.error
@@ -262,16 +263,18 @@ class HttpBackend(Backend):
 def _send(full: str, shown: str, method: str, headers: Dict[str, str], timeout: float) -> Tuple[bytes, Dict[str, str]]:
     """One request; raises _Transient for what is worth another try, else the OSError to raise.  No
     exception raised here holds ``full`` (urllib's errors carry the URL: they are not chained)."""
-    request = urllib.request.Request(full, method=method, headers=headers)
     error: Optional[OSError] = None
     try:
+        request = urllib.request.Request(full, method=method, headers=headers)
         with urllib.request.urlopen(request, timeout=timeout) as r:
             data = r.read() if method == "GET" else b""
             want = r.headers.get("content-length")
-            if method == "GET" and want is not None and len(data) != int(want):
+            if method == "GET" and want is not None and want.isdigit() and len(data) != int(want):
                 error = _Transient(OSError(f"{shown}: {len(data)} of {want} bytes"))
             else:
                 return data, {k.lower(): v for k, v in r.headers.items()}
+    except ValueError:  # (http.client.InvalidURL too) its text would show the whole URL
+        error = FileNotFoundError(2, "not a URL the HTTP client can request", shown)
     except urllib.error.HTTPError as e:
         status = e.code
         e.close()
@@ -285,19 +288,24 @@ def _send(full: str, shown: str, method: str, headers: Dict[str, str], timeout: 
         else:
             error = OSError(f"{shown}: HTTP {status} from the server")
     except urllib.error.URLError as e:
-        reason = e.reason if isinstance(e.reason, (str, OSError)) else type(e.reason).__name__
-        error = _Transient(OSError(f"{shown}: {type(reason).__name__ if not isinstance(reason, str) else 'URLError'}: "
-                                   f"{_strerror(reason)}"))
+        if isinstance(e.reason, ssl.SSLCertVerificationError):  # the same answer every time: not retried
+            error = OSError(f"{shown}: {_strerror(e.reason)}")
+        else:  # refused, reset, timed out, a name that did not resolve (yet)
+            error = _Transient(OSError(f"{shown}: {_strerror(e.reason)}"))
     except (http.client.HTTPException, socket.timeout, ConnectionError, TimeoutError, OSError) as e:
-        error = _Transient(OSError(f"{shown}: {type(e).__name__}: {_strerror(e)}"))
+        error = _Transient(OSError(f"{shown}: {_strerror(e)}"))
     raise error from None
 
 
 def _strerror(e) -> str:
-    """An error's text without a URL: OSErrors by their strerror (their filename may be the full URL)."""
-    if isinstance(e, OSError) and e.strerror:
-        return e.strerror
-    text = str(e)
+    """An error's kind and text without a URL: OSErrors by their strerror (their filename may be the
+    full URL), any other text cut before a query."""
+    if isinstance(e, str):
+        text = e
+    elif isinstance(e, OSError) and e.strerror:
+        return f"{type(e).__name__}: {e.strerror}"
+    else:
+        text = f"{type(e).__name__}: {e}"
     return text.partition("?")[0] if "://" in text else text
 
 
