@@ -161,3 +161,35 @@ def test_a_refused_signature_is_a_permission_error_naming_the_public_url(signed)
         backend.read(name)
     no_secret_in(str(e.value), secrets)
     assert backend.counts()["failed"] == 1 and backend.counts()["retries"] == 1
+
+
+def _rank_worker(rank, world, port, export, out_dir):
+    import os
+    import torch.distributed as dist
+    from procs import init
+
+    os.environ["LOCAL_RANK"] = str(rank)  # what torchrun would set; one node
+    init(rank, world, port)
+    try:
+        loader, dataset = create_dataloader(export, 64, 2, 32, rank=rank, workers=0)
+        paths = [p for _, _, batch_paths, _ in loader for p in batch_paths]
+        Path(out_dir, f"{rank}.json").write_text(json.dumps({"built": dataset.split_labels.built, "paths": paths}))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_rank_that_reads_no_labels_fetches_the_images_the_export_lists(signed, tmp_path):
+    """Rank 1 maps the label cache rank 0 wrote and never lists the split: it reads the export for its
+    URLs all the same, and fetches its share of the images."""
+    from procs import run
+
+    export, _, proxy, _ = signed
+    out = tmp_path / "out"
+    out.mkdir()
+    proxy.reset_counts()
+    run(_rank_worker, 2, str(export), str(out))
+    res = [json.loads((out / f"{r}.json").read_text()) for r in range(2)]
+    assert [r["built"] for r in res] == [True, False]
+    seen = [p for r in res for p in r["paths"]]
+    assert len(seen) == len(set(seen)) == 8 and image_gets(proxy) == 8  # disjoint shares, each fetched once
