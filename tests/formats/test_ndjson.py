@@ -12,6 +12,7 @@ from PIL import Image
 
 from yolo_data import create_dataloader
 from yolo_data.formats import kind_of, ndjson
+from yolo_data.integrations.ultralytics_args import ndjson_data
 from yolo_data.storage import HttpBackend
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data"
@@ -179,3 +180,15 @@ def test_every_task_gives_the_batches_of_its_yolo_txt_files(tmp_path, name, task
         want, _ = create_dataloader(str(root / "data.yaml"), 96, 8, 32, **kw)
         assert_same(batches(got), batches(want))
         assert dataset.names == names
+
+
+def test_the_ultralytics_trainer_gets_each_split_of_the_export_to_read_in_place(sample):
+    """The data dict the Ultralytics plug-in's trainer and validator work from (Ultralytics itself would
+    download every image into a converted copy); a split named in the path wins over the preset's."""
+    export, _ = sample
+    data = ndjson_data(str(export))
+    assert data["train"] == f"{export}#train" and data["val"] == f"{export}#val"
+    assert data["names"] == {0: "circle", 1: "rectangle", 2: "triangle"} and data["nc"] == 3 and data["channels"] == 3
+    assert ndjson_data(str(export), single_cls=True)["names"] == {0: "item"}
+    _, val = create_dataloader(data["val"], 64, 4, 32, augment=True, workers=0)
+    assert len(val) == 8 and all("/images/val/" in f for f in val.im_files)

@@ -17,7 +17,7 @@ from .. import distributed
 from ..augment.augstate import AugmentControl
 from ..formats import admit, split_format
 from ..formats.datayaml import is_dataset_yaml, load_dataset_yaml
-from ..formats.ndjson import dataset_of as ndjson_dataset, is_ndjson, with_split
+from ..formats.ndjson import dataset_of as ndjson_dataset, is_ndjson, split_entry, with_split
 from ..formats.sources import fraction_cache_file, img2label_path, list_image_files, storage_for
 from ..images import failures
 from ..images.bands import ImageBandsError
@@ -105,7 +105,7 @@ def resolve_split(path, split: Optional[str], augment: bool):
     names and kpt_shape); anything else has no names and no spec (None)."""
     split = split or ("train" if augment else "val")
     if is_ndjson(path):
-        entry, spec = ndjson_dataset(path, split)
+        entry, spec = ndjson_dataset(path, split_entry(path)[1] or split)  # a split named in the path wins
         return entry, spec.names, spec
     if not is_dataset_yaml(path):
         return path, [], None
