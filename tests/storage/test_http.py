@@ -5,6 +5,7 @@ the export states, failures are retried, the object cache serves a second epoch,
 appears in a message or in a file under the cache folders."""
 import json
 import logging
+import pickle
 import re
 from pathlib import Path
 
@@ -154,6 +155,8 @@ def test_a_refused_signature_is_a_permission_error_naming_the_public_url(signed)
         backend.read(name)
     assert name in str(e.value) and "X-Amz" not in str(e.value)
     no_secret_in(str(e.value), secrets)
+    copy = pickle.loads(pickle.dumps(backend))  # a spawned DataLoader worker's: the admitted URLs travel
+    assert copy.admit([]) == [] and copy.stat(name).tag == backend.stat(name).tag and copy.counts() == {}
     proxy.faults.error(times=None, method="GET", path=IMAGES, status=503, code=None)
     backend = HttpBackend(backend.options.__class__(attempts=2, backoff_s=0.0))
     name, = backend.admit([url])
