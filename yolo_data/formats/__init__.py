@@ -151,6 +151,9 @@ def admit(path) -> None:
     Returns:
         None.
     """
-    fmt = split_format(path)
-    if hasattr(fmt, "admit"):
-        fmt.admit(entries(path))
+    # only formats that admit anything are asked (a claim of another format may list a folder: requests)
+    admitting = [f for f in FORMATS if hasattr(f, "admit")]
+    if any(f.claims(Path(e)) for f in admitting for e in entries(path)):
+        fmt = split_format(path)
+        if hasattr(fmt, "admit"):
+            fmt.admit(entries(path))
