@@ -3,6 +3,7 @@
 (tests/faultproxy.py).  The batches equal those of a local copy, the scan fetches no image whose size
 the export states, failures are retried, the object cache serves a second epoch, and no signature
 appears in a message or in a file under the cache folders."""
+import io
 import json
 import logging
 import pickle
@@ -26,10 +27,10 @@ NAMES = ["circle", "rectangle", "triangle"]
 IMAGES = r"^/data/sample/images/"
 
 
-def signed_export(tmp_path: Path, local: Path, proxy, sized: bool = True) -> Path:
+def signed_export(tmp_path: Path, local: Path, proxy, server, sized: bool = True) -> Path:
     """An export of the sample whose images are presigned GET URLs of s3://data/sample through the
     proxy (the signature covers the proxy's host, which it passes on unchanged)."""
-    srv_client = minio.Minio(proxy.netloc, s3server_keys()[0], s3server_keys()[1], secure=False, region="us-east-1")
+    srv_client = minio.Minio(proxy.netloc, server.access_key, server.secret_key, secure=False, region="us-east-1")
     lines = [json.dumps({"type": "dataset", "task": "detect", "class_names": dict(enumerate(NAMES))})]
     for split in ("train", "val"):
         for im in sorted((local / "sample" / "images" / split).iterdir()):
@@ -46,18 +47,10 @@ def signed_export(tmp_path: Path, local: Path, proxy, sized: bool = True) -> Pat
     return out
 
 
-_keys = {}
-
-
-def s3server_keys():
-    return _keys["keys"]
-
-
 @pytest.fixture
 def signed(s3, s3_server, fault_proxy, tmp_path):
-    _keys["keys"] = (s3_server.access_key, s3_server.secret_key)
     _, local = s3
-    export = signed_export(tmp_path, local, fault_proxy)
+    export = signed_export(tmp_path, local, fault_proxy, s3_server)
     secrets = set(re.findall(r"X-Amz-(?:Signature|Credential)=([^&\"]+)", export.read_text()))
     assert secrets
     return export, local, fault_proxy, secrets
@@ -135,9 +128,8 @@ def test_failed_requests_are_retried_and_the_object_cache_serves_the_second_epoc
 
 
 def test_an_export_without_sizes_is_scanned_from_the_images_themselves(s3, s3_server, fault_proxy, tmp_path):
-    _keys["keys"] = (s3_server.access_key, s3_server.secret_key)
     _, local = s3
-    export = signed_export(tmp_path, local, fault_proxy, sized=False)
+    export = signed_export(tmp_path, local, fault_proxy, s3_server, sized=False)
     got, dataset = create_dataloader(str(export), 64, 4, 32, workers=0)
     assert image_gets(fault_proxy) >= len(dataset)  # each image's header read by the scan
     want, _ = create_dataloader(str(local / "sample.yaml"), 64, 4, 32, workers=0)
@@ -196,3 +188,28 @@ def test_a_rank_that_reads_no_labels_fetches_the_images_the_export_lists(signed,
     assert [r["built"] for r in res] == [True, False]
     seen = [p for r in res for p in r["paths"]]
     assert len(seen) == len(set(seen)) == 8 and image_gets(proxy) == 8  # disjoint shares, each fetched once
+
+
+def test_an_export_in_a_bucket_names_its_images_beside_it(s3, user_cache_dir):
+    """An export in a bucket whose records name files under its first line's ``path`` (Ultralytics'
+    export of a local dataset, uploaded): the images are the bucket's objects, the label cache is in
+    the user's cache folder, and the batches are the local copy's."""
+    client, local = s3
+    lines = [json.dumps({"type": "dataset", "task": "detect", "class_names": NAMES, "path": "sample"})]
+    for im in sorted((local / "sample" / "images" / "val").iterdir()):
+        label = local / "sample" / "labels" / "val" / (im.stem + ".txt")
+        rows = [[int(w) if i == 0 else float(w) for i, w in enumerate(line.split())]
+                for line in (label.read_text().splitlines() if label.exists() else []) if line.split()]
+        lines.append(json.dumps({"type": "image", "file": im.name, "split": "val", "annotations": {"boxes": rows}}))
+    data = ("\n".join(lines) + "\n").encode()
+    client.put_object("data", "export.ndjson", io.BytesIO(data), len(data))
+    try:
+        got, dataset = create_dataloader("s3://data/export.ndjson", 64, 4, 32, workers=0)
+        want, _ = create_dataloader(str(local / "sample.yaml"), 64, 4, 32, workers=0)
+        assert dataset.im_files[0] == "s3://data/sample/images/val/val_000.jpg"
+        assert Path(dataset.split_labels.cache_file) == user_cache_dir / "remote" / "data" / "export.val.yolo_data.cache"
+        for (a, ta, pa), (b, tb, pb) in zip(batches(got), batches(want)):
+            assert torch.equal(a, b) and torch.equal(ta, tb)
+            assert [p.replace("s3://data/", f"{local}/") for p in pa] == pb
+    finally:
+        client.remove_object("data", "export.ndjson")
