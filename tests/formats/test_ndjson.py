@@ -118,7 +118,7 @@ def test_records_it_cannot_read_are_named_and_left_out(tmp_path):
     export.write_text("\n".join(lines + [json.dumps(b) for b in bad]) + "\n")
     _, dataset = create_dataloader(str(export), 64, 4, 32, workers=0)
     problems = "\n".join(str(p) for p in dataset.split_labels.problems)
-    for why in ("outside the dataset's folder", "no 'url' and no 'file'", "'x' is not a number", "4 columns",
+    for why in ("outside the dataset's folder", "no 'url' and no 'file'", "row 1 is not a list of numbers", "4 columns",
                 f"line {len(lines) + 5}: {root}/images/val/val_007.jpg is also on line {len(lines)}"):
         assert why in problems
     assert len(dataset) == 8  # the val images once each: every bad record left out

@@ -201,7 +201,8 @@ def _image_of(r: dict, here: str, root, split: str) -> Tuple[Optional[str], Opti
         return url, (url if scheme in ADMITTED_SCHEMES else None), None  # s3://, file://: read as they are
     if not isinstance(name, str) or not name or "\0" in name:
         return None, None, "no 'url' and no 'file'"
-    if os.path.isabs(name) or posixpath.normpath(name).startswith("..") or "\\" in name:
+    norm = posixpath.normpath(name)
+    if os.path.isabs(name) or norm == ".." or norm.startswith("../") or "\\" in name:
         return None, None, f"file {name!r} is outside the dataset's folder"
     folder = here
     if isinstance(root, str) and root:
@@ -279,7 +280,7 @@ class NdjsonReader:
     def read(self, label: NdjsonRecord, shape: Tuple[int, int]):
         lines = []
         for k, row in enumerate(label.rows):
-            if not isinstance(row, list) or any(isinstance(v, (list, dict, bool)) or v is None for v in row):
+            if not isinstance(row, list) or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in row):
                 raise LabelError(f"annotation row {k + 1} is not a list of numbers: {str(row)[:60]}")
             lines.append(" ".join(map(str, row)))  # the text Ultralytics' conversion writes for the row
         return labels_of_text("\n".join(lines), self.nc, self.task, self.kpt_shape)
