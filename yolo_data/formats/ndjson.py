@@ -13,9 +13,10 @@ Ultralytics finds it; ``path``: where the images of a local export are).  Each o
 Annotation rows are YOLO label rows as numbers, read exactly as the same rows in a label file
 (yolotxt.labels_of_text): ``boxes`` [class, x, y, w, h], ``segments`` [class, x1, y1, ...], ``pose``
 [class, x, y, w, h, then K keypoints x y (v)], ``obb`` [class, x1, y1, ..., x4, y4], all normalised to
-the image.  An image is read for the task's own key (segment -> segments, ...), else for its first key,
-as Ultralytics' conversion writes it.  Class names: ``class_names`` by id, gaps and ids beyond it named
-``class<i>`` as Ultralytics names them.
+the image; a row holding anything but JSON numbers leaves its image out, named.  An image is read for
+the key of the export's ``task`` (segment -> segments, ...), else for its first key, as Ultralytics'
+conversion writes it.  Class names: ``class_names`` by id, gaps and ids beyond it named ``class<i>`` as
+Ultralytics names them (the names a dataset yaml or the settings give win).
 
 The image: ``url`` when given (``https://`` and ``http://`` through storage/http.py, which fetches only
 the URLs this file admits; ``s3://`` from the bucket; ``file://``), else ``file``: under
