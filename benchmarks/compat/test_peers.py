@@ -105,6 +105,13 @@ def test_ultralytics_trainer_trains_from_memory_sources_with_the_batches_of_the_
         assert line in out, out[-3000:]
 
 
+def test_ultralytics_trainer_trains_from_an_ndjson_export_of_signed_urls_read_in_place():
+    out = run("ultralytics_ndjson.py")
+    for line in ("trained and validated from the export's URLs: True",
+                 "next train batch equals the local copy's: True", "no converted copy: True"):
+        assert line in out, out[-3000:]
+
+
 def test_ultralytics_classes_give_its_own_rows_and_the_remap_trains_a_model_of_the_kept_classes():
     out = run("ultralytics_classes.py")
     for line in ("classes gives Ultralytics' rows: True",

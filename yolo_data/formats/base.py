@@ -37,7 +37,9 @@ class LabelReader(Protocol):
     (0, 2) array for a plain box), status 'ok' / 'missing' / 'empty', warnings: list of str, and for
     pose a fifth: keypoints (n, K, 3) float32 [x, y, visibility], x and y normalised).  Raises
     :class:`LabelError` when the image must be left out.  ``describe(label)``: the file named in
-    messages about ``label``.
+    messages about ``label``.  Optional, ``known_shape(label)``: the image's (h, w) as the annotations
+    state it, or None; where it gives one the scan does not read the image (an NDJSON's images at
+    https URLs: one request each), and its bands stay unknown until training decodes it.
     """
 
     def read(self, label, shape: Tuple[int, int]): ...

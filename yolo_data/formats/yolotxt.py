@@ -257,6 +257,16 @@ def read_labels(lb_file: str, nc: Optional[int], task: str = "detect", kpt_shape
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise LabelError("label file is not UTF-8 text") from None
+    return labels_of_text(text, nc, task, kpt_shape)
+
+
+def labels_of_text(text: str, nc: Optional[int], task: str = "detect", kpt_shape: Optional[Tuple[int, int]] = None):
+    """The rows of a label file's ``text`` (YOLO rows, one a line: see the module's docstring), as
+    :func:`read_labels` gives a file's: (labels (n, 5) float32 [class, x, y, w, h] normalised, segments
+    or None, status 'ok' or 'empty', warnings) and, for pose, keypoints (n, K, 3) float32.  Raises
+    LabelError naming the line.  Other formats whose rows are YOLO rows (an NDJSON export's) read
+    them here, so they are read exactly as the same rows in a file."""
+    none = (np.zeros((0, kpt_shape[0], 3), np.float32),) if task == "pose" else ()
     labels, segments, keypoints, warnings = _parse_rows(text, nc, task, kpt_shape)
     if not len(labels):
         return (labels, None, "empty", warnings) + none

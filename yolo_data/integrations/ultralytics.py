@@ -32,8 +32,9 @@ from ultralytics.utils import DEFAULT_CFG, LOGGER
 from ultralytics.utils.ops import xyxyxyxy2xywhr
 from ultralytics.utils.torch_utils import unwrap_model
 
+from ..formats.ndjson import is_ndjson
 from ..storage import is_url
-from .ultralytics_args import (check_arguments, class_subset, loader_settings, memory_data, names_differ,
+from .ultralytics_args import (check_arguments, class_subset, loader_settings, memory_data, names_differ, ndjson_data,
                                remote_dataset, take_own_args, validation_classes, warn_ignored)
 from .ultralytics_loader import UltralyticsDataset, create_loader
 
@@ -67,24 +68,35 @@ def _task_of(args) -> str:
 
 
 @contextmanager
-def _reading_remote_yaml(single_cls: bool, endpoint_url=None):
+def _reading_own_data(single_cls: bool, endpoint_url=None):
     """While a validator runs on its own (a trainer's final evaluation, ``model.val()``), its dataset
-    check reads a yaml in a bucket (at ``endpoint_url``) as the trainer's ``get_dataset`` does
-    (Ultralytics' own check cannot read s3:// paths); every other yaml still goes to Ultralytics' check.
-    Its one extension point for this is the name its validator module calls."""
+    check reads a yaml in a bucket (at ``endpoint_url``) and an NDJSON export as the trainer's
+    ``get_dataset`` does (Ultralytics' own check cannot read s3:// paths, and converts an export by
+    downloading every image); every other yaml still goes to Ultralytics' check.  Its extension points
+    for this are the names its validator module calls."""
     import ultralytics.engine.validator as validator_module
     real = validator_module.check_det_dataset
+    convert = getattr(validator_module, "convert_ndjson_to_yolo_if_needed", None)
 
     def check(dataset, *args, **kwargs):
+        if is_ndjson(str(dataset)):
+            return ndjson_data(str(dataset), single_cls, endpoint_url)
         if is_url(str(dataset)):
             return remote_dataset(str(dataset), single_cls, endpoint_url)
         return real(dataset, *args, **kwargs)
 
+    def keep_export(data, *args, **kwargs):
+        return data if is_ndjson(str(data)) else convert(data, *args, **kwargs)
+
     validator_module.check_det_dataset = check
+    if convert is not None:
+        validator_module.convert_ndjson_to_yolo_if_needed = keep_export
     try:
         yield
     finally:
         validator_module.check_det_dataset = real
+        if convert is not None:
+            validator_module.convert_ndjson_to_yolo_if_needed = convert
 
 
 class OwnArgs:
@@ -169,12 +181,15 @@ class YoloDataTrainer(DetectionTrainer):
         warn_ignored(self.args)  # once a run: the loaders are built with warn=False
 
     def get_dataset(self):
-        """Ultralytics' own for a local dataset; for a yaml in a bucket (``data="s3://..."``), which its
+        """Ultralytics' own for a local dataset; for an NDJSON export, its splits read in place
+        (ultralytics_args.ndjson_data); for a yaml in a bucket (``data="s3://..."``), which its
         checks cannot read, the same dict made from yolo_data's reading of the yaml.  With ``classes``
         and ``remap_classes``: the kept classes' names as 0..k-1 and nc k, which the model is made
         from (class_subset).  Its ``channels`` (the yaml's, 3 without the key) are the model's input
         channels (Ultralytics builds it with ``ch=data["channels"]``) and the bands both loaders read."""
-        if not is_url(str(self.args.data)):
+        if is_ndjson(str(self.args.data)):  # read in place, not converted by downloading every image
+            data = ndjson_data(str(self.args.data), bool(self.args.single_cls), self.endpoint_url)
+        elif not is_url(str(self.args.data)):
             data = super().get_dataset()
         else:
             data = remote_dataset(str(self.args.data), bool(self.args.single_cls), self.endpoint_url)
@@ -255,8 +270,9 @@ class YoloDataValidator(DetectionValidator):
         super().__init__(dataloader, save_dir, args, _callbacks)
 
     def __call__(self, trainer=None, model=None):
-        if trainer is None and is_url(str(getattr(self.args, "data", ""))):
-            with _reading_remote_yaml(bool(getattr(self.args, "single_cls", False)), self.endpoint_url):
+        data = str(getattr(self.args, "data", ""))
+        if trainer is None and (is_url(data) or is_ndjson(data)):
+            with _reading_own_data(bool(getattr(self.args, "single_cls", False)), self.endpoint_url):
                 return super().__call__(trainer, model)
         return super().__call__(trainer, model)
 

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 from ..augment.hyp import AugmentConfig
 from ..formats.datayaml import load_dataset_yaml
 from ..formats.memory import SCHEME as MEMORY_SCHEME, entry_of
+from ..formats.ndjson import dataset_of as ndjson_dataset, read_ndjson, split_entry
 from ..labels.summary import printing_rank
 from ..sampling.balance import threshold_of
 from ..settings import checked_classes, Settings
@@ -160,6 +161,25 @@ def _memory_dataset(url: str, single_cls: bool) -> Dict[str, Any]:
     names = {0: "item"} if single_cls else dict(enumerate(str(n) for n in backend_for(train).source(train).names))
     return {"yaml_file": url, "path": "", "names": names, "nc": len(names), "train": train, "val": val,
             "channels": int(q.get("channels", ["3"])[0])}
+def ndjson_data(export: str, single_cls: bool = False, endpoint_url: Optional[str] = None) -> Dict[str, Any]:
+    """The data dict Ultralytics' trainer works from for an NDJSON export (formats/ndjson.py), which
+    Ultralytics would convert by downloading every image: each split the records name becomes
+    ``<file>#<split>``, read in place by yolo_data's loaders; class names as a dict; the first line's
+    ``channels`` (3 without the key), ``kpt_shape`` and ``flip_idx``."""
+    with using(Storage(StorageOptions(endpoint_url=endpoint_url))):
+        found = sorted({im[0] for im in read_ndjson(split_entry(export)[0]).images})
+        spec = ndjson_dataset(export, found[0])[1] if found else None
+    if spec is None:
+        raise ValueError(f"{export}: no image records")
+    names = {0: "item"} if single_cls else dict(enumerate(spec.names))
+    data: Dict[str, Any] = {"yaml_file": str(export), "path": str(spec.root), "names": names, "nc": len(names),
+                            "channels": spec.channels or 3}
+    data.update((split, f"{spec.yaml_file}#{split}") for split in found)
+    if spec.kpt_shape:
+        data["kpt_shape"] = list(spec.kpt_shape)
+    if spec.flip_idx:
+        data["flip_idx"] = list(spec.flip_idx)
+    return data
 
 
 def take_own_args(overrides: Optional[Dict[str, Any]]) -> Tuple[Optional[Dict[str, Any]], Dict[str, Any]]:

@@ -15,8 +15,9 @@ from typing import Callable, List, Optional, Tuple
 
 from .. import distributed
 from ..augment.augstate import AugmentControl
-from ..formats import entry_of, split_format
+from ..formats import admit, entry_of, split_format
 from ..formats.datayaml import is_dataset_yaml, load_dataset_yaml
+from ..formats.ndjson import dataset_of as ndjson_dataset, is_ndjson, split_entry, with_split
 from ..formats.sources import fraction_cache_file, img2label_path, list_image_files, storage_for
 from ..images import failures
 from ..images.bands import ImageBandsError
@@ -102,15 +103,19 @@ def assemble(path, settings: Settings, prefix: str = "", run: Optional[RunState]
 
 def resolve_split(path, split: Optional[str], augment: bool):
     """(paths, names, spec) for what ``path`` names.  A dataset yaml gives its ``split`` ('train' when
-    augmenting, else 'val', when not given), its class names and its DatasetSpec (kpt_shape, ...);
-    anything else has no names and no spec (None)."""
+    augmenting, else 'val', when not given), its class names and its DatasetSpec (kpt_shape, ...); an
+    NDJSON export given as the path is a dataset too (formats.ndjson: its split's records, its class
+    names and kpt_shape); anything else has no names and no spec (None)."""
+    split = split or ("train" if augment else "val")
+    if is_ndjson(path):
+        entry, spec = ndjson_dataset(path, split_entry(path)[1] or split)  # a split named in the path wins
+        return entry, spec.names, spec
     if not is_dataset_yaml(path):
         return path, [], None
     spec = load_dataset_yaml(path)
-    split = split or ("train" if augment else "val")
     if split not in spec.splits:
         raise ValueError(f"{path}: no '{split}' split (it has {', '.join(spec.splits) or 'none'})")
-    return spec.splits[split], spec.names, spec
+    return with_split(spec.splits[split], split), spec.names, spec
 
 
 def _progress_bar(prefix: str, enabled: bool):
@@ -151,6 +156,7 @@ def read_labels(path, settings: Settings, prefix: str = "") -> Tuple[SplitLabels
         default_cache = fraction_cache_file(paths, img2label_path(files[0]) if files else None, part.fraction)
         paths = files[:fraction_count(len(files), part.fraction)]
     names = list(part.names) if part.names else names
+    admit(paths)  # every rank: the URLs an NDJSON lists are fetched by the ranks that read no labels too
     labels = load_split(paths, cache_dir=part.cache_dir, workers=part.scan_workers, names=names or None,
                         progress=_progress_bar(prefix, summary.printing_rank()), keep_difficult=part.keep_difficult,
                         task=task.name, kpt_shape=task.kpt_shape, default_cache=default_cache)

@@ -199,18 +199,34 @@ def _jpeg_tail_warnings(f: BinaryIO, size: int) -> List[str]:
     return [f"{len(tail) - eoi - 2} bytes after the JPEG end marker ignored; file left unchanged"]
 
 
+def _stated_size_warnings(shape: Tuple[int, int]) -> List[str]:
+    """A size the labels state, held to the rule a read size is held to.  Raises LabelError."""
+    h, w = shape
+    if w < MIN_IMAGE_SIDE or h < MIN_IMAGE_SIDE:
+        raise LabelError(f"image size {w}x{h} (as stated) is below {MIN_IMAGE_SIDE} pixels a side")
+    return []
+
+
 def verify_pair(im_file: str, lb_file, nc: Optional[int] = None, reader: Optional[LabelReader] = None) -> PairRecord:
     """Check one image and its labels.  Never raises for bad data: problems are recorded on the result.
 
     ``reader``: how the labels are read (default: a YOLO label file, with ``nc`` the number of class
     names, or None when unknown: then class ids are only checked to be below MAX_CLASS_ID); it is
-    given the image's (h, w) as ``shape``.
+    given the image's (h, w) as ``shape``.  A reader with ``known_shape(label)`` that gives an (h, w)
+    spares reading the image (base.LabelReader); its bands are then unknown until it is decoded.
     """
     reader = YoloReader(nc) if reader is None else reader
     rec = PairRecord(im_file=im_file)
     current = im_file
     try:
-        rec.shape, warnings, rec.bands = image_facts(im_file)
+        # a format that states the image's size where reading it costs a request (an NDJSON's https
+        # images) gives it: the image is not fetched here, and training verifies its decode
+        known = getattr(reader, "known_shape", None)
+        rec.shape = None if known is None else known(lb_file)
+        if rec.shape is None:
+            rec.shape, warnings, rec.bands = image_facts(im_file)
+        else:
+            warnings = _stated_size_warnings(rec.shape)
         rec.problems += [Problem(im_file, w, dropped=False) for w in warnings]
         current = reader.describe(lb_file)
         rec.labels, rec.segments, rec.status, warnings, *points = reader.read(lb_file, rec.shape)

@@ -6,6 +6,7 @@ Modules, in the order data flows through them:
     base         the storage interface (read, ranged read, stat, list, exists) and its contract
     local        local disk as a backend: plain paths and file:// URLs
     s3           the s3:// backend: an object holding its options, client, listings and counters
+    http         http:// and https:// URLs a dataset file lists (an NDJSON export's), nothing else
     s3client     the S3 client: endpoint, credentials, what an error means, request counters
     s3list       a folder's listing in pages, in key ranges at once
     keyspace     where to cut a folder's keys into ranges
@@ -40,13 +41,14 @@ from .base import (Backend, ListingError, ObjectInfo, StorageOptions, is_url, jo
                    text_tag)
 from .container import CacheError, NoSpaceError, check_trust
 from .keyspace import cut_after
+from .http import HttpBackend, http_backend, public_url
 from .local import LocalBackend, local_backend
 from .objectcache import ObjectCache
 from .parquetrows import parquet_rows_backend
 from .s3 import S3Backend, S3Options, s3_backend
 
 __all__ = ["Backend", "ObjectInfo", "ListingError", "StorageOptions", "Storage", "LocalBackend", "S3Backend",
-           "S3Options", "register", "unregister", "schemes", "backend_for", "using", "current_storage",
+           "S3Options", "HttpBackend", "public_url", "register", "unregister", "schemes", "backend_for", "using", "current_storage",
            "default_storage", "carried", "ensure_listed", "is_url", "join_url", "parent_url", "scheme_of",
            "text_tag", "cut_after", "ObjectCache", "CacheError", "NoSpaceError", "check_trust"]
 
@@ -59,8 +61,9 @@ def _parquet_rows(options: StorageOptions) -> Backend:
     return parquet_rows_backend(options, Storage(options).backend_for)
 
 
-_factories: Dict[str, Factory] = {"": local_backend, "file": local_backend, "s3": s3_backend,
-                                  "parquet+file": _parquet_rows, "parquet+s3": _parquet_rows}
+# http and https read only the URLs a label format admitted (http.py), never any URL a path names
+_factories: Dict[str, Factory] = {"": local_backend, "file": local_backend, "s3": s3_backend, "http": http_backend,
+                                  "https": http_backend, "parquet+file": _parquet_rows, "parquet+s3": _parquet_rows}
 
 
 def register(scheme: str, factory: Factory) -> None:
