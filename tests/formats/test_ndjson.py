@@ -192,3 +192,16 @@ def test_the_ultralytics_trainer_gets_each_split_of_the_export_to_read_in_place(
     assert ndjson_data(str(export), single_cls=True)["names"] == {0: "item"}
     _, val = create_dataloader(data["val"], 64, 4, 32, augment=True, workers=0)
     assert len(val) == 8 and all("/images/val/" in f for f in val.im_files)
+
+
+def test_the_dataset_report_of_an_export_has_its_splits(sample, tmp_path):
+    """``yolo-data report export.ndjson``: each split the records name, as the yaml's splits are."""
+    from yolo_data.report.compose import ReportOptions, make_report
+    export, data_yaml = sample
+    got = make_report(str(export), ReportOptions(workers=1, cache_dir=tmp_path / "c"))
+    want = make_report(str(data_yaml), ReportOptions(workers=1, cache_dir=tmp_path / "c"))
+    splits, files = got.figures["splits"], want.figures["splits"]
+    assert list(splits) == ["train", "val"] == list(files)
+    for name in splits:
+        assert splits[name]["images"] == files[name]["images"] and splits[name]["classes"] == files[name]["classes"]
+    assert got.figures["names"] == ["circle", "rectangle", "triangle"]

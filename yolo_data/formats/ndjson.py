@@ -42,7 +42,7 @@ import json
 import os
 import posixpath
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
@@ -382,31 +382,45 @@ def _default_cache(entries: Sequence[Any]) -> Path:
     return whole.with_name(f"{stem}.{split or 'all'}{LABEL_CACHE_SUFFIX}")
 
 
+def export_dataset(path) -> DatasetSpec:
+    """The dataset of an NDJSON file given as a dataset's path: each split its records name (``val``
+    made from ``train`` where it has none), as the entry ``"<file>#<split>"``.
+
+    Args:
+        path: the NDJSON file (a path or URL; a ``#split`` after it is ignored).
+
+    Returns:
+        A DatasetSpec with the file's splits and class names, and its first line's ``kpt_shape`` (or the
+        one its pose rows give), ``flip_idx`` and ``channels`` where it has them.
+    """
+    file = split_entry(path)[0]
+    f = read_ndjson(file)
+    found = sorted({im[0] for im in f.images})
+    flip, channels = f.head.get("flip_idx"), f.head.get("channels")
+    flip = tuple(int(v) for v in flip) if isinstance(flip, list) and all(isinstance(v, int) for v in flip) else None
+    channels = channels if isinstance(channels, int) and not isinstance(channels, bool) and channels > 0 else None
+    return DatasetSpec(file, parent_url(file) if is_url(file) else Path(file).parent,
+                       {split: [f"{file}#{split}"] for split in found}, f.names, f.kpt_shape, flip, channels)
+
+
 def dataset_of(path, split: str) -> Tuple[str, DatasetSpec]:
-    """The split entry and the dataset of an NDJSON file given as a dataset's path.
+    """The split entry and the dataset of an NDJSON file given as a dataset's path, for one split.
 
     Args:
         path: the NDJSON file (a path or URL).
         split: the split to read ('train', 'val', 'test').
 
     Returns:
-        (``"<file>#<split>"``, a DatasetSpec with the file's class names, and its first line's
-        ``kpt_shape`` (or the one its pose rows give), ``flip_idx`` and ``channels`` where it has them).
+        (``"<file>#<split>"``, :func:`export_dataset`'s DatasetSpec with that split only).
 
     Raises:
         ValueError: the file has no record of ``split``.
     """
-    file = split_entry(path)[0]
-    f = read_ndjson(file)
-    found = sorted({im[0] for im in f.images})
-    if split not in found:
-        raise ValueError(f"{file}: no '{split}' split (it has {', '.join(found) or 'none'})")
-    flip, channels = f.head.get("flip_idx"), f.head.get("channels")
-    flip = tuple(int(v) for v in flip) if isinstance(flip, list) and all(isinstance(v, int) for v in flip) else None
-    channels = channels if isinstance(channels, int) and not isinstance(channels, bool) and channels > 0 else None
-    entry = f"{file}#{split}"
-    return entry, DatasetSpec(file, parent_url(file) if is_url(file) else Path(file).parent, {split: [entry]},
-                              f.names, f.kpt_shape, flip, channels)
+    spec = export_dataset(path)
+    if split not in spec.splits:
+        raise ValueError(f"{spec.yaml_file}: no '{split}' split (it has {', '.join(spec.splits) or 'none'})")
+    entry = spec.splits[split][0]
+    return entry, replace(spec, splits={split: [entry]})
 
 
 def with_split(entries, split: str):

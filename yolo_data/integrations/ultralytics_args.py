@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 from ..augment.hyp import AugmentConfig
 from ..formats.datayaml import load_dataset_yaml
 from ..formats.memory import SCHEME as MEMORY_SCHEME, entry_of
-from ..formats.ndjson import dataset_of as ndjson_dataset, read_ndjson, split_entry
+from ..formats.ndjson import export_dataset
 from ..labels.summary import printing_rank
 from ..sampling.balance import threshold_of
 from ..settings import checked_classes, Settings
@@ -167,14 +167,13 @@ def ndjson_data(export: str, single_cls: bool = False, endpoint_url: Optional[st
     ``<file>#<split>``, read in place by yolo_data's loaders; class names as a dict; the first line's
     ``channels`` (3 without the key), ``kpt_shape`` and ``flip_idx``."""
     with using(Storage(StorageOptions(endpoint_url=endpoint_url))):
-        found = sorted({im[0] for im in read_ndjson(split_entry(export)[0]).images})
-        spec = ndjson_dataset(export, found[0])[1] if found else None
-    if spec is None:
+        spec = export_dataset(export)
+    if not spec.splits:
         raise ValueError(f"{export}: no image records")
     names = {0: "item"} if single_cls else dict(enumerate(spec.names))
     data: Dict[str, Any] = {"yaml_file": str(export), "path": str(spec.root), "names": names, "nc": len(names),
                             "channels": spec.channels or 3}
-    data.update((split, f"{spec.yaml_file}#{split}") for split in found)
+    data.update((split, entries[0]) for split, entries in spec.splits.items())
     if spec.kpt_shape:
         data["kpt_shape"] = list(spec.kpt_shape)
     if spec.flip_idx:

@@ -42,6 +42,7 @@ import numpy as np
 from .. import formats
 from ..formats.datayaml import is_dataset_yaml, load_dataset_yaml
 from ..formats.memory import entry_of
+from ..formats.ndjson import export_dataset, is_ndjson, split_entry
 from ..items.task import resolve_task
 from ..labels.cache import user_cache_dir
 from ..labels.split import SplitLabels, fit_channels, load_split
@@ -127,11 +128,12 @@ def split_cache_dir(entry, options: ReportOptions):
 
 def read_splits(data, options: ReportOptions) -> Tuple[List[_Split], List[str], object, Optional[object]]:
     """(splits, class names, the task, the yaml's DatasetSpec or None) of ``data``: every split of a
-    dataset yaml, or the one split a folder, list, COCO JSON or VOC source names.  A split that cannot
+    dataset yaml or an NDJSON export, or the one split a folder, list, COCO JSON or VOC source names.  A split that cannot
     be read at all is kept with its error (the report names it).  Images whose bands do not fit the
     dataset's channels (the yaml's ``channels``, else 3) are left out and named, as a training run
     leaves them out (labels.split.fit_channels); the band counts are those of every image scanned."""
-    spec = load_dataset_yaml(data) if is_dataset_yaml(data) else None
+    spec = (load_dataset_yaml(data) if is_dataset_yaml(data)
+            else export_dataset(data) if is_ndjson(data) and split_entry(data)[1] is None else None)
     if spec is not None and not spec.splits:
         raise ValueError(f"{data}: no train/val/test split listed")
     entries = list(spec.splits.items()) if spec else [(Path(str(data)).name or str(data), data)]
