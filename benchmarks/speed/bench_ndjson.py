@@ -12,14 +12,16 @@ which adds ``--latency-ms`` before forwarding each request and counts them; each
 image's width and height, so building the loader fetches no image.  The local copy is bench_s3's (hard
 links, page cache warm), read through its data.yaml.
 
-Measured, per round, local then NDJSON: the training loader (``create_dataloader(source, 640, 16, 32,
+Measured, per round, local and NDJSON: the training loader (``create_dataloader(source, 640, 16, 32,
 augment=True, hyp=hyp.scratch-low, shuffle=True, workers=--workers, seed=0)``; for the export
 ``object_cache_gb`` large enough for the set, in a fresh cache folder), label caches built beforehand
 (untimed).  Build: ``create_dataloader`` (early start: the workers begin fetching).  Epoch 1: from the
 end of the build to the epoch's last batch, img/s over the whole epoch (the build included in its own
 row).  Epoch 2: the whole second pass (the object cache serves it).  Requests per image per window, from
-the proxy's counters.  Output: a markdown table on stdout, progress on stderr, the results file of
-question ``ndjson``.
+the proxy's counters; CPU per image per window of the loader (this process and its workers) and of the
+server and proxy, from /proc: on shared cores img/s follows the others' load, CPU per image much less
+(so each round also alternates which source goes first).  Output: a markdown table on stdout, progress
+on stderr, the results file of question ``ndjson``.
 """
 from __future__ import annotations
 
@@ -67,20 +69,27 @@ def write_export(out: Path, root: Path, client) -> Path:
     return out
 
 
+def loader_cpu(world: World) -> float:
+    """CPU seconds so far of this process and its DataLoader workers (not the server's, nor the proxy's)."""
+    return sum(common.tree_cpu_seconds(p).get(p, 0.0) for p in (os.getpid(), *world.ours()))
+
+
 def measure(world: World, source: str, n: int, workers: int, object_dir) -> Dict:
     from yolo_data import create_dataloader
     out: Dict[str, object] = {}
     extra = {} if object_dir is None else dict(object_cache_gb=64.0, cache_dir=str(object_dir))
-    w = Window(world)
+    w, cpu = Window(world), loader_cpu(world)
     loader, dataset = create_dataloader(source, IMGSZ, BATCH, STRIDE, hyp=str(HYP_FILE), augment=True, pad=0.0,
                                         rect=False, workers=workers, shuffle=True, seed=0, split="train",
                                         prefix="", **extra)
     out["build"] = w.close(n)
+    cpu = _cpu_per_image(world, cpu, n, out, "build")
     try:
         for epoch in ("epoch1", "epoch2"):
             w = Window(world, after=w)
             got = sum(int(b[0].shape[0]) for b in loader)
             out[epoch] = w.close(got)
+            cpu = _cpu_per_image(world, cpu, got, out, epoch)
             out[epoch]["ips"] = got / out[epoch]["seconds"]
             if got != n:
                 raise RuntimeError(f"{epoch}: {got} images, expected {n}")
@@ -89,6 +98,14 @@ def measure(world: World, source: str, n: int, workers: int, object_dir) -> Dict
         del loader, dataset
         world.wait_for_workers(source)
     return out
+
+
+def _cpu_per_image(world: World, before: float, images: int, out: Dict, window: str) -> float:
+    """Puts the loader's CPU ms per image since ``before`` into ``out[window]``; returns the CPU now.
+    (The workers persist from the build to the end of epoch 2, so no worker's CPU is lost between.)"""
+    now = loader_cpu(world)
+    out[window]["loader_cpu_ms_per_img"] = (now - before) / max(images, 1) * 1e3
+    return now
 
 
 def report(args, runs: Dict[str, List[Dict]], n: int) -> None:
@@ -104,6 +121,12 @@ def report(args, runs: Dict[str, List[Dict]], n: int) -> None:
     print(f"| build (s) | {med('local', 'build', 'seconds'):.1f} | {med('ndjson', 'build', 'seconds'):.1f} |")
     for epoch, what in (("epoch1", "epoch 1 (img/s)"), ("epoch2", "epoch 2, object cache (img/s)")):
         print(f"| {what} | {med('local', epoch, 'ips'):.0f} | {med('ndjson', epoch, 'ips'):.0f} |")
+    for window in ("build", "epoch1", "epoch2"):
+        print(f"| loader CPU ms per image, {window} | {med('local', window, 'loader_cpu_ms_per_img'):.2f} | "
+              f"{med('ndjson', window, 'loader_cpu_ms_per_img'):.2f} |")
+    for window in ("build", "epoch1", "epoch2"):
+        print(f"| server and proxy CPU ms per image, {window} | {med('local', window, 's3_cpu_ms_per_img'):.2f} | "
+              f"{med('ndjson', window, 's3_cpu_ms_per_img'):.2f} |")
     for window in ("build", "epoch1", "epoch2"):
         print(f"| image GETs per image, {window} | – | "
               f"{med('ndjson', window, 'get_image_per_img') if runs['ndjson'] else float('nan'):.2f} |")
@@ -151,13 +174,16 @@ def main(argv=None) -> int:
             sources = {"local": (str(local), None), "ndjson": (str(export), None)}
             runs: Dict[str, List[Dict]] = {k: [] for k in sources}
             for r in range(args.repeats):
-                for where, (source, _) in sources.items():
+                # on shared cores the load drifts: each round alternates which source goes first
+                for where, (source, _) in sorted(sources.items(), reverse=bool(r % 2)):
                     objects = tmp / f"objects-{r}" if where == "ndjson" else None
                     m = measure(world, source, args.images, args.workers, objects)
                     runs[where].append(m)
                     log(f"round {r + 1} {where}: epoch 1 {m['epoch1']['ips']:.0f} img/s, epoch 2 "
                         f"{m['epoch2']['ips']:.0f} img/s, image GETs per image "
-                        f"{m['epoch1']['get_image_per_img']:.2f} / {m['epoch2']['get_image_per_img']:.2f}")
+                        f"{m['epoch1']['get_image_per_img']:.2f} / {m['epoch2']['get_image_per_img']:.2f}, loader CPU "
+                        f"ms per image {m['epoch1']['loader_cpu_ms_per_img']:.2f} / "
+                        f"{m['epoch2']['loader_cpu_ms_per_img']:.2f}")
             report(args, runs, args.images)
             common.write_result("ndjson", {"images": args.images, "latency_ms": args.latency_ms, "runs": runs}, args)
     finally:

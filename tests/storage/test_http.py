@@ -8,6 +8,7 @@ import json
 import logging
 import pickle
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ import faultproxy
 import s3server
 from yolo_data import create_dataloader
 from yolo_data.storage import HttpBackend, public_url
+from yolo_data.storage.http import HttpOptions
 
 minio = pytest.importorskip("minio")
 
@@ -125,6 +127,30 @@ def test_failed_requests_are_retried_and_the_object_cache_serves_the_second_epoc
     assert image_gets(proxy) == before  # the second epoch reads every image from the object cache
     same(first + second, batches(want, 2), local, proxy)
     assert files_hold_no_secret(tmp_path / "caches" / "objects", secrets) >= len(dataset)
+
+
+def test_a_batch_the_object_cache_holds_is_read_without_a_request_or_a_thread(signed, tmp_path, monkeypatch):
+    """Every epoch after the first: each worker's batch (and the next, read ahead) comes from the object
+    cache, local files, read in the calling thread; a thread pool per batch only cost CPU."""
+    export, _, proxy, _ = signed
+    urls = [json.loads(line)["url"] for line in export.read_text().splitlines() if '"url"' in line]
+    backend = HttpBackend(HttpOptions(object_cache_bytes=1 << 24, object_dir=str(tmp_path / "objects")))
+    names = backend.admit(urls)
+    first = backend.read_many(names[1:])
+    assert len(first) >= 2 and all(isinstance(b, bytes) for b in first)
+    assert image_gets(proxy) == len(urls) - 1
+    started = []
+    start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda self: (started.append(self.name), start(self))[1])
+    assert backend.read_many(names[1:]) == first
+    assert started == [] and image_gets(proxy) == len(urls) - 1
+    assert backend.counts()["cached"] == len(urls) - 1
+    # a batch the cache holds in part: only the others are asked for, each answer in its place
+    unknown = names[0].replace("/images/", "/nowhere/")
+    got = backend.read_many([names[2], names[0], unknown, names[1]])
+    assert got[0] == first[1] and got[3] == first[0] and isinstance(got[1], bytes)
+    assert isinstance(got[2], PermissionError)  # not admitted: refused without a request
+    assert image_gets(proxy) == len(urls)
 
 
 def test_an_export_without_sizes_is_scanned_from_the_images_themselves(s3, s3_server, fault_proxy, tmp_path):

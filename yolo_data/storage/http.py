@@ -21,7 +21,8 @@ What it answers (base.Backend's contract):
                                of its first byte: a signed URL is signed for GET alone, not HEAD) only
                                for a URL admitted without the image's size (``sized=False``), else 0:
                                the dataset file vouches for it and nothing is requested
-    read_many(urls)            a batch's images at once, ``concurrency`` threads
+    read_many(urls)            a batch's images at once: those the object cache holds read in the
+                               calling thread, the others fetched ``concurrency`` at a time
     list(url)                  refused: plain HTTP has no listings
 
 Every request is retried with exponential backoff and jitter on 429, 5xx, timeouts and dropped or cut
@@ -44,7 +45,7 @@ import urllib.request
 import weakref
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 from urllib.parse import urlsplit, urlunsplit
 
 from . import objectcache
@@ -223,10 +224,8 @@ class HttpBackend(Backend):
         tag = text_tag(self._full_url(url))
         local = self.object_cache() if cached and start == 0 and length == 0 else None
         if local is not None:
-            size = local.get(url + _SIZE_KEY, 8, tag)
-            data = None if size is None else local.get(url, int.from_bytes(size, "big"), tag)
+            data = self._cached(local, url, tag)
             if data is not None:
-                self.count("cached")
                 return data
         data, _ = self._request(url, "GET", start, length)
         if length > 0 and len(data) > length:  # a server that ignores Range sends the whole object
@@ -237,6 +236,33 @@ class HttpBackend(Backend):
             local.put(url, len(data), tag, data)
             local.put(url + _SIZE_KEY, 8, tag, len(data).to_bytes(8, "big"))
         return data
+
+    def _cached(self, local, url: str, tag: int) -> Optional[bytes]:
+        """The admitted ``url``'s bytes from the object cache ``local``, or None where it holds no whole copy."""
+        size = local.get(url + _SIZE_KEY, 8, tag)
+        data = None if size is None else local.get(url, int.from_bytes(size, "big"), tag)
+        if data is not None:
+            self.count("cached")
+        return data
+
+    def read_many(self, urls: Sequence[str], threads: Optional[int] = None) -> List[Union[bytes, OSError]]:
+        """The bytes of each URL (a batch's images, as ``read(url, cached=True)``); one that cannot be
+        read gives its OSError in its place.  What the object cache holds is read here, in the calling
+        thread: local files need no threads, and a batch the cache serves whole (every epoch after the
+        first) starts none; only the others are fetched, ``threads`` at a time (Backend.read_many)."""
+        local = self.object_cache()
+        got: List[Union[bytes, OSError, None]] = [None] * len(urls)
+        if local is not None:
+            for k, url in enumerate(urls):
+                try:
+                    got[k] = self._cached(local, url, text_tag(self._full_url(url)))
+                except OSError:  # (a URL not admitted) read below, which gives its error in its place
+                    pass
+        missing = [k for k, data in enumerate(got) if data is None]
+        if missing:
+            for k, data in zip(missing, super().read_many([urls[k] for k in missing], threads)):
+                got[k] = data
+        return got
 
     def stat(self, url: str) -> Optional[ObjectInfo]:
         """The admitted URL's size and tag (see the module's docstring); None when the server says it is
