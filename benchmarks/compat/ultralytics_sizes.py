@@ -97,7 +97,7 @@ def main() -> None:
     sides = awkward_sides(a.imgsz)
     print(f"ultralytics {ultralytics.__version__}; imgsz {a.imgsz}; {len(sides)} awkward side lengths up to 5000 "
           f"({', '.join(map(str, sides[:6]))}, ...) and {a.random} random sizes")
-    print(f"(a) rect val, pad 0.5: {compare_inputs(data, a)}")
+    print(f"(a) rect val, pad 0.5: {compare_inputs(data, a.imgsz, a.batch, a.verbose)}")
     print(f"(b) training's first resize: {compare_train_resize(data, a)}")
     print("\n" + common.footer())
     shutil.rmtree(tmp, ignore_errors=True)
