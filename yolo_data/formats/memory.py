@@ -270,17 +270,19 @@ class MemoryBackend(Backend):
         return [ObjectInfo(u, 0, 0) for u in item_urls(url, src)]
 
     def __getstate__(self):
+        # tried here first, so that a source which cannot be pickled is named (the worker's pickler
+        # would only say which attribute of which object failed)
         try:
-            blob = pickle.dumps(self.sources)
+            pickle.dumps(self.sources)
         except Exception as e:
             names = ", ".join(f"{sid} ({type(s).__name__})" for sid, s in self.sources.items())
             raise TypeError(f"the in-memory source {names} cannot be pickled into a spawned DataLoader worker "
                             f"({type(e).__name__}: {e}); use workers=0, the 'fork' start method (Linux's "
                             "default), or make the source picklable") from None
-        return {"blob": blob}
+        return {"sources": dict(self.sources)}
 
     def __setstate__(self, state) -> None:
-        self.sources = pickle.loads(state["blob"])
+        self.sources = state["sources"]
         self._reset()
 
 
