@@ -18,7 +18,6 @@ table's size.  Threads that want a group being read wait for that read instead o
 from __future__ import annotations
 
 import errno
-import io
 import os
 import threading
 from collections import OrderedDict
@@ -28,6 +27,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .base import Backend, ObjectInfo, StorageOptions, scheme_of
+from .remotefile import RangedFile
 
 PREFIX = "parquet+"
 ROW_GROUPS_KEPT = 4  # row groups a process keeps: a batch spans one or two, a scan's threads a few
@@ -78,38 +78,6 @@ def parse_row_url(url: str) -> RowRef:
     inner = head[len(PREFIX):]
     table = inner[len("file://"):] if inner.lower().startswith("file:///") else inner
     return RowRef(table, row, parts[1][4:], size, parts[3][5:])
-
-
-class RangedFile(io.RawIOBase):
-    """A read-only, seekable file over ranged reads of one object of known ``size`` (what pyarrow reads
-    a table in a bucket through): each read is one ranged read of exactly what is asked, nothing kept."""
-
-    def __init__(self, backend: Backend, url: str, size: int):
-        super().__init__()
-        self.backend, self.url, self.size, self.pos = backend, url, int(size), 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
-        self.pos = max(0, base + offset)
-        return self.pos
-
-    def readinto(self, b) -> int:
-        n = min(len(b), self.size - self.pos)
-        if n <= 0:
-            return 0
-        data = self.backend.read(self.url, self.pos, n)
-        b[:len(data)] = data
-        self.pos += len(data)
-        return len(data)
 
 
 def open_table(backend: Backend, url: str, size: int):

@@ -1,6 +1,9 @@
-"""One object of a storage backend as a read-only, seekable file over ranged reads, for readers that
-walk a file's header (an image's size and EXIF in the scan, through labelfile.open_regular): an object's
-first bytes cost one request, and a walk further into it one more per READ_AHEAD bytes.
+"""One object of a storage backend as a read-only, seekable file over ranged reads.
+
+RangedFile: each read is one ranged read of what it asks (pyarrow reading a table in a bucket).
+RemoteFile: for readers that walk a file's header (an image's size and EXIF in the scan, through
+labelfile.open_regular): an object's first bytes cost one request, and a walk further into it one more
+per READ_AHEAD bytes.
 """
 from __future__ import annotations
 
@@ -15,16 +18,14 @@ WHOLE_BYTES = 262144  # an object up to this size is read whole by its first rea
 READ_AHEAD = 1 << 20  # a read past what was fetched fetches this much more (a PNG's chunk walk: 1 request)
 
 
-class RemoteFile(io.RawIOBase):
-    """A read-only, seekable file over ranged reads of one object of known ``size``: the first read
-    fetches the whole object up to WHOLE_BYTES, else its first HEAD_BYTES; a later read that needs
-    more fetches from there READ_AHEAD bytes (or what it asks, if more), the object's end at most.
-    ``pread(n, pos)`` reads without moving.  ``backend``: where the object is (base.Backend)."""
+class RangedFile(io.RawIOBase):
+    """A read-only, seekable file over ranged reads of one object of known ``size`` (what pyarrow reads
+    a table in a bucket through): each read is one ranged read of exactly what is asked, nothing kept.
+    ``backend``: where the object is (base.Backend)."""
 
     def __init__(self, backend: Backend, url: str, size: int):
         super().__init__()
         self.backend, self.url, self.size, self.pos = backend, url, int(size), 0
-        self._blocks: List[Tuple[int, bytes]] = []  # (start, bytes), fetched so far
 
     def readable(self) -> bool:
         return True
@@ -39,6 +40,26 @@ class RemoteFile(io.RawIOBase):
         base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
         self.pos = max(0, base + offset)
         return self.pos
+
+    def readinto(self, b) -> int:
+        n = min(len(b), self.size - self.pos)
+        if n <= 0:
+            return 0
+        data = self.backend.read(self.url, self.pos, n)
+        b[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
+class RemoteFile(RangedFile):
+    """A read-only, seekable file over ranged reads of one object of known ``size``: the first read
+    fetches the whole object up to WHOLE_BYTES, else its first HEAD_BYTES; a later read that needs
+    more fetches from there READ_AHEAD bytes (or what it asks, if more), the object's end at most.
+    ``pread(n, pos)`` reads without moving.  ``backend``: where the object is (base.Backend)."""
+
+    def __init__(self, backend: Backend, url: str, size: int):
+        super().__init__(backend, url, size)
+        self._blocks: List[Tuple[int, bytes]] = []  # (start, bytes), fetched so far
 
     def pread(self, n: int, pos: int) -> bytes:
         if n <= 0 or pos >= self.size:
