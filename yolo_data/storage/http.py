@@ -125,7 +125,7 @@ class HttpBackend(Backend):
         self._lock = threading.Lock()
         self._counts = RequestCounts()
         self._sizes: Dict[str, int] = {}
-        self._cache: Tuple[int, object] = (-1, None)  # (pid, that process's ObjectCache or None)
+        self._cache = objectcache.ProcessCache()
         _live.add(self)
 
     def __getstate__(self):
@@ -204,17 +204,7 @@ class HttpBackend(Backend):
 
     def object_cache(self):
         """The ObjectCache the options ask for (one per process), or None."""
-        o = self.options
-        if o.object_cache_bytes <= 0 or not o.object_dir:
-            return None
-        pid, c = self._cache
-        if pid != os.getpid():
-            with self._lock:
-                pid, c = self._cache
-                if pid != os.getpid():
-                    c = objectcache.ObjectCache(Path(o.object_dir), o.object_cache_bytes)
-                    self._cache = (os.getpid(), c)
-        return c
+        return self._cache.get(self.options, self._lock)
 
     # -- the Backend interface ------------------------------------------------------------------------
     def read(self, url: str, start: int = 0, length: int = 0, cached: bool = False) -> bytes:

@@ -269,3 +269,26 @@ class ObjectCache:
                     pass
             total += st.st_size
         return total
+
+
+class ProcessCache:
+    """The ObjectCache a backend's options ask for, made once in each process that asks for it (a forked
+    worker makes its own: its lock and its count of bytes are per process)."""
+
+    def __init__(self):
+        self._held: Tuple[int, Optional[ObjectCache]] = (-1, None)  # (pid, that process's cache)
+
+    def get(self, options, lock) -> Optional[ObjectCache]:
+        """This process's ObjectCache, or None where ``options`` (StorageOptions: ``object_dir``,
+        ``object_cache_bytes``) ask for none.  ``lock``: the backend's own (renewed in a forked child),
+        held while the cache is made, as a batch's fetching threads ask at once."""
+        if options.object_cache_bytes <= 0 or not options.object_dir:
+            return None
+        pid, c = self._held
+        if pid != os.getpid():
+            with lock:
+                pid, c = self._held
+                if pid != os.getpid():
+                    c = ObjectCache(Path(options.object_dir), options.object_cache_bytes)
+                    self._held = (os.getpid(), c)
+        return c

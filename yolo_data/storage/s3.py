@@ -123,7 +123,7 @@ class S3Backend(Backend):
         self._lock = threading.Lock()
         self._counts = RequestCounts(also=TOTALS)
         self._client: Tuple[int, object] = (-1, None)  # (pid, that process's MinIO client)
-        self._cache: Tuple[int, object] = (-1, None)  # (pid, that process's ObjectCache or None)
+        self._cache = objectcache.ProcessCache()
         self._known: Dict[str, ObjectInfo] = {}
         self._listed: Dict[str, bool] = {}  # folder URL (no trailing /) -> listed recursively
         _live.add(self)
@@ -186,17 +186,7 @@ class S3Backend(Backend):
 
     def object_cache(self):
         """The ObjectCache the options ask for (one per process: its lock, its count), or None."""
-        o = self.options
-        if o.object_cache_bytes <= 0 or not o.object_dir:
-            return None
-        pid, c = self._cache
-        if pid != os.getpid():
-            with self._lock:  # one per process: a batch's fetching threads ask at once
-                pid, c = self._cache
-                if pid != os.getpid():
-                    c = objectcache.ObjectCache(Path(o.object_dir), o.object_cache_bytes)
-                    self._cache = (os.getpid(), c)
-        return c
+        return self._cache.get(self.options, self._lock)
 
     # -- reading and writing ----------------------------------------------------------------------------
     def read(self, url: str, start: int = 0, length: int = 0, cached: bool = False) -> bytes:
