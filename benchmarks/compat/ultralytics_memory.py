@@ -24,16 +24,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
 
-
-def train(data: str, tmp: Path, name: str):
-    from ultralytics import YOLO
-    from yolo_data.integrations.ultralytics import YoloDataTrainer
-    model = YOLO("yolo11n.yaml")
-    with common.library_output(False):
-        model.train(data=data, trainer=YoloDataTrainer, epochs=1, imgsz=64, batch=4, workers=0, device="cpu",
-                    plots=False, amp=False, seed=0, deterministic=True, project=str(tmp / "runs"), name=name,
-                    exist_ok=True, verbose=False)
-    return model.trainer
+sys.path.insert(0, str(HERE))
+from ultralytics_s3 import same_batch, sample_copy, train  # noqa: E402  (beside this script)
 
 
 def held(images: Path, names):
@@ -58,9 +50,7 @@ def main() -> None:
     common.require("ultralytics_memory.py", "ultralytics")
     tmp = Path(tempfile.mkdtemp(prefix="ultra_memory_"))
     common.isolate_environment(tmp, "ultralytics_memory")
-    local = tmp / "local"
-    shutil.copytree(common.REPO / "data" / "sample", local / "sample", ignore=shutil.ignore_patterns("*.cache"))
-    shutil.copy(common.REPO / "data" / "sample.yaml", local / "sample.yaml")
+    local = sample_copy(tmp)
     try:
         from yolo_data.integrations.ultralytics import memory_data
         names = ["circle", "rectangle", "triangle"]
@@ -72,13 +62,11 @@ def main() -> None:
         saved = (tmp / "runs" / "memory" / "args.yaml").read_text()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    import torch
     metrics = memory_trainer.metrics or {}
     files = list(memory_trainer.train_loader.dataset.im_files)
     print(f"memory run: {len(files)} train images, first {files[0]}, data {data}, metrics {sorted(metrics)[:3]}")
     ok_trained = files[0].startswith("memory://") and "metrics/mAP50(B)" in metrics
-    ok_batch = torch.equal(a["img"], b["img"]) and torch.equal(a["bboxes"], b["bboxes"]) \
-        and torch.equal(a["cls"], b["cls"])
+    ok_batch = same_batch(a, b)
     ok_args = f"data: {data}" in saved
     print(f"trained and validated from memory: {ok_trained}")
     print(f"next train batch equals the local copy's: {ok_batch}")

@@ -29,7 +29,7 @@ import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data wit
 
 sys.path.insert(0, str(common.REPO / "tests"))  # the S3 server the tests start
 sys.path.insert(0, str(HERE))
-from ultralytics_s3 import train  # noqa: E402
+from ultralytics_s3 import same_batch, sample_copy, sample_in_bucket, train  # noqa: E402
 
 
 def write_export(out: Path, local: Path, client) -> Path:
@@ -54,18 +54,10 @@ def main() -> None:
     from s3server import S3ServerUnavailable, start_s3_server
     tmp = Path(tempfile.mkdtemp(prefix="ultra_ndjson_"))
     common.isolate_environment(tmp, "ultralytics_ndjson")
-    local = tmp / "local"
-    shutil.copytree(common.REPO / "data" / "sample", local / "sample", ignore=shutil.ignore_patterns("*.cache"))
-    shutil.copy(common.REPO / "data" / "sample.yaml", local / "sample.yaml")
+    local = sample_copy(tmp)
     try:
         with start_s3_server(tmp / "weed") as srv:
-            from minio import Minio
-            client = Minio(srv.endpoint_url.split("//", 1)[1], srv.access_key, srv.secret_key, secure=False,
-                           region="us-east-1")
-            client.make_bucket("data")
-            for p in sorted((local / "sample").rglob("*")):
-                if p.is_file():
-                    client.fput_object("data", f"sample/{p.relative_to(local / 'sample').as_posix()}", str(p))
+            client = sample_in_bucket(srv, local)
             export = write_export(tmp / "export.ndjson", local, client)
             from ultralytics.utils import DATASETS_DIR
             before = sorted(Path(DATASETS_DIR).rglob("*")) if Path(DATASETS_DIR).exists() else []
@@ -77,14 +69,12 @@ def main() -> None:
         raise SystemExit(f"ultralytics_ndjson.py: {e}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    import torch
     metrics = export_trainer.metrics or {}
     files = list(export_trainer.train_loader.dataset.im_files)
     print(f"export run: {len(files)} train images, first {files[0]}, metrics {sorted(metrics)[:3]}")
     ok_trained = files[0].startswith(f"{srv.endpoint_url}/data/sample/images/train/") and "?" not in files[0] \
         and "metrics/mAP50(B)" in metrics
-    ok_batch = torch.equal(a["img"], b["img"]) and torch.equal(a["bboxes"], b["bboxes"]) \
-        and torch.equal(a["cls"], b["cls"])
+    ok_batch = same_batch(a, b)
     ok_copy = after == before
     print(f"trained and validated from the export's URLs: {ok_trained}")
     print(f"next train batch equals the local copy's: {ok_batch}")

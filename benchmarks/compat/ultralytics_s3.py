@@ -40,24 +40,43 @@ def train(data: str, tmp: Path, name: str, **extra):
     return model.trainer
 
 
+def sample_copy(tmp: Path) -> Path:
+    """The bundled sample and its yaml copied to ``tmp/local`` (no label caches); returns that folder.
+    The yaml has no path: its splits are read from the yaml's own folder."""
+    local = tmp / "local"
+    shutil.copytree(common.REPO / "data" / "sample", local / "sample", ignore=shutil.ignore_patterns("*.cache"))
+    shutil.copy(common.REPO / "data" / "sample.yaml", local / "sample.yaml")
+    return local
+
+
+def sample_in_bucket(srv, local: Path):
+    """A MinIO client of the server ``srv``, with its bucket ``data`` holding ``local``'s sample under
+    ``sample/``."""
+    from minio import Minio
+    client = Minio(srv.endpoint_url.split("//", 1)[1], srv.access_key, srv.secret_key, secure=False,
+                   region="us-east-1")
+    client.make_bucket("data")
+    for p in sorted((local / "sample").rglob("*")):
+        if p.is_file():
+            client.fput_object("data", f"sample/{p.relative_to(local / 'sample').as_posix()}", str(p))
+    return client
+
+
+def same_batch(a: dict, b: dict) -> bool:
+    """Whether two of Ultralytics' batches hold the same images, boxes and classes."""
+    import torch
+    return all(torch.equal(a[k], b[k]) for k in ("img", "bboxes", "cls"))
+
+
 def main() -> None:
     common.require("ultralytics_s3.py", "ultralytics", "minio")
     from s3server import S3ServerUnavailable, start_s3_server
     tmp = Path(tempfile.mkdtemp(prefix="ultra_s3_"))
     common.isolate_environment(tmp, "ultralytics_s3")
-    local = tmp / "local"
-    shutil.copytree(common.REPO / "data" / "sample", local / "sample", ignore=shutil.ignore_patterns("*.cache"))
-    # the sample's yaml has no path: both read its splits from the yaml's own folder
-    shutil.copy(common.REPO / "data" / "sample.yaml", local / "sample.yaml")
+    local = sample_copy(tmp)
     try:
         with start_s3_server(tmp / "weed") as srv:
-            from minio import Minio
-            client = Minio(srv.endpoint_url.split("//", 1)[1], srv.access_key, srv.secret_key, secure=False,
-                           region="us-east-1")
-            client.make_bucket("data")
-            for p in sorted((local / "sample").rglob("*")):
-                if p.is_file():
-                    client.fput_object("data", f"sample/{p.relative_to(local / 'sample').as_posix()}", str(p))
+            client = sample_in_bucket(srv, local)
             client.fput_object("data", "sample.yaml", str(local / "sample.yaml"))
             uploaded = sorted(o.object_name for o in client.list_objects("data", recursive=True))
             os.environ.update(AWS_ACCESS_KEY_ID=srv.access_key, AWS_SECRET_ACCESS_KEY=srv.secret_key)
@@ -69,13 +88,11 @@ def main() -> None:
         raise SystemExit(f"ultralytics_s3.py: {e}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    import torch
     metrics = remote_trainer.metrics or {}
     files = list(remote_trainer.train_loader.dataset.im_files)
     print(f"s3 run: {len(files)} train images, first {files[0]}, metrics {sorted(metrics)[:3]}")
     ok_trained = files[0].startswith("s3://data/sample/images/train/") and "metrics/mAP50(B)" in metrics
-    ok_batch = torch.equal(a["img"], b["img"]) and torch.equal(a["bboxes"], b["bboxes"]) \
-        and torch.equal(a["cls"], b["cls"])
+    ok_batch = same_batch(a, b)
     ok_bucket = after == uploaded
     print(f"trained and validated from the bucket: {ok_trained}")
     print(f"next train batch equals the local copy's: {ok_batch}")
