@@ -7,6 +7,8 @@
     ultralytics_args    Ultralytics' arguments to ``Settings``, every key accounted for
     ultralytics_batch   yolo_data's batches in Ultralytics' form
     ultralytics_loader  the dataset and loader as Ultralytics' trainer uses them
+    ray                 the loader of a Ray Train worker, its place kept in Ray's checkpoints (the only
+                        module that imports Ray)
 
-Nothing is imported here, so that ``import yolo_data`` never imports Ultralytics.
+Nothing is imported here, so that ``import yolo_data`` never imports Ultralytics or Ray.
 """
