@@ -91,8 +91,17 @@ def ray_loop(cfg: dict) -> None:
     from yolo_data.storage import remote
     Path(cfg["out"], f"place{place.world_rank}-{os.getpid()}.json").write_text(json.dumps({
         **place.__dict__, "built": split.built, "cache_file": str(split.cache_file), "requests": remote.counts(),
-        "image_cache": _cache_id(loader.dataset), "resumed": saved}))
+        "image_cache": _cache_id(loader.dataset), "resumed": saved, "pid": os.getpid(), "children": _children()}))
     run_steps(cfg, loader, place.world_rank, saved, lambda metrics, state: report(metrics, loader, state))
+
+
+def _children() -> list:
+    """This process's children now (its DataLoader workers, started with the loader)."""
+    kids = []
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as f:
+            kids += [int(x) for x in f.read().split()]
+    return kids
 
 
 def _cache_id(dataset):
@@ -147,8 +156,10 @@ def ray_main(args, cfg: dict) -> None:
     import ray
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
-    # the bucket's credentials reach the workers through Ray's runtime environment, never the loop's config
-    env = {k: os.environ[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") if k in os.environ}
+    # the bucket's credentials reach the workers through Ray's runtime environment, never the loop's config;
+    # so does the test's per-user cache folder (the cluster's processes were started before it was set)
+    env = {k: os.environ[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "YOLO_DATA_CACHE_DIR")
+           if k in os.environ}
     ray.init(address=args.address, runtime_env={"env_vars": env}, log_to_driver=args.verbose)
     out = Path(cfg["out"])
     stop = threading.Event()
