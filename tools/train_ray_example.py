@@ -47,11 +47,11 @@ def train_loop(cfg: dict) -> None:
                                  endpoint_url=cfg["endpoint"], partner_group=4)  # divides 8 on 1 and 2 workers
     loader = build_ray_loader(cfg["data"], settings, prefix="train: ")
     saved = resume(loader)  # None on a fresh start; after a restart the loader goes on at the next batch
-    model = tiny_model()
+    net = tiny_model()
     if saved:
-        model.load_state_dict(saved["model"])
+        net.load_state_dict(saved["model"])
     device = ray.train.torch.get_device()  # cuda when Ray gave this worker a GPU
-    model = ray.train.torch.prepare_model(model)  # on the device, in DDP over Ray's process group
+    model = ray.train.torch.prepare_model(net)  # net moved to the device, wrapped in DDP on several workers
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     done = 0  # steps in all, over every attempt of the run
     if saved:
@@ -61,7 +61,6 @@ def train_loop(cfg: dict) -> None:
             log.info(f"resumed after {done} steps: epoch {loader.sampler.epoch}, step {loader.state_dict()['step']}")
 
     def checkpoint(epoch: int, loss: float) -> None:
-        net = model.module if hasattr(model, "module") else model
         report({"epoch": epoch, "steps": done, "loss": loss}, loader,
                {"model": net.state_dict(), "opt": opt.state_dict(), "done": done})
 
