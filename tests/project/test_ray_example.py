@@ -20,7 +20,7 @@ SECRET = "not-to-be-seen-3f9c1e"
 
 @pytest.fixture
 def ray_temp():
-    """Ray's session folder for the run: a short path of its own (its sockets live there, and a socket's
+    """Ray's temporary folder for the run: a short path of its own (its sockets live there, and a socket's
     path is limited to 107 bytes), never /tmp/ray, which another Ray on this machine may use."""
     folder = tempfile.mkdtemp(prefix="rayx")
     yield folder
