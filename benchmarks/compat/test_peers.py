@@ -1,5 +1,5 @@
-"""The compatibility suite: yolo_data against YOLOv5 7.0, Ultralytics 8.4 and pycocotools, in the peer
-environment (benchmarks/requirements-peers.txt), as pytest tests.
+"""The compatibility suite: yolo_data against YOLOv5 7.0, Ultralytics 8.4 and pycocotools, and Ultralytics'
+trainer in Ray Train workers, in the peer environment (benchmarks/requirements-peers.txt), as pytest tests.
 
     .peer-venv/bin/python -m pytest -q benchmarks/compat
 
@@ -20,7 +20,7 @@ ROOT = HERE.parents[1]
 DATA = Path(os.environ.get("YOLO_DATA_BENCH_DATA") or ROOT.parent / "shared" / "datasets")
 # found, not imported: importing Ultralytics here would write its settings into $HOME (the scripts
 # isolate it in a temporary folder first)
-MISSING = [m for m in ("yolov5", "ultralytics", "pycocotools") if find_spec(m) is None]
+MISSING = [m for m in ("yolov5", "ultralytics", "pycocotools", "ray") if find_spec(m) is None]
 
 
 def test_every_peer_is_installed():
@@ -126,6 +126,20 @@ def test_ultralytics_classes_give_its_own_rows_and_the_remap_trains_a_model_of_t
                      r"are not its labels' \(0: 'car' / 'person'", out), out[-3000:]
 
 
+def test_ultralytics_trainer_in_ray_train_workers_is_one_ddp_rank_each():
+    """A two-node Ray cluster on loopback: YoloDataTrainer in 1 and in 2 TorchTrainer workers (the 2 train as
+    DDP ranks: equal parameters after the epoch); Ultralytics' own trainer in 2 workers, as docs/ultralytics.md
+    says it behaves there."""
+    out = run("ultralytics_ray.py", timeout=600)
+    for line in ("trained and validated, last.pt written: True", "one DDP rank each, on half of the images: True",
+                 "parameters equal on both ranks after the epoch: True", "parameters changed by the epoch: True"):
+        assert line in out, out[-3000:]
+    alone = out.split("Ultralytics' own DetectionTrainer", 1)[-1]
+    assert alone.count("trainer world size 0, model DetectionModel") == 2, out[-3000:]
+    assert alone.count("last loss 0.0; ended with RuntimeError: Found no NVIDIA driver") == 2, out[-3000:]
+    assert "ultralytics/engine/validator.py" in alone and "parameters equal on both ranks after the epoch: False" in alone
+
+
 def test_ultralytics_plugin_on_1_4_and_10_channels_equals_its_own_inputs_and_trains_a_model_of_c_channels():
     """Copies of 16 coco128 images with 1, 4 and 10 channels: the plug-in's validation inputs equal Ultralytics'
     own pixel for pixel; yolo11n.yaml trains an epoch with YoloDataTrainer, its first conv taking C channels."""
@@ -148,9 +162,10 @@ def test_yolov5_model_of_c_channels_trains_an_epoch_of_create_dataloader_on_1_4_
 
 def test_the_package_suites_ultralytics_tests_run_here():
     """The tests of tests/ that need Ultralytics (its validation inputs, a trainer's epoch, the census of
-    its default.yaml) skip in the package's own environment; here they must run, none skipped."""
+    its default.yaml, a trainer as a DDP rank of a process group opened before it) skip in the package's own environment; here they must run, none skipped."""
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-                        "tests/integrations/test_ultralytics_args.py", "tests/integrations/test_ultralytics_integration.py"],
+                        "tests/integrations/test_ultralytics_args.py", "tests/integrations/test_ultralytics_integration.py",
+                        "tests/integrations/test_ultralytics_group.py"],
                        cwd=ROOT, capture_output=True, text=True, timeout=900)
     tail = (p.stdout + p.stderr)[-4000:]
     assert p.returncode == 0 and "skipped" not in tail, tail

@@ -7,6 +7,7 @@
     ultralytics_args    Ultralytics' arguments to ``Settings``, every key accounted for
     ultralytics_batch   yolo_data's batches in Ultralytics' form
     ultralytics_loader  the dataset and loader as Ultralytics' trainer uses them
+    ultralytics_group   the trainer as one DDP rank of a process group set up before it (Ray Train)
     ray                 the loader of a Ray Train worker, its place kept in Ray's checkpoints (the only
                         module that imports Ray)
 

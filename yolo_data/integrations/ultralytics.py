@@ -12,10 +12,12 @@ from the ``task`` Ultralytics gives them, so one name serves every model.
 
 Ultralytics (AGPL-3.0) is imported here, when this module is imported, and nowhere else in yolo_data;
 it is never a dependency.  No Ultralytics code is copied: the classes below override its documented
-extension points (``build_dataset``, ``get_dataloader``, ``get_validator``) and call its own code for
-everything else (oriented boxes are converted by its own ``xyxyxyxy2xywhr``).  What does not need
-Ultralytics lives in ``ultralytics_args`` (arguments -> settings), ``ultralytics_batch`` (batch dicts,
-labels as dicts) and ``ultralytics_loader`` (dataset and loader).
+extension points (``build_dataset``, ``get_dataloader``, ``get_validator``), and its DDP steps
+(``_setup_ddp``, ``_setup_train``, ``_build_train_pipeline``, ``final_eval``) only where the trainer is
+made in a process group set up before it, and call its own code for everything else (oriented boxes are
+converted by its own ``xyxyxyxy2xywhr``).  What does not need Ultralytics lives in ``ultralytics_args``
+(arguments -> settings), ``ultralytics_batch`` (batch dicts, labels as dicts), ``ultralytics_loader``
+(dataset and loader) and ``ultralytics_group`` (a process group set up before the trainer: Ray Train).
 """
 from __future__ import annotations
 
@@ -23,19 +25,21 @@ from contextlib import contextmanager
 from copy import copy
 
 import torch
+import torch.distributed as dist
 from ultralytics.cfg import get_cfg
 from ultralytics.models.yolo.detect import DetectionTrainer, DetectionValidator
 from ultralytics.models.yolo.obb import OBBTrainer, OBBValidator
 from ultralytics.models.yolo.pose import PoseTrainer, PoseValidator
 from ultralytics.models.yolo.segment import SegmentationTrainer, SegmentationValidator
-from ultralytics.utils import DEFAULT_CFG, LOGGER
+from ultralytics.utils import DEFAULT_CFG, LOCAL_RANK, LOGGER, RANK
 from ultralytics.utils.ops import xyxyxyxy2xywhr
-from ultralytics.utils.torch_utils import unwrap_model
+from ultralytics.utils.torch_utils import strip_optimizer, unwrap_model
 
 from ..formats.ndjson import is_ndjson
 from ..storage import is_url
 from .ultralytics_args import (check_arguments, class_subset, loader_settings, memory_data, names_differ, ndjson_data,
                                remote_dataset, take_own_args, validation_classes, warn_ignored)
+from .ultralytics_group import group_size, wrap_cpu_model
 from .ultralytics_loader import UltralyticsDataset, create_loader
 
 __all__ = ["YoloDataTrainer", "YoloDataValidator", "YoloDataSegmentationTrainer", "YoloDataSegmentationValidator",
@@ -138,6 +142,13 @@ class YoloDataTrainer(DetectionTrainer):
     classes.  Ultralytics' keys yolo_data cannot honour are refused here, before any training, and
     those it ignores are named in one warning each (ultralytics_args).
 
+    Made in a process group of several ranks that was set up before it (a Ray Train worker, a torchrun
+    process that called ``init_process_group``), the trainer is one DDP rank of that group: the
+    global ``batch`` is split among its ranks and the model's gradients are averaged over them, on the
+    device it was given (one GPU or the CPU; ultralytics_group says what Ultralytics alone would do).
+    On the CPU the final validation of best.pt is skipped (Ultralytics' validator asks CUDA for a DDP
+    rank's device): the last epoch's metrics stand.
+
     Args:
         cfg: Ultralytics' default configuration (its ``DEFAULT_CFG``, a yaml path or a dict), as for
             DetectionTrainer.
@@ -150,7 +161,8 @@ class YoloDataTrainer(DetectionTrainer):
     Raises:
         ValueError: an argument yolo_data cannot honour (ultralytics_args.REFUSED, a bad
             ``class_balance`` or ``remap_classes``, ``classes`` that are not class ids, a ``scale`` pair
-            that is not 1 -/+ a gain).
+            that is not 1 -/+ a gain); several devices in a process group (one device a rank).
+        RuntimeError: in a process group whose ranks are not those Ultralytics read at import.
     """
 
     def __new__(cls, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
@@ -168,6 +180,8 @@ class YoloDataTrainer(DetectionTrainer):
         # before BaseTrainer reads the dataset yaml, which may be in the bucket; the loaders' settings too
         self.endpoint_url = own.get("endpoint_url")
         self.requested_workers = int(get_cfg(cfg, overrides).workers)  # before BaseTrainer zeroes it on CPU
+        # a process group set up before the trainer (Ray Train, torchrun): its ranks, checked before any work
+        self.group_ranks = group_size(RANK, LOCAL_RANK, get_cfg(cfg, overrides).device)
         # lists of our own: Ultralytics copies only the dict, and what we add must not stay in the model's
         # callbacks for its next train()
         _callbacks = {k: list(v) for k, v in _callbacks.items()} if _callbacks else None
@@ -179,6 +193,48 @@ class YoloDataTrainer(DetectionTrainer):
         if _set_loader_epoch not in self.callbacks.get("on_train_epoch_start", []):
             self.add_callback("on_train_epoch_start", _set_loader_epoch)
         warn_ignored(self.args)  # once a run: the loaders are built with warn=False
+        if self.group_ranks > 1:
+            self.world_size = self.group_ranks  # BaseTrainer counted the devices: 0 for the CPU, 1 for one GPU
+
+    def _cpu_group(self) -> bool:
+        return self.group_ranks > 1 and self.device.type == "cpu"
+
+    def _setup_ddp(self):
+        """Ultralytics' own (it opens the process group) unless the trainer is in a group already, on
+        the device it was given."""
+        if self.group_ranks == 1:
+            super()._setup_ddp()
+
+    def _setup_train(self):
+        if not self._cpu_group():
+            return super()._setup_train()
+        # Ultralytics wraps the model with a GPU index, which DDP refuses for a CPU model: counted as one
+        # rank until _build_train_pipeline (next after the wrap), which wraps it; AMP is off on the CPU
+        # (Ultralytics' check says so on rank 0 and broadcasts it), here on every rank at once
+        amp, self.args.amp, self.world_size = self.args.amp, False, 1
+        try:
+            super()._setup_train()
+        finally:
+            self.args.amp, self.world_size = amp, self.group_ranks
+
+    def _build_train_pipeline(self):
+        if self._cpu_group() and self.world_size != self.group_ranks:
+            self.world_size = self.group_ranks
+            self.model = wrap_cpu_model(self.model, bool(self.args.compile))
+        super()._build_train_pipeline()
+
+    def final_eval(self):
+        """Ultralytics' own, but on the CPU in a process group: the optimizer taken out of last.pt and
+        best.pt (on rank 0) without validating best.pt again."""
+        if not self._cpu_group():
+            return super().final_eval()
+        if RANK == 0:
+            last = strip_optimizer(self.last) if self.last.exists() else {}
+            if self.best.exists():
+                strip_optimizer(self.best, updates={"train_results": last.get("train_results")})
+        dist.barrier()  # the weights are final on every rank when train() returns
+        LOGGER.warning("yolo_data: best.pt is not validated again on CPUs in a process group (Ultralytics' validator "
+                       "asks CUDA for a DDP rank's device); the last epoch's metrics stand")
 
     def get_dataset(self):
         """Ultralytics' own for a local dataset; for an NDJSON export, its splits read in place
