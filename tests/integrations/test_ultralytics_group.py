@@ -55,6 +55,9 @@ def _gathered(t: torch.Tensor, world: int) -> list:
 
 
 def _one_step(rank, world, port):
+    # forked from pytest, whose earlier tests may have started OpenMP's threads: a forked child's first
+    # parallel region (the convolutions below) would wait for them forever
+    torch.set_num_threads(1)
     init(rank, world, port)
     try:
         torch.manual_seed(rank)  # each rank makes a model of its own, as Ultralytics seeds each rank
