@@ -1,9 +1,9 @@
 """Ray Train against torchrun on one machine: seconds from the call that starts training to the first batch,
 and the training loader's images per second, the same loop under both launchers.
 
-    python benchmarks/speed/run.py ray                          # coco128 x8, 2 and 4 workers, 3 rounds
+    python benchmarks/speed/run.py ray                          # coco128 x32, 2 and 4 workers, 3 rounds
     python benchmarks/speed/run.py ray --quick --no-results     # smoke run: the bundled sample, 2 workers
-    python benchmarks/speed/run.py ray --data DATASETS/coco128/images/train2017 --copies 16 --repeats 5
+    python benchmarks/speed/run.py ray --data DATASETS/coco128/images/train2017 --copies 64 --repeats 5
 
 Needs Ray Train (``pip install "yolo-data[ray]"``).  The script starts its own Ray node on loopback (the
 head at ``--node-ip``, 127.0.0.2, every port picked free, Ray's files in a temporary folder; ``--num-cpus``
@@ -29,12 +29,16 @@ images with one all_reduce, which keeps them in step as a training loop's gradie
 World rank 0 writes the time (``time.time()``) at which it entered the loop body (process group up), had
 its loader and had each batch in hand.  Measured: the first batch, seconds from the start (and its parts:
 until the loop body runs, the loader's build); images per second over the steps after the first ``--skip``
-(3), all ranks together.  Medians over ``--repeats`` rounds, after ``--warmup`` untimed launches of each.
+(3), and over the epoch's second half, all ranks together.  Medians over ``--repeats`` rounds, after
+``--warmup`` untimed launches of each.
 
 Data: ``--data``, an image folder with its labels (default coco128's train2017 in $YOLO_DATA_BENCH_DATA or
-../shared/datasets), copied to a temporary folder with ``--copies`` hard-linked copies of each image (a
-longer epoch), its label cache written there before the runs (untimed).  Output: a markdown table on
-stdout, progress on stderr, ``benchmarks/results/ray.json``.
+../shared/datasets), copied to a temporary folder with ``--copies`` hard-linked copies of each image, its label
+cache written there before the runs (untimed).  The epoch must be long: each ``fit()`` starts Ray's actors of
+the run (the controller, a placement-group cleaner, a synchronisation actor, Ray Data's dataset manager) and
+fresh idle workers beside the training workers, which take CPU in the first seconds of the epoch (on 2 shared
+cores, an epoch of coco128 x8 gave Ray half torchrun's rate, one of x32 no less than torchrun's).  Output: a
+markdown table on stdout, progress on stderr, ``benchmarks/results/ray.json``.
 """
 from __future__ import annotations
 
@@ -60,7 +64,7 @@ from common import REPO, log  # noqa: E402
 LAUNCHERS = ("ray", "torchrun")
 NAMES = {"ray": "Ray Train", "torchrun": "torchrun"}
 INSTALL = 'bench_ray.py: Ray Train is not installed in {}: pip install "yolo-data[ray]"'
-DEFAULTS = {"copies": 8, "workers": [2, 4], "repeats": 3, "warmup": 1, "skip": 3}
+DEFAULTS = {"copies": 32, "workers": [2, 4], "repeats": 3, "warmup": 1, "skip": 3}
 QUICK = {"copies": 4, "workers": [2], "repeats": 1, "warmup": 0, "skip": 1}
 
 
@@ -240,18 +244,25 @@ def times(rank0: dict, start: float, skip: int) -> Dict[str, object]:
     out = {"first_batch_s": batches[0][0] - start, "to_loop_s": rank0["entered"] - start,
            "build_s": rank0["built"] - rank0["entered"], "steps": len(batches), "images": sum(b[1] for b in batches),
            "loader_workers": rank0["loader_workers"]}
-    if len(batches) > skip >= 1:
-        window = batches[-1][0] - batches[skip - 1][0]
-        out["img_s"] = sum(b[1] for b in batches[skip:]) / window if window > 0 else float("nan")
-    else:
-        out["img_s"] = float("nan")  # an epoch too short for the window
+    out["img_s"] = rate(batches, skip)
+    out["img_s_late"] = rate(batches, max(len(batches) // 2, 1))
     return out
+
+
+def rate(batches: List[List[float]], skip: int) -> float:
+    """Images per second of the steps after the first ``skip`` (from the time the step ``skip`` - 1 was in
+    hand to the last's); NaN where the epoch is too short for that window."""
+    if not len(batches) > skip >= 1:
+        return float("nan")
+    window = batches[-1][0] - batches[skip - 1][0]
+    return sum(b[1] for b in batches[skip:]) / window if window > 0 else float("nan")
 
 
 ROWS = [("first_batch_s", "seconds to the first batch"),
         ("to_loop_s", "of which until the loop body runs (processes, process group)"),
         ("build_s", "of which building the loader"),
-        ("img_s", "images/s after the first {skip} steps, all ranks")]
+        ("img_s", "images/s after the first {skip} steps, all ranks"),
+        ("img_s_late", "images/s over the epoch's second half, all ranks")]
 
 
 def report(args, runs: Dict[str, Dict[int, List[dict]]], n_images: int, name: str, errors: List[str]) -> dict:
@@ -267,10 +278,10 @@ def report(args, runs: Dict[str, Dict[int, List[dict]]], n_images: int, name: st
         for w in args.workers:
             vals = {lw: [r.get(key) for r in runs[lw][w] if "error" not in r] for lw in LAUNCHERS}
             ray, tr = (medians[lw][w].get(key) for lw in LAUNCHERS)
-            digits = 0 if key == "img_s" else 2
+            digits = 0 if key.startswith("img_s") else 2
             if ray is None or tr is None:
                 versus = "-"
-            elif key == "img_s":
+            elif key.startswith("img_s"):
                 versus = f"{ray / tr:.2f}×" if tr else "-"
             else:
                 versus = f"{ray - tr:+.2f} s"
@@ -286,7 +297,7 @@ def parse_args(argv=None):
     ap.add_argument("--data", default=None, help="image folder with labels/<split> beside (copied; default: "
                     "coco128/images/train2017 in $YOLO_DATA_BENCH_DATA or ../shared/datasets; --quick: the "
                     "bundled sample)")
-    ap.add_argument("--copies", type=int, help="hard-linked copies of each image, a longer epoch (default 8)")
+    ap.add_argument("--copies", type=int, help="hard-linked copies of each image, a longer epoch (default 32)")
     ap.add_argument("--workers", type=int, nargs="+", help="Ray workers / torchrun ranks (default 2 4)")
     ap.add_argument("--repeats", type=int, help="rounds of every launch (default 3)")
     ap.add_argument("--warmup", type=int, help="untimed launches of each launcher first (default 1)")
