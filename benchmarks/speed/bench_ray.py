@@ -341,6 +341,9 @@ def main(argv=None) -> int:
     if not (src.is_dir() and (src.parent.parent / "labels" / src.name).is_dir()):
         print(f"bench_ray.py: {src} is no image folder with labels/{src.name} beside it; pass --data", file=sys.stderr)
         return 2
+    args.data = str(src)
+    for hidden in ("part", "address", "config"):  # the launches' own options, not settings of the run
+        delattr(args, hidden)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("bench_ray.py: terminated"))  # the finally kills the node
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     name = src.parent.parent.name

@@ -194,6 +194,7 @@ def test_bench_ray_quick(tiny, tmp_path):
     assert "sample x4 (64 images)" in out and "per-rank batch 8" in out and "img_size 320" in out, out
     doc = json.loads((tmp_path / "results" / "ray.json").read_text())
     assert doc["benchmark"] == "benchmarks/speed/bench_ray.py" and doc["question"] == "ray"
+    assert doc["settings"]["data"].endswith("data/sample/images/train") and doc["settings"]["workers"] == [2]
     res = doc["results"]
     assert res["images"] == 64 and res["errors"] == [] and res["warmup"] == []
     for launcher, column in (("ray", 1), ("torchrun", 2)):
