@@ -37,8 +37,9 @@ Data: ``--data``, an image folder with its labels (default coco128's train2017 i
 cache written there before the runs (untimed).  The epoch must be long: each ``fit()`` starts Ray's actors of
 the run (the controller, a placement-group cleaner, a synchronisation actor, Ray Data's dataset manager) and
 fresh idle workers beside the training workers, which take CPU in the first seconds of the epoch (on 2 shared
-cores, an epoch of coco128 x8 gave Ray half torchrun's rate, one of x32 no less than torchrun's).  Output: a
-markdown table on stdout, progress on stderr, ``benchmarks/results/ray.json``.
+cores an epoch of coco128 x8 gave Ray about half torchrun's rate; later in an epoch of x96 the node's other
+processes used under 2% of a core).  Output: a markdown table on stdout, progress on stderr,
+``benchmarks/results/ray.json``.
 """
 from __future__ import annotations
 
@@ -62,7 +63,6 @@ import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data wit
 from common import REPO, log  # noqa: E402
 
 LAUNCHERS = ("ray", "torchrun")
-NAMES = {"ray": "Ray Train", "torchrun": "torchrun"}
 INSTALL = 'bench_ray.py: Ray Train is not installed in {}: pip install "yolo-data[ray]"'
 DEFAULTS = {"copies": 32, "workers": [2, 4], "repeats": 3, "warmup": 1, "skip": 3}
 QUICK = {"copies": 4, "workers": [2], "repeats": 1, "warmup": 0, "skip": 1}
@@ -72,7 +72,7 @@ QUICK = {"copies": 4, "workers": [2], "repeats": 1, "warmup": 0, "skip": 1}
 def rank_loop(cfg: dict, build) -> None:
     """One epoch of the training loader that ``build(images, settings)`` makes; world rank 0 writes its
     times to ``cfg['out']``: ``entered``, ``built`` and ``batches`` ([time, images of the step over all
-    ranks] per step), seconds since the epoch."""
+    ranks] per step), as ``time.time()`` gives them."""
     import torch
     import torch.distributed as dist
     from yolo_data import Settings
@@ -182,10 +182,13 @@ def ray_node(node_ip: str, num_cpus: int, env: Dict[str, str], logs: Path, timeo
             time.sleep(0.1)
         yield f"{node_ip}:{port}"
     finally:
-        common.end_marked(mark)
-        if proc is not None:
-            proc.wait()
-        shutil.rmtree(temp, ignore_errors=True)
+        try:
+            common.end_marked(mark)
+        finally:
+            if proc is not None:
+                proc.kill()  # gone already, unless the sweep gave up on some process
+                proc.wait()
+            shutil.rmtree(temp, ignore_errors=True)
 
 
 # -- the measurements ------------------------------------------------------------------------------------
