@@ -60,6 +60,7 @@ from typing import Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
+import proctree  # noqa: E402  (tools/, put on sys.path by common)
 from common import REPO, log  # noqa: E402
 
 LAUNCHERS = ("ray", "torchrun")
@@ -152,13 +153,42 @@ def ray_cli() -> List[str]:
     return [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.exit(main())"]
 
 
+def session_pids(sid: int) -> List[int]:
+    """The live processes of session ``sid`` other than this one (field 3 of /proc/<pid>/stat)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid() and proctree.stat_field(name, 3) == str(sid) \
+                and proctree.alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+def end_node(mark: str, sid: int, within: float = proctree.SWEEP_S) -> None:
+    """SIGKILL every process of the node until none is left: those marked with ``mark`` and those of its
+    session ``sid``.  The mark alone misses some: Ray's agents and workers set their process title, which
+    blanks /proc/<pid>/environ, and an agent outlives the raylet for minutes.  RuntimeError naming those
+    still there after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        pids = sorted(set(proctree.marked_pids(mark)) | set(session_pids(sid)))
+        if not pids:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Ray node processes {pids} still alive {within:.0f} s after SIGKILL")
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+
+
 @contextlib.contextmanager
 def ray_node(node_ip: str, num_cpus: int, env: Dict[str, str], logs: Path, timeout: float = 180):
     """One Ray node, the head, on ``node_ip`` for the with-block; yields its address (``ip:port``).
 
     Every port is picked free (other clusters may run on this machine: their ports and Ray's defaults are
     left alone), Ray's files go to a temporary folder of its own (under /tmp: Ray's socket paths must
-    stay under 108 bytes), and on leaving every process the node started is killed and the folder removed.
+    stay under 108 bytes), and on leaving every process the node started is killed (``end_node``: the
+    node runs in a session of its own) and the folder removed.
     """
     port, *others = free_ports(8)
     options = ["--node-manager-port", "--object-manager-port", "--dashboard-port", "--dashboard-agent-listen-port",
@@ -169,11 +199,13 @@ def ray_node(node_ip: str, num_cpus: int, env: Dict[str, str], logs: Path, timeo
            *[str(x) for pair in zip(options, others) for x in pair], "--num-cpus", str(num_cpus),
            "--object-store-memory", "200000000", "--include-dashboard=false", "--disable-usage-stats",
            "--temp-dir", str(temp)]
-    log(f"ray node: {node_ip}:{port}, {num_cpus} CPUs (temp folder {temp})")
     proc = None
     try:
-        with open(logs, "wb") as out:  # its own session: a Ctrl-C reaches this script, which kills the node
+        # a session of its own: its processes are found by it, and a Ctrl-C reaches this script alone, which
+        # kills the node
+        with open(logs, "wb") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        log(f"ray node: {node_ip}:{port}, {num_cpus} CPUs (temp folder {temp}, session {proc.pid})")
         deadline = time.monotonic() + timeout
         while "Ray runtime started" not in logs.read_text(errors="replace"):
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -183,7 +215,7 @@ def ray_node(node_ip: str, num_cpus: int, env: Dict[str, str], logs: Path, timeo
         yield f"{node_ip}:{port}"
     finally:
         try:
-            common.end_marked(mark)
+            end_node(mark, proc.pid if proc is not None else -1)
         finally:
             if proc is not None:
                 proc.kill()  # gone already, unless the sweep gave up on some process

@@ -23,6 +23,7 @@ import pytest
 
 import yolo_data
 from conftest import holding, popen_all, run_all, tagged_env
+from procs import proctree
 from yolo_data.images import decode
 
 REPO = Path(__file__).resolve().parents[2]
@@ -187,16 +188,20 @@ def test_bench_ray_quick(tiny, tmp_path):
                    text=True) as p:
         out, err = p.communicate(timeout=400)
         left = holding(tag)
-    assert left == [], (left, err[-3000:])
+        node = re.search(r"^ray node: 127\.0\.0\.2:\d+, \d+ CPUs \(temp folder (\S+), session (\d+)\)$", err, re.M)
+        # Ray's agents and workers blank their environment (their process title), so no tag finds them: the
+        # node's session does
+        in_session = [int(pid) for pid in os.listdir("/proc") if pid.isdigit()
+                      and proctree.stat_field(pid, 3) == (node and node.group(2)) and proctree.alive(int(pid))]
+    assert left == [] and in_session == [], (left, [proctree.cmdline(pid) for pid in in_session], err[-3000:])
     rows = ok(p.returncode, out, err, "speed/run.py ray")
-    node = re.search(r"^ray node: 127\.0\.0\.2:\d+, \d+ CPUs \(temp folder (\S+)\)$", err, re.M)
     assert node and not Path(node.group(1)).exists(), err[-3000:]
     assert "sample x4 (64 images)" in out and "per-rank batch 8" in out and "img_size 320" in out, out
     doc = json.loads((tmp_path / "results" / "ray.json").read_text())
     assert doc["benchmark"] == "benchmarks/speed/bench_ray.py" and doc["question"] == "ray"
     assert doc["settings"]["data"].endswith("data/sample/images/train") and doc["settings"]["workers"] == [2]
     res = doc["results"]
-    assert res["images"] == 64 and res["errors"] == [] and res["warmup"] == []
+    assert res["images"] == 64 and res["errors"] == [] and res["warmup"] == [], res["errors"]
     for launcher, column in (("ray", 1), ("torchrun", 2)):
         (m,) = res["runs"][launcher]["2"]
         assert m["steps"] == 4 and m["images"] == 64 and m["loader_workers"] == 1, m  # 2 ranks x 8, 4 steps
