@@ -38,8 +38,14 @@ cache written there before the runs (untimed).  The epoch must be long: each ``f
 the run (the controller, a placement-group cleaner, a synchronisation actor, Ray Data's dataset manager) and
 fresh idle workers beside the training workers, which take CPU in the first seconds of the epoch (on 2 shared
 cores an epoch of coco128 x8 gave Ray about half torchrun's rate; later in an epoch of x96 the node's other
-processes used under 2% of a core).  Output: a markdown table on stdout, progress on stderr,
-``benchmarks/results/ray.json``.
+processes used under 2% of a core).
+
+Ray's raylet starts its workers at nice 15 (``RAY_worker_niceness``), and the DataLoader workers they fork
+inherit it; torchrun's ranks run at the nice value of this script (0 by default).  On a quiet machine that
+changes nothing; on a machine shared with other work at nice 0, Ray's loader gets less of the cores (on 2
+shared cores: 0.75x torchrun's images/s at Ray's default, no less than torchrun's with
+``--worker-niceness 0``).  The report names the nice value rank 0 ran at under each launcher.  Output: a
+markdown table on stdout, progress on stderr, ``benchmarks/results/ray.json``.
 """
 from __future__ import annotations
 
@@ -56,7 +62,7 @@ import tempfile
 import time
 from importlib import util
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for common
 import common  # noqa: E402  (puts the checkout first on sys.path: yolo_data without installing it)
@@ -91,7 +97,8 @@ def rank_loop(cfg: dict, build) -> None:
         batches.append([got, int(images.item())])
     if dist.get_rank() == 0:
         Path(cfg["out"]).write_text(json.dumps({"entered": entered, "built": built, "batches": batches,
-                                                "loader_workers": loader.num_workers}))
+                                                "loader_workers": loader.num_workers,
+                                                "nice": os.getpriority(os.PRIO_PROCESS, 0)}))
 
 
 def ray_loop(cfg: dict) -> None:
@@ -182,7 +189,8 @@ def end_node(mark: str, sid: int, within: float = proctree.SWEEP_S) -> None:
 
 
 @contextlib.contextmanager
-def ray_node(node_ip: str, num_cpus: int, env: Dict[str, str], logs: Path, timeout: float = 180):
+def ray_node(node_ip: str, num_cpus: int, env: Dict[str, str], logs: Path, niceness: Optional[int] = None,
+             timeout: float = 180):
     """One Ray node, the head, on ``node_ip`` for the with-block; yields its address (``ip:port``).
 
     Every port is picked free (other clusters may run on this machine: their ports and Ray's defaults are
@@ -195,6 +203,8 @@ def ray_node(node_ip: str, num_cpus: int, env: Dict[str, str], logs: Path, timeo
                "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port"]
     temp = Path(tempfile.mkdtemp(prefix="bench_ray_node_", dir="/tmp" if os.path.isdir("/tmp") else None))
     mark, env = common.marked_env(env)
+    if niceness is not None:  # the raylet gives its workers this nice value (Ray's default: 15)
+        env["RAY_worker_niceness"] = str(niceness)
     cmd = [*ray_cli(), "start", "--head", "--block", "--node-ip-address", node_ip, "--port", str(port),
            *[str(x) for pair in zip(options, others) for x in pair], "--num-cpus", str(num_cpus),
            "--object-store-memory", "200000000", "--include-dashboard=false", "--disable-usage-stats",
@@ -278,7 +288,7 @@ def times(rank0: dict, start: float, skip: int) -> Dict[str, object]:
     batches = rank0["batches"]
     out = {"first_batch_s": batches[0][0] - start, "to_loop_s": rank0["entered"] - start,
            "build_s": rank0["built"] - rank0["entered"], "steps": len(batches), "images": sum(b[1] for b in batches),
-           "loader_workers": rank0["loader_workers"]}
+           "loader_workers": rank0["loader_workers"], "nice": rank0["nice"]}
     out["img_s"] = rate(batches, skip)
     out["img_s_late"] = rate(batches, max(len(batches) // 2, 1))
     return out
@@ -300,6 +310,12 @@ ROWS = [("first_batch_s", "seconds to the first batch"),
         ("img_s_late", "images/s over the epoch's second half, all ranks")]
 
 
+def nice_of(runs: Dict[str, Dict[int, List[dict]]], launcher: str) -> str:
+    """The nice values rank 0 ran at under ``launcher``, e.g. '15' ('?' where no run measured)."""
+    values = sorted({r["nice"] for rs in runs[launcher].values() for r in rs if "nice" in r})
+    return "/".join(map(str, values)) or "?"
+
+
 def report(args, runs: Dict[str, Dict[int, List[dict]]], n_images: int, name: str, errors: List[str]) -> dict:
     """Prints the table; returns the medians ({launcher: {workers: {key: median}}})."""
     medians = {lw: {w: common.medians(rs) for w, rs in by.items()} for lw, by in runs.items()}
@@ -307,7 +323,8 @@ def report(args, runs: Dict[str, Dict[int, List[dict]]], n_images: int, name: st
     print(f"Training loader (mosaic), img_size {args.img_size}, per-rank batch {args.batch}, {args.loader_workers} "
           f"loader worker(s) per rank, one epoch, no model; a Ray node on {args.node_ip} with {args.num_cpus} CPUs "
           f"started before the runs (TorchTrainer, gloo) against `torchrun --standalone` (gloo); {args.repeats} "
-          f"round(s), launchers alternating; median (min–max) over rounds. {common.usable_cores()} cores.\n")
+          f"round(s), launchers alternating; median (min–max) over rounds. {common.usable_cores()} cores; rank 0 "
+          f"at nice {nice_of(runs, 'ray')} under Ray, {nice_of(runs, 'torchrun')} under torchrun.\n")
     print("| measure | workers | Ray Train | torchrun | Ray against torchrun |\n| --- | ---: | ---: | ---: | ---: |")
     for key, label in ROWS:
         for w in args.workers:
@@ -344,6 +361,9 @@ def parse_args(argv=None):
                     "the machine's own)")
     ap.add_argument("--num-cpus", type=int, default=None, help="the Ray node's CPUs (default: the machine's "
                     "cores, at least the largest --workers)")
+    ap.add_argument("--worker-niceness", type=int, default=None, help="the Ray node's RAY_worker_niceness: the "
+                    "nice value of its workers and of the loader workers they fork (default: Ray's, 15; torchrun's "
+                    "ranks run at this script's)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds one launch may take before it is killed")
     ap.add_argument("--quick", action="store_true", help="smoke run: the bundled sample, "
                     + ", ".join(f"{k} {v}" for k, v in QUICK.items()))
@@ -390,7 +410,7 @@ def main(argv=None) -> int:
         runs = {lw: {w: [] for w in args.workers} for lw in LAUNCHERS}
         warm: List[dict] = []
         errors: List[str] = []
-        with ray_node(args.node_ip, args.num_cpus, env, Path(tmp) / "ray-node.log") as address:
+        with ray_node(args.node_ip, args.num_cpus, env, Path(tmp) / "ray-node.log", args.worker_niceness) as address:
             plan = [(-1 - i, w) for i in range(args.warmup) for w in args.workers[:1]] \
                 + [(r, w) for r in range(args.repeats) for w in args.workers]
             for i, (r, w) in enumerate(plan):

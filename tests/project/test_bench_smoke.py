@@ -197,6 +197,7 @@ def test_bench_ray_quick(tiny, tmp_path):
     rows = ok(p.returncode, out, err, "speed/run.py ray")
     assert node and not Path(node.group(1)).exists(), err[-3000:]
     assert "sample x4 (64 images)" in out and "per-rank batch 8" in out and "img_size 320" in out, out
+    assert re.search(r"rank 0 at nice \d+ under Ray, \d+ under torchrun", out), out
     doc = json.loads((tmp_path / "results" / "ray.json").read_text())
     assert doc["benchmark"] == "benchmarks/speed/bench_ray.py" and doc["question"] == "ray"
     assert doc["settings"]["data"].endswith("data/sample/images/train") and doc["settings"]["workers"] == [2]
@@ -206,7 +207,7 @@ def test_bench_ray_quick(tiny, tmp_path):
         (m,) = res["runs"][launcher]["2"]
         assert m["steps"] == 4 and m["images"] == 64 and m["loader_workers"] == 1, m  # 2 ranks x 8, 4 steps
         assert m["first_batch_s"] >= m["to_loop_s"] + m["build_s"] > m["to_loop_s"] > 0, m
-        assert m["img_s"] > 0 and m["img_s_late"] > 0, m
+        assert m["img_s"] > 0 and m["img_s_late"] > 0 and isinstance(m["nice"], int), m
         for label, key in zip(RAY_ROWS, RAY_KEYS):
             assert rows[label][0] == "2", rows[label]
             assert rows[label][column] == f"{res['medians'][launcher]['2'][key]:.{0 if 'img_s' in key else 2}f}"
