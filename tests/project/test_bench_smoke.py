@@ -11,7 +11,9 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
+import subprocess
 import sys
 from importlib import util
 from pathlib import Path
@@ -20,7 +22,8 @@ import numpy as np
 import pytest
 
 import yolo_data
-from conftest import holding, run_all, tagged_env
+from conftest import holding, popen_all, run_all, tagged_env
+from procs import proctree
 from yolo_data.images import decode
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,9 +54,8 @@ def tiny(tmp_path_factory):
             "fakes": fakes}
 
 
-def run(tiny, tmp_path, script, *args, fakes=True, timeout=120):
-    """(exit code, stdout, stderr) of ``python benchmarks/SCRIPT ARGS`` (``speed/bench_scan.py``...) with the data
-    in ``tiny``; the script and every process it starts (torchrun, ranks, workers) end with the call.  A speed
+def bench_command(tiny, tmp_path, script, *args, fakes=True):
+    """(command, environment) of ``python benchmarks/SCRIPT ARGS`` with the data in ``tiny``: a speed
     benchmark writes its results file into ``tmp_path/results``, never into the checkout."""
     env = dict(os.environ, YOLO_DATA_BENCH_DATA=str(tiny["datasets"]),
                YOLO_DATA_BENCH_SYNTHETIC=str(tiny["synthetic"]), TMPDIR=str(tmp_path))
@@ -62,8 +64,15 @@ def run(tiny, tmp_path, script, *args, fakes=True, timeout=120):
         env["PYTHONPATH"] = os.pathsep.join([str(tiny["fakes"])] + [p for p in [env.get("PYTHONPATH")] if p])
     if script.startswith("speed/"):
         args = (*args, "--results", tmp_path / "results")
-    p = run_all([sys.executable, str(BENCH / script), *map(str, args)], timeout, capture_output=True, text=True,
-                env=env, cwd=tmp_path)
+    return [sys.executable, str(BENCH / script), *map(str, args)], env
+
+
+def run(tiny, tmp_path, script, *args, fakes=True, timeout=120):
+    """(exit code, stdout, stderr) of ``python benchmarks/SCRIPT ARGS`` (``speed/bench_scan.py``...) with the data
+    in ``tiny`` (``bench_command``); the script and every process it starts (torchrun, ranks, workers) end with
+    the call."""
+    cmd, env = bench_command(tiny, tmp_path, script, *args, fakes=fakes)
+    p = run_all(cmd, timeout, capture_output=True, text=True, env=env, cwd=tmp_path)
     return p.returncode, p.stdout, p.stderr
 
 
@@ -158,6 +167,50 @@ def test_every_speed_benchmark_answers_a_question_and_writes_results():
     assert {q.script for q in entry.QUESTIONS.values()} == scripts
     for script in scripts:
         assert "common.write_result(" in (BENCH / "speed" / f"{script}.py").read_text(), script
+
+
+RAY_ROWS = ["seconds to the first batch", "of which until the loop body runs (processes, process group)",
+            "of which building the loader", "images/s after the first 1 steps, all ranks",
+            "images/s over the epoch's second half, all ranks"]
+RAY_KEYS = ["first_batch_s", "to_loop_s", "build_s", "img_s", "img_s_late"]
+
+
+def test_bench_ray_quick(tiny, tmp_path):
+    """run.py ray --quick: a Ray node of its own, then a TorchTrainer run and a torchrun of 2 workers with the same
+    loop on the same loader; every row measured for both launchers, the results file holds the numbers printed,
+    and nothing the script started outlives it (the node's processes, the driver, the ranks, their workers, Ray's
+    folder), checked before any sweep of the test's own."""
+    if util.find_spec("ray") is None:
+        pytest.skip('Ray Train is not installed (pip install "yolo-data[ray]")')
+    tag, _ = tagged_env()
+    cmd, env = bench_command(tiny, tmp_path, "speed/run.py", "ray", "--quick", "--timeout", 200)
+    with popen_all(cmd, env=dict(env, **{tag: "1"}), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                   text=True) as p:
+        out, err = p.communicate(timeout=400)
+        left = holding(tag)
+        node = re.search(r"^ray node: 127\.0\.0\.2:\d+, \d+ CPUs \(temp folder (\S+), session (\d+)\)$", err, re.M)
+        # Ray's agents and workers blank their environment (their process title), so no tag finds them: the
+        # node's session does
+        in_session = [int(pid) for pid in os.listdir("/proc") if pid.isdigit()
+                      and proctree.stat_field(pid, 3) == (node and node.group(2)) and proctree.alive(int(pid))]
+    assert left == [] and in_session == [], (left, [proctree.cmdline(pid) for pid in in_session], err[-3000:])
+    rows = ok(p.returncode, out, err, "speed/run.py ray")
+    assert node and not Path(node.group(1)).exists(), err[-3000:]
+    assert "sample x4 (64 images)" in out and "per-rank batch 8" in out and "img_size 320" in out, out
+    assert re.search(r"rank 0 at nice \d+ under Ray, \d+ under torchrun", out), out
+    doc = json.loads((tmp_path / "results" / "ray.json").read_text())
+    assert doc["benchmark"] == "benchmarks/speed/bench_ray.py" and doc["question"] == "ray"
+    assert doc["settings"]["data"].endswith("data/sample/images/train") and doc["settings"]["workers"] == [2]
+    res = doc["results"]
+    assert res["images"] == 64 and res["errors"] == [] and res["warmup"] == [], res["errors"]
+    for launcher, column in (("ray", 1), ("torchrun", 2)):
+        (m,) = res["runs"][launcher]["2"]
+        assert m["steps"] == 4 and m["images"] == 64 and m["loader_workers"] == 1, m  # 2 ranks x 8, 4 steps
+        assert m["first_batch_s"] >= m["to_loop_s"] + m["build_s"] > m["to_loop_s"] > 0, m
+        assert m["img_s"] > 0 and m["img_s_late"] > 0 and isinstance(m["nice"], int), m
+        for label, key in zip(RAY_ROWS, RAY_KEYS):
+            assert rows[label][0] == "2", rows[label]
+            assert rows[label][column] == f"{res['medians'][launcher]['2'][key]:.{0 if 'img_s' in key else 2}f}"
 
 
 def test_bench_reload_1m(tiny, tmp_path):
