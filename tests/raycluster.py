@@ -3,8 +3,10 @@
 The nodes take the addresses 127.0.0.2 and 127.0.0.3 (Ray replaces 127.0.0.1 by the machine's own
 address; other loopback addresses it keeps), so Ray Train sees two nodes, with their own node ranks,
 local ranks and LOCAL_WORLD_SIZE, as on two machines, while nothing leaves the machine.  Each node is a
-``ray start --block`` started with ``popen_all``: it and every process Ray starts (raylet, workers, the
-workers' DataLoader processes) carry the command's mark, and all are killed when the fixture ends.
+``ray start --block`` started with ``popen_all`` in a session of its own: it and every process Ray
+starts (raylet, agents, workers, the workers' DataLoader processes) carry the command's mark or stay in
+its session (Ray's agents and workers set their process title, which blanks the mark), and all are
+killed when the fixture ends.
 """
 from __future__ import annotations
 

@@ -123,13 +123,24 @@ def kill_all(pids, within: float = SWEEP_S) -> None:
         time.sleep(0.02)
 
 
-def end_marked(mark: str, within: float = SWEEP_S) -> None:
-    """SIGKILL every process marked with ``mark`` until none is left (a parent killed a moment after it
-    forked leaves a child the next look finds); RuntimeError naming those still there after ``within``
-    seconds.  Does nothing where there is no /proc."""
+def session_pids(sid: int) -> List[int]:
+    """The live processes of session ``sid`` other than this one (field 3 of /proc/<pid>/stat)."""
+    return [int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) != os.getpid()
+            and stat_field(name, 3) == str(sid) and alive(int(name))]
+
+
+def end_marked(mark: str, within: float = SWEEP_S, sessions=()) -> None:
+    """SIGKILL every process marked with ``mark``, and every process of the sessions ``sessions``, until
+    none is left (a parent killed a moment after it forked leaves a child the next look finds);
+    RuntimeError naming those still there after ``within`` seconds.  Does nothing where there is no /proc.
+
+    The mark misses a process that rewrote its environment's memory: one that sets its process title
+    (Ray's workers and agents do) shows an empty /proc/<pid>/environ.  A command started in a session of
+    its own (``start_new_session=True``) keeps such processes in that session, where ``sessions`` finds
+    them."""
     deadline = time.monotonic() + within
     while True:
-        pids = marked_pids(mark)
+        pids = sorted(set(marked_pids(mark)).union(*(session_pids(sid) for sid in sessions)))
         if not pids:
             return
         if time.monotonic() > deadline:
@@ -155,13 +166,14 @@ def run_tree(cmd, timeout: Optional[float], **kw) -> subprocess.CompletedProcess
 @contextlib.contextmanager
 def popen_tree(cmd, **kw):
     """``subprocess.Popen(cmd, **kw)`` as a context manager that, on leaving, ends the command and every
-    process it started (see ``run_tree``) and reaps the command."""
+    process it started (see ``run_tree``; with ``start_new_session=True``, every process of its session
+    too) and reaps the command."""
     mark, kw["env"] = marked_env(kw.get("env"))
     with subprocess.Popen(cmd, **kw) as proc:
         try:
             yield proc
         finally:
-            end_marked(mark)
+            end_marked(mark, sessions=(proc.pid,) if kw.get("start_new_session") else ())
 
 
 def as_text(output) -> str:
