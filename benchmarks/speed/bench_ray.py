@@ -160,34 +160,6 @@ def ray_cli() -> List[str]:
     return [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.exit(main())"]
 
 
-def session_pids(sid: int) -> List[int]:
-    """The live processes of session ``sid`` other than this one (field 3 of /proc/<pid>/stat)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) != os.getpid() and proctree.stat_field(name, 3) == str(sid) \
-                and proctree.alive(int(name)):
-            found.append(int(name))
-    return found
-
-
-def end_node(mark: str, sid: int, within: float = proctree.SWEEP_S) -> None:
-    """SIGKILL every process of the node until none is left: those marked with ``mark`` and those of its
-    session ``sid``.  The mark alone misses some: Ray's agents and workers set their process title, which
-    blanks /proc/<pid>/environ, and an agent outlives the raylet for minutes.  RuntimeError naming those
-    still there after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while True:
-        pids = sorted(set(proctree.marked_pids(mark)) | set(session_pids(sid)))
-        if not pids:
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"Ray node processes {pids} still alive {within:.0f} s after SIGKILL")
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.02)
-
-
 @contextlib.contextmanager
 def ray_node(node_ip: str, num_cpus: int, env: Dict[str, str], logs: Path, niceness: Optional[int] = None,
              timeout: float = 180):
@@ -195,8 +167,8 @@ def ray_node(node_ip: str, num_cpus: int, env: Dict[str, str], logs: Path, nicen
 
     Every port is picked free (other clusters may run on this machine: their ports and Ray's defaults are
     left alone), Ray's files go to a temporary folder of its own (under /tmp: Ray's socket paths must
-    stay under 108 bytes), and on leaving every process the node started is killed (``end_node``: the
-    node runs in a session of its own) and the folder removed.
+    stay under 108 bytes), and on leaving every process the node started is killed (``proctree.end_marked``
+    of its mark and of its session: the node runs in a session of its own) and the folder removed.
     """
     port, *others = free_ports(8)
     options = ["--node-manager-port", "--object-manager-port", "--dashboard-port", "--dashboard-agent-listen-port",
@@ -225,7 +197,7 @@ def ray_node(node_ip: str, num_cpus: int, env: Dict[str, str], logs: Path, nicen
         yield f"{node_ip}:{port}"
     finally:
         try:
-            end_node(mark, proc.pid if proc is not None else -1)
+            proctree.end_marked(mark, sessions=(proc.pid,) if proc is not None else ())
         finally:
             if proc is not None:
                 proc.kill()  # gone already, unless the sweep gave up on some process
