@@ -45,6 +45,16 @@ def counts(targets: torch.Tensor, n: int) -> torch.Tensor:
     return torch.bincount(targets[:, 0].long(), minlength=n).float()[:, None]
 
 
+def train_step(model, opt, imgs: torch.Tensor, targets: torch.Tensor, device) -> torch.Tensor:
+    """One optimiser step on a batch (imgs uint8 (B, 3, H, W), scaled to [0, 1] here); the loss, detached."""
+    imgs = imgs.to(device, non_blocking=True).float() / 255
+    loss = nn.functional.mse_loss(model(imgs), counts(targets, len(imgs)).to(device))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
 def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(SAMPLE_YAML))
@@ -113,12 +123,8 @@ def main(argv=None):
         for step, (imgs, targets, paths, _) in enumerate(train_loader):
             if args.steps and step >= args.steps:
                 break
-            imgs = imgs.to(device, non_blocking=True).float() / 255
-            loss = nn.functional.mse_loss(model(imgs), counts(targets, len(imgs)).to(device))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            train_totals += torch.stack([loss.detach() * len(imgs), torch.tensor(float(len(imgs)), device=device)])
+            loss = train_step(model, opt, imgs, targets, device)
+            train_totals += torch.stack([loss * len(imgs), torch.tensor(float(len(imgs)), device=device)])
             seen[epoch].append(list(paths))
             done += 1
             if done == args.stop_after:

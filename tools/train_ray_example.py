@@ -22,12 +22,11 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import train_ddp_example  # noqa: E402 (this script's folder)
-from train_ddp_example import counts, tiny_model  # noqa: E402
+from train_ddp_example import tiny_model, train_step  # noqa: E402
 from yolo_data.cli import SAMPLE_YAML  # noqa: E402
 
 # passed to the workers, never printed or put in the loop's config
@@ -68,12 +67,8 @@ def train_loop(cfg: dict) -> None:
         loader.sampler.set_epoch(epoch)  # the same epoch keeps a resume point
         totals = torch.zeros(2, device=device)  # summed per-image loss, images (this worker's)
         for imgs, targets, _, _ in loader:
-            imgs = imgs.to(device, non_blocking=True).float() / 255
-            loss = nn.functional.mse_loss(model(imgs), counts(targets, len(imgs)).to(device))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            totals += torch.stack([loss.detach() * len(imgs), torch.tensor(float(len(imgs)), device=device)])
+            loss = train_step(model, opt, imgs, targets, device)
+            totals += torch.stack([loss * len(imgs), torch.tensor(float(len(imgs)), device=device)])
             done += 1
             if done % cfg["report_every"] == 0:  # every worker reports: Ray counts a checkpoint once all did
                 checkpoint(epoch, loss.item())
