@@ -185,7 +185,8 @@ def main(argv=None) -> None:
     ap.add_argument("mode", choices=["ray", "torchrun"])
     ap.add_argument("--data", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--address", default="auto")
+    ap.add_argument("--address", default=None, help="the cluster to run on (ray mode; never 'auto', which may "
+                    "join another cluster of this machine)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--name", default="run")
     ap.add_argument("--storage", default="")
@@ -210,6 +211,8 @@ def main(argv=None) -> None:
            "partner_group": args.partner_group, "every": args.every, "stop_after": args.stop_after or None,
            "kill": [int(x) for x in args.kill.split(":")] if args.kill else None, "cache": args.cache,
            "cache_root": args.cache_root, "endpoint": args.endpoint}
+    if args.mode == "ray" and not args.address:
+        ap.error("ray mode needs --address")
     if args.mode == "torchrun":
         torchrun_main(cfg)
     else:
