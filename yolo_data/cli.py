@@ -1,4 +1,4 @@
-"""Command-line entry points: ``yolo-data`` (report, cache, demo, bench), ``yolo-data-cache`` (= ``python tools/build_cache.py``) and the demo."""
+"""Command-line entry points: ``yolo-data`` (report, split, cache, demo, bench), ``yolo-data-cache`` (= ``python tools/build_cache.py``) and the demo."""
 from __future__ import annotations
 
 import argparse
@@ -342,14 +342,22 @@ def bench_main(argv=None) -> int:
     return 0
 
 
-COMMANDS = {"report": report_main, "cache": build_cache_main, "demo": demo_main, "bench": bench_main}
+def split_main(argv=None) -> int:
+    """``yolo-data split DATA``: new leak-free train/val(/test) lists (splits/command.py)."""
+    from .splits.command import split_main as run
+    return run(argv)
+
+
+COMMANDS = {"report": report_main, "cache": build_cache_main, "demo": demo_main, "bench": bench_main,
+            "split": split_main}
 
 
 def main(argv=None) -> int:
     """``yolo-data COMMAND ...``: report (a dataset report), cache (= yolo-data-cache), demo, bench."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = ("usage: yolo-data {report,cache,demo,bench} ...\n\n"
+    usage = ("usage: yolo-data {report,split,cache,demo,bench} ...\n\n"
              "  report DATA   write a dataset report (HTML and JSON): problems, classes, sizes, duplicates, leakage\n"
+             "  split DATA    new train/val(/test) lists with related images (copies, recordings, frames) on one side\n"
              "  cache DATA    build or refresh the label caches of a dataset (= yolo-data-cache)\n"
              "  demo [DATA]   build the caches and describe one batch (= yolo-data-demo)\n"
              "  bench DATA    time a training loader: per stage, against a training step, and the workers it needs\n")

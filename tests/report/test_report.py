@@ -211,9 +211,9 @@ def test_page_in_a_real_browser(tmp_path):
 
 
 def test_yolo_data_command_dispatch(tmp_path, capsys):
-    assert cli_main([]) == 2 and "usage: yolo-data {report,cache,demo,bench}" in capsys.readouterr().err
+    assert cli_main([]) == 2 and "usage: yolo-data {report,split,cache,demo,bench}" in capsys.readouterr().err
     help_text = (cli_main(["--help"]), capsys.readouterr().out)
-    assert help_text[0] == 0 and "report DATA" in help_text[1] and "bench DATA" in help_text[1]
+    assert help_text[0] == 0 and "report DATA" in help_text[1] and "bench DATA" in help_text[1] and "split DATA" in help_text[1]
     assert cli_main(["reprot"]) == 2 and "unknown command 'reprot'" in capsys.readouterr().err
     yaml = sample_copy(tmp_path)
     assert cli_main(["cache", str(yaml), "--workers", "1"]) == 0

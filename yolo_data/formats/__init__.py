@@ -2,6 +2,7 @@
 claims an entry reads it.
 
     memory   memory.py   an in-memory source's ``memory://<id>`` (memory.entry_of names a source so)
+    subset   subset.py   a ``.subset.json`` list: some images of a split of any format, with its labels
     ndjson   ndjson.py   an .ndjson export (Ultralytics Platform), ``file.ndjson#split`` for one split
     coco     coco.py     a .json annotation file
     voc      voc.py      a folder with Annotations/ and JPEGImages/, or a list in its ImageSets/
@@ -27,13 +28,14 @@ from pathlib import Path
 from typing import Any, List
 
 from ..storage import register as register_storage
-from . import coco, labelme, memory, ndjson, parquet, voc, yolotxt
+from . import coco, labelme, memory, ndjson, parquet, subset, voc, yolotxt
 from .base import LabelFormat, SourceOptions, SplitSource
 from .memory import ItemSource, MemorySource, entry_of  # noqa: F401 (the names callers import from here)
 
 # asked in this order; YOLO claims everything, so it stays last
-FORMATS: List[LabelFormat] = [memory.FORMAT, ndjson.FORMAT, coco.FORMAT, voc.FORMAT, labelme.FORMAT,
-                              parquet.FORMAT, yolotxt.FORMAT]
+# (a subset list reads its source through open_source, handed over here so that subset.py does not import this)
+FORMATS: List[LabelFormat] = [memory.FORMAT, subset.SubsetFormat(lambda path, options: open_source(path, options)),
+                              ndjson.FORMAT, coco.FORMAT, voc.FORMAT, labelme.FORMAT, parquet.FORMAT, yolotxt.FORMAT]
 register_storage(memory.SCHEME, memory.MemoryBackend)  # an in-memory source's items are served from it
 
 

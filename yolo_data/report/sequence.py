@@ -51,9 +51,16 @@ class Frames:
         return len(self.frame)
 
 
+def folder_of(path: str) -> str:
+    """The folder of an image path or URL, with the folders named after a split left out (``d/images/train/x.jpg``
+    and ``d/images/val/y.jpg`` are both in ``d/images``): where one recording's frames are, wherever a split put them."""
+    folder = str(path).replace("\\", "/").rpartition("/")[0]
+    return "/".join(part for part in folder.split("/") if not _SPLIT_FOLDER.match(part))
+
+
 def recording_of(path: str):
     """(recording key, frame number) of one image path or URL, or (None, -1) when its name holds no number."""
-    folder, _, name = str(path).replace("\\", "/").rpartition("/")
+    name = str(path).replace("\\", "/").rpartition("/")[2]
     stem = name.rsplit(".", 1)[0] if "." in name else name
     roboflow = _ROBOFLOW.match(stem)
     if roboflow:
@@ -61,8 +68,7 @@ def recording_of(path: str):
     m = _NUMBERED.match(stem)
     if m is None:
         return None, -1
-    kept = "/".join(part for part in folder.split("/") if not _SPLIT_FOLDER.match(part))
-    return f"{kept}/{m.group(1)}#{m.group(3)}", int(m.group(2))
+    return f"{folder_of(path)}/{m.group(1)}#{m.group(3)}", int(m.group(2))
 
 
 def parse_frames(paths: Sequence[str]) -> Frames:
