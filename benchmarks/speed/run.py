@@ -63,6 +63,8 @@ QUESTIONS = {
                         "machine?"),
     "report": Question("bench_report", "How long does the dataset report of a million images take from the "
                        "label cache?"),
+    "split": Question("bench_split", "How long does yolo-data split take on 100,000 images from the label cache "
+                      "(grouped by runs of frames and by a pattern), against Ultralytics' autosplit?"),
     "duplicates": Question("bench_duplicates", "How fast are duplicate images found: fingerprints per image "
                            "(1 and 2 threads) and the search over 1,000,000 images?"),
     "s3-clients": Question("bench_s3_clients", "Which S3 client for datasets in object storage: GET rate, "

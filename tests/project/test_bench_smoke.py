@@ -529,6 +529,20 @@ def test_bench_duplicates(tiny, tmp_path):
     assert doc["results"]["synthetic"]["found"] == 55 and doc["results"]["groups"]["sample"] == []
 
 
+def test_bench_split(tiny, tmp_path):
+    """yolo-data split of 300 hard links to the sample's photos: every step timed for both ways of grouping."""
+    root = tmp_path / "million"
+    sample = tiny["datasets"] / "sample" / "images"
+    rc, out, err = run(tiny, tmp_path, "speed/bench_split.py", "--root", root, "--images", 300, "--repeats", 1,
+                       "--sources", sample / "train", sample / "val", timeout=240)
+    rows = ok(rc, out, err, "speed/bench_split.py")
+    assert [k for k in rows if k != "step"] == [
+        "read the split (listing, fingerprint, cache load)", "group", "assign groups to splits", "summary figures",
+        "write the lists, data.yaml, split.json", "total", "groups", "val share"], out
+    assert rows["groups"] == ["10", "3"], rows  # pieces of 30 frames; names 0-99, 100-199, 200-299
+    assert "yolo-data split of 300 images" in out
+
+
 def test_bench_report(tiny, tmp_path):
     """The dataset report of 300 hard links to the sample's photos: every step timed, sizes shown."""
     root = tmp_path / "million"
