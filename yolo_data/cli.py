@@ -220,11 +220,20 @@ def demo_main(argv=None) -> int:
     return 0
 
 
+def frame_count(text: str) -> int:
+    """``--sequence-frames K``: a whole number of frames, 1 or more."""
+    k = int(text)
+    if k < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {text}")
+    return k
+
+
 def report_main(argv=None) -> int:
     """``yolo-data report DATA``: write DATA's dataset report (HTML and JSON); exit 1 when a category
     of ``--fail-on`` has findings or a split cannot be read, 2 when the data cannot be read at all."""
     from .report.compose import FINDINGS, ReportOptions, write_report
     from .report.datastats import bands_text
+    from .report.leakage import sequences_text
     from .labels.summary import plural
     ap = argparse.ArgumentParser(
         prog="yolo-data report",
@@ -247,6 +256,8 @@ def report_main(argv=None) -> int:
     ap.add_argument("--fail-on", default="", metavar="LIST",
                     help=f"exit 1 when any of these has findings, or a split cannot be read (comma-separated, "
                          f"or 'all'): {', '.join(FINDINGS)}")
+    ap.add_argument("--sequence-frames", type=frame_count, default=ReportOptions.sequence_frames, metavar="K",
+                    help="a val or test video frame at most K frames from a training frame leaks (default %(default)s)")
     ap.add_argument("--workers", type=int, default=None, help="threads reading images, processes scanning labels")
     ap.add_argument("--cache-dir", default=None,
                     help="read and write label caches in this folder (default: the per-user cache folder; the "
@@ -261,7 +272,7 @@ def report_main(argv=None) -> int:
     logging.basicConfig(level=logging.ERROR, format="%(message)s")  # problems go into the report
     options = ReportOptions(img_size=args.imgsz, task=args.task, duplicates=not args.no_duplicates,
                             pictures=not args.no_pictures, class_balance=args.class_balance, workers=args.workers,
-                            cache_dir=args.cache_dir)
+                            cache_dir=args.cache_dir, sequence_frames=args.sequence_frames)
     try:
         rep = write_report(args.data, args.out, options)
     except (OSError, ValueError) as e:
@@ -286,6 +297,7 @@ def report_main(argv=None) -> int:
     if flat:
         print(f"{plural(len(flat), 'flat picture')} (one colour: black, white or gray), grouped only with "
               "byte-identical copies")
+    print(sequences_text(f))
     print("findings: " + ", ".join(f"{k} {v:,}" for k, v in f["findings"].items()))
     print(f"wrote {rep.html_file} and {rep.json_file} in {f['seconds']:.1f} s")
     failed = rep.failed(fail_on)

@@ -6,6 +6,8 @@ Modules, in the order data flows through them:
     datastats  figures of a split from its label store
     dedupe     duplicate images within and across splits
     nearpairs  near-identical hashes among many, by multi-index hashing
+    sequence   frames of recordings from numbered file names, which recordings are videos
+    leakage    val and test frames of videos within k frames of a training frame (sequence-leakage)
     plots      a batch as a grid, objects of one class as a strip
     html       the report as one self-contained page
     bench      `yolo-data bench`: time per stage, the loader's rate against a training step's, the workers it needs

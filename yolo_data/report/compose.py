@@ -1,8 +1,9 @@
 """``yolo-data report DATA``: what a dataset holds and what is wrong with it, before training on it.
 
     splits (label caches) -> figures per split (datastats) -> classes across splits -> duplicates and
-    leakage (dedupe, reads every image once) -> class frequencies as sampled (balance) -> pictures
-    (training batches, the rarest classes) -> findings -> report.json + report.html (html.py)
+    leakage (dedupe, reads every image once) -> video frames near training frames (leakage, from the
+    same hashes) -> class frequencies as sampled (balance) -> pictures (training batches, the rarest
+    classes) -> findings -> report.json + report.html (html.py)
 
 The JSON file holds every figure the HTML page shows (the page is made from it, plus the pictures).
 Statistics come from each split's label cache; only the duplicate search and the pictures read images.
@@ -18,6 +19,8 @@ run after the report reuses them), and says which file each split used.
                     every category: nothing in it was checked)
     leakage         the same picture in two splits (identical files or re-encoded/resized copies; a
                     flat picture, one colour, only when its bytes are identical)
+    sequence-leakage
+                    val or test frames of a video within k frames of a training frame (leakage.py)
     duplicates      the same picture twice within a split
     label-conflict  duplicates whose labels disagree
     missing-class   a class with objects in one split and none in another (or in no split at all)
@@ -50,12 +53,12 @@ from ..labels.summary import progress_bar
 from ..sampling import balance
 from ..settings import Settings, TargetSettings
 from ..storage import is_url
-from . import datastats, dedupe
+from . import datastats, dedupe, leakage, sequence
 
 LOGGER = logging.getLogger("yolo_data")
 REPORT_VERSION = 1
-FINDINGS = ("corrupt", "warnings", "empty-split", "leakage", "duplicates", "label-conflict", "missing-class",
-            "tiny-boxes")
+FINDINGS = ("corrupt", "warnings", "empty-split", "leakage", "sequence-leakage", "duplicates", "label-conflict",
+            "missing-class", "tiny-boxes")
 DEFAULT_BALANCE = 0.1  # the threshold class_balance=True uses; the sampled frequencies are shown at it
 IDENTICAL_IOU, SIMILAR_IOU = 0.9, 0.5  # boxes of duplicates agree at this IoU (see _duplicates)
 
@@ -68,7 +71,8 @@ class ReportOptions:
     ``class_balance``: the repeat-factor threshold the sampled class frequencies are shown at.
     ``workers``: threads reading images and processes scanning labels (None: all cores).
     ``cache_dir``: where label caches are read and written (None: the per-user cache folder, never the
-    dataset; a split in a bucket: where a loader keeps its cache).  ``progress``: bars on a terminal."""
+    dataset; a split in a bucket: where a loader keeps its cache).  ``progress``: bars on a terminal.
+    ``sequence_frames``: frames at most this far apart are neighbours (the sequence-leakage finding)."""
     img_size: int = 640
     task: Optional[str] = None
     duplicates: bool = True
@@ -78,6 +82,7 @@ class ReportOptions:
     cache_dir: Optional[str] = None
     progress: bool = True
     seed: int = 0
+    sequence_frames: int = sequence.DEFAULT_FRAMES
 
 
 @dataclass
@@ -207,9 +212,9 @@ def _sampled(store, nc: int, threshold: float) -> dict:
             "class_images": [float(v) for v in images], "class_instances": [float(v) for v in instances]}
 
 
-def _duplicates(splits: List[_Split], options: ReportOptions) -> dict:
-    """Duplicate groups within and across splits; every image file read once (a file listed by two
-    splits too)."""
+def _duplicates(splits: List[_Split], options: ReportOptions) -> Tuple[dict, dict]:
+    """(duplicate groups within and across splits, frames of videos near training frames from the same
+    hashes); every image file read once (a file listed by two splits too)."""
     t0 = time.perf_counter()
     per_split = {s.name: [s.labels.store.im_file(i) for i in range(len(s.labels.store))]
                  for s in splits if s.labels is not None}
@@ -238,8 +243,9 @@ def _duplicates(splits: List[_Split], options: ReportOptions) -> dict:
     flat = [{"split": sp, "file": paths[i], "objects": int(len(stores[sp].labels_of(int(i))))}
             for sp, (paths, p) in by_split.items() for i in np.flatnonzero(p.flat & p.ok)]
     seconds = time.perf_counter() - t0
-    return {"checked": True, "images_read": len(unique), "seconds": round(seconds, 3),
-            "groups": out, "unreadable": unreadable, "flat": flat}
+    return ({"checked": True, "images_read": len(unique), "seconds": round(seconds, 3),
+             "groups": out, "unreadable": unreadable, "flat": flat},
+            leakage.sequence_figures(per_split, unique, prints, options.sequence_frames))
 
 
 def _take(prints, index: np.ndarray):
@@ -259,6 +265,7 @@ def _findings(figures: dict) -> Dict[str, int]:
         "warnings": sum(s.get("warnings", 0) for s in splits),
         "empty-split": sum(1 for s in splits if not s.get("images")),
         "leakage": sum(1 for g in groups if g["across"]),
+        "sequence-leakage": sum(figures["sequences"].get("near_training", {}).values()),
         "duplicates": sum(1 for g in groups if not g["across"]),
         "label-conflict": sum(1 for g in groups if not g["labels_agree"]),
         "missing-class": len(figures["missing_classes"]),
@@ -349,6 +356,8 @@ def make_report(data, options: ReportOptions = ReportOptions()) -> Report:
     train = next((s for s in splits if s.name == "train" and s.labels is not None),
                  next((s for s in splits if s.labels is not None), None))
     from ..version import __version__
+    duplicates, sequences = (_duplicates(splits, options) if options.duplicates
+                             else ({"checked": False}, leakage.not_checked("the images were not read")))
     figures = {
         "yolo_data_report": REPORT_VERSION, "yolo_data": __version__, "data": str(data),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -357,7 +366,7 @@ def make_report(data, options: ReportOptions = ReportOptions()) -> Report:
         "names": list(names), "splits": per_split, "classes": class_rows, "missing_classes": missing,
         "sampled": ({"split": train.name, **_sampled(train.labels.store, len(class_rows), options.class_balance)}
                     if train is not None and len(train.labels.store) else None),
-        "duplicates": _duplicates(splits, options) if options.duplicates else {"checked": False},
+        "duplicates": duplicates, "sequences": sequences,
     }
     figures["findings"] = _findings(figures)
     pictures: Dict[str, bytes] = {}

@@ -24,10 +24,11 @@ img.pic{max-width:100%;border:1px solid #d8dce3;background:#fff;display:block;ma
 code{font-family:ui-monospace,monospace;font-size:12px}
 """
 
-SEVERE = {"corrupt", "empty-split", "leakage", "label-conflict", "missing-class"}
+SEVERE = {"corrupt", "empty-split", "leakage", "sequence-leakage", "label-conflict", "missing-class"}
 EXPLAIN = {
     "corrupt": "images left out", "warnings": "problems fixed or tolerated", "empty-split": "splits without images",
     "leakage": "pictures in two splits", "duplicates": "pictures twice in a split",
+    "sequence-leakage": "video frames near a training frame",
     "label-conflict": "duplicates with other labels", "missing-class": "classes absent from a split",
     "tiny-boxes": "boxes the candidate filter drops",
 }
@@ -235,6 +236,33 @@ def _duplicates(f: dict) -> str:
                f"</summary><ul class='files'>{flat}</ul></details>" if flat else ""))
 
 
+def _sequences(f: dict) -> str:
+    """Recordings of numbered frames, the videos among them, val/test frames near a training frame per split,
+    examples, and the runs of neighbouring frames that straddle splits (leakage.py's figures)."""
+    s = f.get("sequences", {})
+    if not s.get("checked"):
+        return f'<p class="muted">Not checked ({e(s.get("why", "the images were not read"))}).</p>'
+    k, recs = s["frames"], s["recordings"]
+    intro = (f"<p>{plural(s['recordings_total'], 'recording')} of numbered frames (2 images or more), "
+             f"{plural(s['videos'], 'video')} among them: neighbouring frames look alike. The others are photos "
+             f"numbered by an id and are not counted. {plural(s['runs_across'], 'run')} of video frames at most "
+             f"{k} apart straddle splits.</p>")
+    near = _table(["split", "images", f"within {k} frames of a training frame"],
+                  [[e(n), _n(f["splits"][n]["images"]), f'<td class="bad">{_n(c)}</td>' if c else "0"]
+                   for n, c in s["near_training"].items()]) if s["near_training"] else ""
+    examples = _table(["split", "image", "nearest training frame", "frames apart"],
+                      [[e(x["split"]), f"<code>{e(x['file'])}</code>", f"<code>{e(x['train_file'])}</code>",
+                        _n(x["frames_apart"])] for x in s["examples"]], left=3) if s["examples"] else ""
+    rows = [[f"<code>{e(r['name'])}</code>", "yes" if r["video"] else "no",
+             e(", ".join(f"{n} {c:,}" for n, c in r["images"].items())), _n(r["runs"]),
+             f'<td class="bad">{_n(r["runs_across"])}</td>' if r["runs_across"] and r["video"] else _n(r["runs_across"])]
+            for r in recs]
+    listed = (f"<details><summary>{len(recs):,} of {plural(s['recordings_total'], 'recording')} listed</summary>"
+              + _table(["recording", "video", "images", f"runs (frames at most {k} apart)", "runs across splits"],
+                       rows, left=3) + "</details>") if recs else ""
+    return intro + near + examples + listed
+
+
 def _pictures(f: dict, images: Dict[str, str]) -> str:
     out = []
     batches = [k for k in f.get("pictures", []) if k.startswith("batch")]
@@ -270,6 +298,7 @@ def render(figures: dict, images: Optional[Dict[str, str]] = None) -> str:
         f"<h2 id='problems'>Problems</h2>{_problems(f)}"
         f"<h2 id='classes'>Classes</h2>{_classes(f)}"
         f"<h2 id='duplicates'>Duplicates and leakage</h2>{_duplicates(f)}"
+        f"<h2 id='sequences'>Frames of videos across splits</h2>{_sequences(f)}"
         f"<h2 id='geometry'>Objects and images</h2>{_geometry(f)}"
         f"<h2 id='pictures'>Pictures</h2>{_pictures(f, images)}"
         "</main></body></html>\n")
