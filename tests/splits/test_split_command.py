@@ -66,7 +66,21 @@ def test_sequence_split_keeps_recordings_whole(clips, tmp_path, capsys):
     assert "groups that straddle splits: 0" in printed and "wrote" in printed
     spec = yaml.safe_load((out / "data.yaml").read_text())
     assert spec["path"] == str(out) and spec["train"] == "train.txt" and spec["names"] == {0: "a", 1: "b", 2: "c"}
+    # the report counts what the random split leaks, and nothing after the split
+    assert cli_main(["report", str(data), "--no-pictures", "--out", str(tmp_path / "r1"),
+                     "--fail-on", "sequence-leakage"]) == 1
+    assert json.loads((tmp_path / "r1.json").read_text())["findings"]["sequence-leakage"] == leaked_k10(files, rand)
+    assert cli_main(["report", str(out / "data.yaml"), "--no-pictures", "--out", str(tmp_path / "r2"),
+                     "--fail-on", "sequence-leakage"]) == 0
     assert tree_digest(root) == before  # the dataset is left as it was
+
+
+def leaked_k10(files, lists):
+    """Val images with a training frame of their clip at most 10 frames away, counted pair by pair."""
+    train = set(lists["train"])
+    number = {f: int(re.search(r"_(\d+)\.jpg$", f).group(1)) for f in files}
+    return sum(1 for v in lists["val"] if any(clip_of(t) == clip_of(v) and abs(number[t] - number[v]) <= 10
+                                              for t in train))
 
 
 def test_same_seed_same_lists_and_similar_joins_clips(clips, tmp_path):
