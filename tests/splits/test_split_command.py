@@ -266,3 +266,17 @@ def test_join_matches_union_find():
         want = [find(i) for i in range(n)]
         got = join(*parts).tolist()
         assert all((got[i] == got[j]) == (want[i] == want[j]) for i in range(n) for j in range(n))
+
+
+def test_equal_groups_fill_the_asked_image_shares():
+    """Eight clips of four frames, odd clips holding two classes: the image shares come out as asked (16/8/8)
+    whatever the seed, even where class shares would pull otherwise."""
+    from yolo_data.splits.assign import assign_groups
+    group = np.repeat(np.arange(8), 4)
+    rows = [(i, c % 3) for i, c in enumerate(group.tolist())] + [(i, (c + 1) % 3) for i, c in
+                                                                 enumerate(group.tolist()) if c % 2]
+    label_image, label_class = (np.array(v) for v in zip(*rows))
+    for seed in range(6):
+        done = assign_groups(group, label_image, label_class, {"train": 0.5, "val": 0.25, "test": 0.25}, seed)
+        assert np.bincount(done.split, minlength=3).tolist() == [16, 8, 8], seed
+        assert all(len(set(done.split[group == g].tolist())) == 1 for g in range(8))
