@@ -4,8 +4,10 @@ fraction as the groups allow.
 A greedy pass over the groups, largest first (ties in an order drawn from the seed): each goes to the split where
 it brings the shares nearest their targets, measured as the sum of squared misses, of the image share and of every
 class's share of objects, with the image share weighed four times all classes together (at equal weight, eight
-equal groups of two-class images went 20/8/4 instead of the 16/8/8 asked).  Large groups are placed
-while every split still has room for them; the many small ones then fill each split to its fraction.  Only the
+equal groups of two-class images went 20/8/4 instead of the 16/8/8 asked).  A split that holds its share of the
+images takes no more group while another has room, so a split passes its share by less than the last group it
+took (coco128 split 0.75/0.15/0.1 image by image: within one image of each share).  Large groups are placed while
+every split still has room for them; the many small ones then fill each split to its fraction.  Only the
 classes a group holds change the sum, so one placement costs the group's classes, not all classes.
 """
 from __future__ import annotations
@@ -89,6 +91,9 @@ def assign_groups(group: np.ndarray, label_image: np.ndarray, label_class: np.nd
         miss = held[:, cs] - goal[:, cs]  # (S, c)
         cost = ((2 * miss + xs) * xs * inv2[cs]).sum(1)  # change of sum (miss + x)^2 - miss^2, per split
         cost += image_weight * (2 * (images - image_goal) + size) * size / total_images ** 2
+        full = images >= image_goal
+        if not full.all():  # a split that holds its share of the images takes no more while another has room
+            cost[full] = np.inf
         s = int(np.argmin(cost))
         where[k] = s
         held[s, cs] += xs
