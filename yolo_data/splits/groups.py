@@ -66,10 +66,6 @@ class Grouping:
     left_out: np.ndarray
     notes: List[str] = field(default_factory=list)
 
-    @property
-    def groups(self) -> int:
-        return int(self.group.max()) + 1 if len(self.group) else 0
-
 
 def compact(keys: Sequence) -> np.ndarray:
     """(n,) int64 ids 0..k-1 of hashable ``keys``, equal keys one id (numbered in order of first sight)."""
