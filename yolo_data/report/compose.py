@@ -22,6 +22,7 @@ run after the report reuses them), and says which file each split used.
     label-conflict  duplicates whose labels disagree
     missing-class   a class with objects in one split and none in another (or in no split at all)
     tiny-boxes      boxes the training loader's candidate filter drops at this image size
+    data-changed    splits a ``checkpoint``'s model was trained on that changed since (checkpoint.py)
 """
 from __future__ import annotations
 
@@ -51,11 +52,12 @@ from ..sampling import balance
 from ..settings import Settings, TargetSettings
 from ..storage import is_url
 from . import datastats, dedupe
+from .checkpoint import compare_record, read_record
 
 LOGGER = logging.getLogger("yolo_data")
 REPORT_VERSION = 1
 FINDINGS = ("corrupt", "warnings", "empty-split", "leakage", "duplicates", "label-conflict", "missing-class",
-            "tiny-boxes")
+            "tiny-boxes", "data-changed")
 DEFAULT_BALANCE = 0.1  # the threshold class_balance=True uses; the sampled frequencies are shown at it
 IDENTICAL_IOU, SIMILAR_IOU = 0.9, 0.5  # boxes of duplicates agree at this IoU (see _duplicates)
 
@@ -68,7 +70,8 @@ class ReportOptions:
     ``class_balance``: the repeat-factor threshold the sampled class frequencies are shown at.
     ``workers``: threads reading images and processes scanning labels (None: all cores).
     ``cache_dir``: where label caches are read and written (None: the per-user cache folder, never the
-    dataset; a split in a bucket: where a loader keeps its cache).  ``progress``: bars on a terminal."""
+    dataset; a split in a bucket: where a loader keeps its cache).  ``progress``: bars on a terminal.
+    ``checkpoint``: a training checkpoint whose record of its data is compared with the splits."""
     img_size: int = 640
     task: Optional[str] = None
     duplicates: bool = True
@@ -78,6 +81,7 @@ class ReportOptions:
     cache_dir: Optional[str] = None
     progress: bool = True
     seed: int = 0
+    checkpoint: Optional[str] = None
 
 
 @dataclass
@@ -173,7 +177,7 @@ def _split_summary(s: _Split, nc: int, img_size: int) -> dict:
         "listed": int(c["found"]), "left_out": int(c["corrupt"]) + int(c.get("other_bands", 0)),
         "warnings": int(c["warnings"]), "missing_label_files": int(c["missing"]), "empty_label_files": int(c["empty"]),
         "other_bands": int(c.get("other_bands", 0)), "image_bands": s.bands,
-        **datastats.split_figures(store, nc, img_size),
+        **datastats.split_figures(store, nc, img_size), "digest": store.names_digest(),
         "problems": datastats.group_problems(s.labels.problems),
     }
 
@@ -263,6 +267,7 @@ def _findings(figures: dict) -> Dict[str, int]:
         "label-conflict": sum(1 for g in groups if not g["labels_agree"]),
         "missing-class": len(figures["missing_classes"]),
         "tiny-boxes": sum(s["box_size"]["dropped_by_filter"] for s in splits if "box_size" in s),
+        "data-changed": figures.get("checkpoint", {}).get("changed", 0),
     }
 
 
@@ -334,9 +339,10 @@ def make_report(data, options: ReportOptions = ReportOptions()) -> Report:
     Raises:
         FileNotFoundError: the dataset yaml does not exist.
         ValueError: a dataset yaml that is malformed or lists no split (a split that cannot be read is
-            named in the report instead).
+            named in the report instead); ``options.checkpoint`` is not a torch checkpoint.
     """
     t0 = time.perf_counter()
+    record = read_record(options.checkpoint) if options.checkpoint else None  # before the long part
     source, data = data, entry_of(data)  # noqa: F841 - an in-memory source's URL; ``source`` keeps it alive
     splits, names, task, spec = read_splits(data, options)
     nc = len(names)
@@ -359,6 +365,8 @@ def make_report(data, options: ReportOptions = ReportOptions()) -> Report:
                     if train is not None and len(train.labels.store) else None),
         "duplicates": _duplicates(splits, options) if options.duplicates else {"checked": False},
     }
+    if options.checkpoint:
+        figures["checkpoint"] = compare_record(record, per_split, options.checkpoint)
     figures["findings"] = _findings(figures)
     pictures: Dict[str, bytes] = {}
     if options.pictures and train is not None and len(train.labels.store):
