@@ -67,7 +67,8 @@ class Stateful:
 def hostile_checkpoint(path: Path, marker: Path, record=RECORD) -> Path:
     """A checkpoint dict as Ultralytics saves one (a model object, tensors in an OrderedDict, a set), whose
     unpickling runs code (Reduces, News, Stateful), with ``record`` under ``yolo_data`` (left out when None)."""
-    ckpt = {"epoch": 3, "model": Reduces(marker), "ema": Stateful(marker), "news": News.made(marker), "layer": torch.nn.Linear(2, 3),
+    ckpt = {"epoch": 3, "model": Reduces(marker), "ema": Stateful(marker), "news": News.made(marker),
+            "layer": torch.nn.Linear(2, 3),
             "optimizer": collections.OrderedDict(w=torch.ones(4), step=torch.tensor(7)), "tags": {1, 2},
             "train_args": {"imgsz": 64, "data": "data.yaml"}}
     if record is not None:
@@ -123,6 +124,7 @@ def test_a_file_that_is_no_torch_checkpoint_is_a_value_error_naming_it(tmp_path)
     ({"version": 1, "splits": {"train": {"digest": "ab", "images": 3}}, "extra": Stateful}, "not plain data"),
     ({"version": 2, "splits": {}}, "newer"),
     ({"version": 1, "splits": {"train": {"images": 3}}}, "no splits"),
+    ({"version": 1, "splits": {"train": {"digest": "ab", "images": 3, "fraction": "half"}}}, "no splits"),
     ("a string", "not plain data"),
 ])
 def test_an_entry_that_is_no_record_of_this_version_is_refused(tmp_path, entry, why):
@@ -152,7 +154,8 @@ def test_add_record_gives_the_file_and_its_same_copies_the_key(tmp_path):
 
 def loaders_record(yaml: Path) -> dict:
     """The record the plug-in makes, from the train loader and a rect val loader of ``yaml``."""
-    train = build_loader(yaml, Settings.training(img_size=64, batch_size=4, workers=0, early_start=False, split="train"))
+    train = build_loader(yaml, Settings.training(img_size=64, batch_size=4, workers=0, early_start=False,
+                                                 split="train"))
     val = build_loader(yaml, Settings.evaluation(img_size=64, batch_size=4, workers=0, rect=True, split="val"))
     # the train loader's own digest is the split's; the rect val loader's items are in another order
     assert train.state_dict()["dataset"] == train.dataset.split_labels.store.names_digest()
@@ -204,13 +207,15 @@ def test_a_plain_checkpoint_is_no_record_and_not_a_failure(tmp_path, capsys):
     notes.write_text("hello\n")
     assert cli_main(["report", str(yaml), "--out", str(out), *QUICK, "--checkpoint", str(notes)]) == 2
     assert f"{notes}: not a torch checkpoint" in capsys.readouterr().err
-    assert "checkpoint" not in make_report(yaml, ReportOptions(pictures=False, duplicates=False, progress=False)).figures
+    plain_report = make_report(yaml, ReportOptions(pictures=False, duplicates=False, progress=False))
+    assert "checkpoint" not in plain_report.figures and plain_report.findings["data-changed"] == 0
     assert FINDINGS[-1] == "data-changed"
 
 
 def test_a_split_gone_or_trained_on_a_fraction():
     record = make_record("d.yaml", {"train": {"digest": "a" * 32, "images": 10, "fraction": 0.5},
-                                    "val": {"digest": "b" * 32, "images": 4}, "test": {"digest": "c" * 32, "images": 2}})
+                                    "val": {"digest": "b" * 32, "images": 4},
+                                    "test": {"digest": "c" * 32, "images": 2}})
     now = {"train": {"digest": "d" * 32, "images": 20}, "test": {"digest": "e" * 32, "images": 3},
            "extra": {"digest": "f" * 32, "images": 1}}
     c = compare_record(record, now, "best.pt")

@@ -12,7 +12,8 @@ from the ``task`` Ultralytics gives them, so one name serves every model.
 
 Ultralytics (AGPL-3.0) is imported here, when this module is imported, and nowhere else in yolo_data;
 it is never a dependency.  No Ultralytics code is copied: the classes below override its documented
-extension points (``build_dataset``, ``get_dataloader``, ``get_validator``), and its DDP steps
+extension points (``build_dataset``, ``get_dataloader``, ``get_validator``; ``save_model``, which then
+adds the record of the data to the files it wrote: report.checkpoint), and its DDP steps
 (``_setup_ddp``, ``_setup_train``, ``_build_train_pipeline``, ``final_eval``) only where the trainer is
 made in a process group set up before it, and call its own code for everything else (oriented boxes are
 converted by its own ``xyxyxyxy2xywhr``).  What does not need Ultralytics lives in ``ultralytics_args``
@@ -244,7 +245,8 @@ class YoloDataTrainer(DetectionTrainer):
         on rank 0 only."""
         # Ultralytics makes the checkpoint dict inside save_model and writes its bytes at once (last.pt,
         # and best.pt or epochN.pt with the same bytes), with no hook in between: so the file it wrote is
-        # read back, given the key and written again, with each copy (one more load and save per save)
+        # read back, given the key and written again, with each copy: one more load and save per save, 0.2 s
+        # for yolo11n's 26 MB (optimizer included) on 2 CPU cores, beside Ultralytics' own 0.3 s
         saved = super().save_model()
         record = self.data_record()
         if saved and record and self.last.is_file():

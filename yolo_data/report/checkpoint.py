@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..labels.summary import plural
+from ..version import __version__
 
 RECORD_KEY = "yolo_data"
 RECORD_VERSION = 1
@@ -58,7 +59,6 @@ def make_record(data, splits: Dict[str, dict]) -> dict:
     Returns:
         A dict of plain data (see the module's docstring).
     """
-    from ..version import __version__
     return {"version": RECORD_VERSION, "yolo_data": __version__, "data": str(data), "splits": dict(splits)}
 
 
@@ -170,13 +170,15 @@ def _checked(record, path) -> dict:
     if not _plain(record) or type(record) is not dict:
         raise ValueError(f"{path}: its '{RECORD_KEY}' entry is not plain data (str, int, float, list, dict)")
     version = record.get("version")
-    if type(version) is not int or version > RECORD_VERSION:
+    if type(version) is not int or not 1 <= version <= RECORD_VERSION:
         raise ValueError(f"{path}: its '{RECORD_KEY}' entry has version {version!r}; this yolo_data reads "
                          f"version {RECORD_VERSION} (written by a newer yolo_data?)")
     splits = record.get("splits")
     if type(splits) is not dict or not all(type(s) is dict and type(s.get("digest")) is str
-                                           and type(s.get("images")) is int for s in splits.values()):
-        raise ValueError(f"{path}: its '{RECORD_KEY}' entry names no splits with a digest and an image count")
+                                           and type(s.get("images")) is int
+                                           and type(s.get("fraction", 1.0)) in (int, float) for s in splits.values()):
+        raise ValueError(f"{path}: its '{RECORD_KEY}' entry names no splits with a digest and an image count "
+                         "(and a number as fraction)")
     return record
 
 
@@ -239,8 +241,8 @@ def compare_record(record: Optional[dict], splits: Dict[str, dict], file) -> dic
         elif now["digest"] == then["digest"]:
             row.update(status="same", text=f"same data ({plural(now['images'], 'image')})")
         else:
-            counts = (f"{then['images']:,} images then and now, other names or labels" if then["images"] == now["images"]
-                      else f"{then['images']:,} images then, {now['images']:,} now")
+            counts = (f"{then['images']:,} images then and now, other names or labels"
+                      if then["images"] == now["images"] else f"{then['images']:,} images then, {now['images']:,} now")
             row.update(status="changed", text=f"changed since that training ({counts})")
         out[name] = row
     return {"file": str(file), "recorded": True, "data": record.get("data"), "yolo_data": record.get("yolo_data"),

@@ -241,13 +241,14 @@ def _checkpoint(f: dict) -> str:
     if not c["recorded"]:
         return (f"<p><code>{e(c['file'])}</code>: no record of its data (not trained through yolo_data's "
                 "Ultralytics plug-in): not compared.</p>")
-    rows = [[e(name), f'<td class="l{"" if r["status"] in ("same", "not-compared") else " bad"}">{e(r["text"])}</td>',
+    bad = '<td class="l bad">{}</td>'
+    rows = [[e(name), e(r["text"]) if r["status"] in ("same", "not-compared") else bad.format(e(r["text"])),
              _n(r["images_then"]), _n(r["images_now"]) if r["images_now"] is not None else "",
              f"<code>{e(r['digest_then'])}</code>", f"<code>{e(r['digest_now'] or '')}</code>"]
             for name, r in c["splits"].items()]
     return (f"<p><code>{e(c['file'])}</code> was trained on <code>{e(c['data'])}</code> with yolo_data "
             f"{e(c['yolo_data'])}.</p>" + _table(["split", "data", "images then", "images now", "digest then",
-                                                  "digest now"], rows))
+                                                  "digest now"], rows, left=2))
 
 
 def _pictures(f: dict, images: Dict[str, str]) -> str:
