@@ -4,7 +4,8 @@ wrap, in real gloo groups of forked processes (no Ultralytics needed).
 
 With Ultralytics installed (the benchmark environment): YoloDataTrainer trains an epoch as 2 ranks of a
 group that torchrun's processes opened before importing Ultralytics, and both ranks end with the same
-parameters, which the epoch changed (benchmarks/compat/ultralytics_ray.py does it in Ray Train workers).
+parameters, which the epoch changed, and rank 0's last.pt records the splits every rank read
+(benchmarks/compat/ultralytics_ray.py does it in Ray Train workers).
 """
 import json
 import os

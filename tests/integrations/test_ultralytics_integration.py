@@ -6,7 +6,8 @@ the store, close_mosaic reaching persistent workers, fraction, and the evaluatio
 
 With Ultralytics installed (the benchmark environment, BENCHMARKS.md's Setup: its python -m pytest ...): the
 validation inputs equal Ultralytics' own, image by image, and YoloDataTrainer trains an epoch with
-workers 0 and 2 (including close_mosaic) and validates with YoloDataValidator.
+workers 0 and 2 (including close_mosaic) and validates with YoloDataValidator; its checkpoints record
+the data it was trained on, which ``yolo-data report --checkpoint`` compares with the data now.
 """
 import logging
 import math
