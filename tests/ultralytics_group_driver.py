@@ -34,18 +34,22 @@ def main():
     from ultralytics import YOLO  # after the group: what a Ray Train worker's training function does
     from ultralytics.utils.torch_utils import unwrap_model
     from yolo_data.integrations.ultralytics import YoloDataTrainer
+    from yolo_data.report.checkpoint import read_record
 
     seen = {}
     model = YOLO("yolov8n.yaml")
     model.add_callback("on_train_start", lambda t: seen.update(
         start=digest(unwrap_model(t.model)), world_size=t.world_size, model=type(t.model).__name__,
-        per_rank=len(t.train_loader.sampler), batch=t.train_loader.batch_size))
+        per_rank=len(t.train_loader.sampler), batch=t.train_loader.batch_size,
+        digests={name: loader.dataset.split_labels.store.names_digest()
+                 for name, loader in (("train", t.train_loader), ("val", t.test_loader))}))
     model.add_callback("on_train_epoch_end", lambda t: seen.update(end=digest(unwrap_model(t.model)),
                                                                    loss=float(t.loss)))
     model.train(data=args.data, trainer=YoloDataTrainer, epochs=1, imgsz=64, batch=8, workers=0, device="cpu",
                 pretrained=False, plots=False, seed=0, project=str(Path(args.out, "runs")), name="group",
                 exist_ok=True, verbose=False)
     seen["last_pt"] = model.trainer.last.exists()
+    seen["record"] = read_record(model.trainer.last) if rank == 0 else None  # written by rank 0 (and read after it)
     Path(args.out, f"{rank}.json").write_text(json.dumps(seen))
     dist.destroy_process_group()
 

@@ -231,6 +231,7 @@ def frame_count(text: str) -> int:
 def report_main(argv=None) -> int:
     """``yolo-data report DATA``: write DATA's dataset report (HTML and JSON); exit 1 when a category
     of ``--fail-on`` has findings or a split cannot be read, 2 when the data cannot be read at all."""
+    from .report.checkpoint import checkpoint_lines
     from .report.compose import FINDINGS, ReportOptions, write_report
     from .report.datastats import bands_text
     from .report.leakage import sequences_text
@@ -262,6 +263,8 @@ def report_main(argv=None) -> int:
     ap.add_argument("--cache-dir", default=None,
                     help="read and write label caches in this folder (default: the per-user cache folder; the "
                          "dataset is never written to)")
+    ap.add_argument("--checkpoint", default=None, metavar="PT", help="a checkpoint (best.pt) of yolo_data's "
+                    "Ultralytics plug-in: is each split it was trained on the same data now (finding data-changed)")
     args = ap.parse_args(argv)
     fail_on = list(FINDINGS) if args.fail_on.strip() == "all" else [c.strip() for c in args.fail_on.split(",") if c.strip()]
     unknown = [c for c in fail_on if c not in FINDINGS]
@@ -272,7 +275,8 @@ def report_main(argv=None) -> int:
     logging.basicConfig(level=logging.ERROR, format="%(message)s")  # problems go into the report
     options = ReportOptions(img_size=args.imgsz, task=args.task, duplicates=not args.no_duplicates,
                             pictures=not args.no_pictures, class_balance=args.class_balance, workers=args.workers,
-                            cache_dir=args.cache_dir, sequence_frames=args.sequence_frames)
+                            cache_dir=args.cache_dir, sequence_frames=args.sequence_frames,
+                            checkpoint=args.checkpoint)
     try:
         rep = write_report(args.data, args.out, options)
     except (OSError, ValueError) as e:
@@ -291,6 +295,8 @@ def report_main(argv=None) -> int:
                   f"{plural(s['warnings'], 'warning')}; {cache}")
             other = f" ({s['other_bands']:,} of other bands left out)" if s.get("other_bands") else ""
             print(f"{name} images by bands: {bands_text(s['image_bands'])}{other}")
+    for line in checkpoint_lines(f.get("checkpoint")):
+        print(line)
     if f["pictures"]:
         print(f"pictures of {f['settings']['channels']}-channel batches show {f['pictures_show']}")
     flat = f["duplicates"].get("flat", [])

@@ -4,7 +4,8 @@ wrap, in real gloo groups of forked processes (no Ultralytics needed).
 
 With Ultralytics installed (the benchmark environment): YoloDataTrainer trains an epoch as 2 ranks of a
 group that torchrun's processes opened before importing Ultralytics, and both ranks end with the same
-parameters, which the epoch changed (benchmarks/compat/ultralytics_ray.py does it in Ray Train workers).
+parameters, which the epoch changed, and rank 0's last.pt records the splits every rank read
+(benchmarks/compat/ultralytics_ray.py does it in Ray Train workers).
 """
 import json
 import os
@@ -99,3 +100,7 @@ def test_the_trainer_is_one_ddp_rank_of_a_group_opened_before_ultralytics(tmp_pa
         assert seen["loss"] > 0  # Ultralytics alone multiplies it by its CPU world size, 0
     assert ranks[0]["start"] == ranks[1]["start"] != ranks[0]["end"] == ranks[1]["end"]
     assert ranks[0]["last_pt"]
+    # rank 0's checkpoint records the splits as every rank read them (whole: the sampler shares them out)
+    assert ranks[0]["digests"] == ranks[1]["digests"]
+    assert ranks[0]["record"]["splits"] == {"train": {"digest": ranks[0]["digests"]["train"], "images": 16},
+                                            "val": {"digest": ranks[0]["digests"]["val"], "images": 8}}

@@ -6,7 +6,8 @@ the store, close_mosaic reaching persistent workers, fraction, and the evaluatio
 
 With Ultralytics installed (the benchmark environment, BENCHMARKS.md's Setup: its python -m pytest ...): the
 validation inputs equal Ultralytics' own, image by image, and YoloDataTrainer trains an epoch with
-workers 0 and 2 (including close_mosaic) and validates with YoloDataValidator.
+workers 0 and 2 (including close_mosaic) and validates with YoloDataValidator; its checkpoints record
+the data it was trained on, which ``yolo-data report --checkpoint`` compares with the data now.
 """
 import logging
 import math
@@ -439,6 +440,50 @@ def test_trainer_runs_an_epoch_with_0_and_2_workers(sample, ultra, tmp_path):
         assert (tmp_path / "runs" / f"w{workers}" / "weights" / "last.pt").exists()
         # epochs=1 <= close_mosaic: closed at epoch 0, after the workers' early start
         assert seen[workers] == (UltralyticsLoader, YoloDataValidator, workers, True)
+
+
+def test_checkpoints_record_the_data_and_the_report_compares_it(sample, ultra, tmp_path, capsys):
+    """last.pt and best.pt of a YoloDataTrainer run hold each split's digest, as the loaders have it (the
+    train loader's state_dict); the report says "same data" for it, "changed" after a label edit (exit 1
+    with --fail-on data-changed), and "no record" for a checkpoint of Ultralytics' own trainer."""
+    from ultralytics import YOLO
+    from yolo_data.cli import main as cli_main
+    from yolo_data.integrations.ultralytics import YoloDataTrainer
+    from yolo_data.report.checkpoint import read_record
+    seen = {}
+
+    def remember(trainer):
+        seen.update(train=trainer.train_loader.state_dict()["dataset"],
+                    val=trainer.test_loader.dataset.split_labels.store.names_digest())
+    runs = {}
+    for name, trainer in (("ours", YoloDataTrainer), ("theirs", None)):
+        model = YOLO("yolo11n.yaml")
+        if trainer is not None:
+            model.add_callback("on_train_end", remember)
+        model.train(data=str(sample), trainer=trainer, epochs=1, imgsz=64, batch=8, workers=0, device="cpu",
+                    plots=False, amp=False, val=True, project=str(tmp_path / "runs"), name=name, exist_ok=True,
+                    verbose=False)
+        runs[name] = tmp_path / "runs" / name / "weights"
+    for f in ("last.pt", "best.pt"):
+        record = read_record(runs["ours"] / f)
+        assert record["splits"] == {"train": {"digest": seen["train"], "images": 16},
+                                    "val": {"digest": seen["val"], "images": 8}}, f
+        assert record["data"] == str(sample)
+    assert read_record(runs["theirs"] / "best.pt") is None
+
+    def report(checkpoint):
+        code = cli_main(["report", str(sample), "--out", str(tmp_path / "r"), "--no-pictures", "--no-duplicates",
+                         "--checkpoint", str(checkpoint), "--fail-on", "data-changed"])
+        return code, capsys.readouterr().out
+
+    code, out = report(runs["ours"] / "best.pt")
+    assert code == 0 and "  train: same data (16 images)\n  val: same data (8 images)" in out
+    code, out = report(runs["theirs"] / "best.pt")
+    assert code == 0 and "no record of its data" in out
+    label = sample.parent / "sample" / "labels" / "val" / "val_001.txt"
+    label.write_text(label.read_text() + "0 0.5 0.5 0.1 0.1\n")
+    code, out = report(runs["ours"] / "best.pt")
+    assert code == 1 and "  val: changed since that training (8 images then and now, other names or labels)" in out
 
 
 # -- pose and oriented boxes ------------------------------------------------------------------------------

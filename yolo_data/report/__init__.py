@@ -10,6 +10,7 @@ Modules, in the order data flows through them:
     leakage    val and test frames of videos within k frames of a training frame (sequence-leakage)
     plots      a batch as a grid, objects of one class as a strip
     html       the report as one self-contained page
+    checkpoint which data a checkpoint's model was trained on: its record, read safely, against the splits now
     bench      `yolo-data bench`: time per stage, the loader's rate against a training step's, the workers it needs
 """
 from .compose import ReportOptions, make_report, read_splits, write, write_report

@@ -25,11 +25,11 @@ run after the report reuses them), and says which file each split used.
     label-conflict  duplicates whose labels disagree
     missing-class   a class with objects in one split and none in another (or in no split at all)
     tiny-boxes      boxes the training loader's candidate filter drops at this image size
+    data-changed    splits a ``checkpoint``'s model was trained on that changed since (checkpoint.py)
 """
 from __future__ import annotations
 
 import base64
-import dataclasses
 import datetime
 import json
 import logging
@@ -54,11 +54,12 @@ from ..sampling import balance
 from ..settings import Settings, TargetSettings
 from ..storage import is_url
 from . import datastats, dedupe, leakage, sequence
+from .checkpoint import compare_record, read_record
 
 LOGGER = logging.getLogger("yolo_data")
 REPORT_VERSION = 1
 FINDINGS = ("corrupt", "warnings", "empty-split", "leakage", "sequence-leakage", "duplicates", "label-conflict",
-            "missing-class", "tiny-boxes")
+            "missing-class", "tiny-boxes", "data-changed")
 DEFAULT_BALANCE = 0.1  # the threshold class_balance=True uses; the sampled frequencies are shown at it
 IDENTICAL_IOU, SIMILAR_IOU = 0.9, 0.5  # boxes of duplicates agree at this IoU (see _duplicates)
 
@@ -72,7 +73,8 @@ class ReportOptions:
     ``workers``: threads reading images and processes scanning labels (None: all cores).
     ``cache_dir``: where label caches are read and written (None: the per-user cache folder, never the
     dataset; a split in a bucket: where a loader keeps its cache).  ``progress``: bars on a terminal.
-    ``sequence_frames``: frames at most this far apart are neighbours (the sequence-leakage finding)."""
+    ``sequence_frames``: frames at most this far apart are neighbours (the sequence-leakage finding).
+    ``checkpoint``: a training checkpoint whose record of its data is compared with the splits."""
     img_size: int = 640
     task: Optional[str] = None
     duplicates: bool = True
@@ -83,6 +85,7 @@ class ReportOptions:
     progress: bool = True
     seed: int = 0
     sequence_frames: int = sequence.DEFAULT_FRAMES
+    checkpoint: Optional[str] = None
 
 
 @dataclass
@@ -178,7 +181,7 @@ def _split_summary(s: _Split, nc: int, img_size: int) -> dict:
         "listed": int(c["found"]), "left_out": int(c["corrupt"]) + int(c.get("other_bands", 0)),
         "warnings": int(c["warnings"]), "missing_label_files": int(c["missing"]), "empty_label_files": int(c["empty"]),
         "other_bands": int(c.get("other_bands", 0)), "image_bands": s.bands,
-        **datastats.split_figures(store, nc, img_size),
+        **datastats.split_figures(store, nc, img_size), "digest": store.names_digest(),
         "problems": datastats.group_problems(s.labels.problems),
     }
 
@@ -222,7 +225,7 @@ def _duplicates(splits: List[_Split], options: ReportOptions) -> Tuple[dict, dic
     where = {p: i for i, p in enumerate(unique)}
     prints = dedupe.fingerprint_images(unique, workers=options.workers,
                                        progress=progress_bar("reading images", options.progress and sys.stderr.isatty()))
-    by_split = {name: (paths, _take(prints, np.array([where[p] for p in paths], np.int64)))
+    by_split = {name: (paths, prints.take(np.array([where[p] for p in paths], np.int64)))
                 for name, paths in per_split.items()}
     groups = dedupe.find_duplicates(by_split)
     stores = {s.name: s.labels.store for s in splits if s.labels is not None}
@@ -248,15 +251,6 @@ def _duplicates(splits: List[_Split], options: ReportOptions) -> Tuple[dict, dic
             leakage.sequence_figures(per_split, unique, prints, options.sequence_frames))
 
 
-def _take(prints, index: np.ndarray):
-    """The fingerprints of images ``index`` (an ImagePrints of those rows, errors renumbered)."""
-    arrays = {f.name: getattr(prints, f.name)[index] for f in dataclasses.fields(prints)
-              if isinstance(getattr(prints, f.name), np.ndarray)}
-    back = {int(old): new for new, old in enumerate(index.tolist())}
-    errors = {back[i]: msg for i, msg in prints.errors.items() if i in back}
-    return dataclasses.replace(prints, **arrays, errors=errors)
-
-
 def _findings(figures: dict) -> Dict[str, int]:
     splits = figures["splits"].values()
     groups = figures["duplicates"].get("groups", [])
@@ -270,6 +264,7 @@ def _findings(figures: dict) -> Dict[str, int]:
         "label-conflict": sum(1 for g in groups if not g["labels_agree"]),
         "missing-class": len(figures["missing_classes"]),
         "tiny-boxes": sum(s["box_size"]["dropped_by_filter"] for s in splits if "box_size" in s),
+        "data-changed": figures.get("checkpoint", {}).get("changed", 0),
     }
 
 
@@ -341,9 +336,10 @@ def make_report(data, options: ReportOptions = ReportOptions()) -> Report:
     Raises:
         FileNotFoundError: the dataset yaml does not exist.
         ValueError: a dataset yaml that is malformed or lists no split (a split that cannot be read is
-            named in the report instead).
+            named in the report instead); ``options.checkpoint`` is not a torch checkpoint.
     """
     t0 = time.perf_counter()
+    record = read_record(options.checkpoint) if options.checkpoint else None  # before the long part
     source, data = data, entry_of(data)  # noqa: F841 - an in-memory source's URL; ``source`` keeps it alive
     splits, names, task, spec = read_splits(data, options)
     nc = len(names)
@@ -368,6 +364,8 @@ def make_report(data, options: ReportOptions = ReportOptions()) -> Report:
                     if train is not None and len(train.labels.store) else None),
         "duplicates": duplicates, "sequences": sequences,
     }
+    if options.checkpoint:
+        figures["checkpoint"] = compare_record(record, per_split, options.checkpoint)
     figures["findings"] = _findings(figures)
     pictures: Dict[str, bytes] = {}
     if options.pictures and train is not None and len(train.labels.store):

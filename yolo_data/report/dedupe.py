@@ -24,6 +24,7 @@ duplicates whose labels disagree.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -72,6 +73,14 @@ class ImagePrints:
 
     def __len__(self) -> int:
         return len(self.ok)
+
+    def take(self, index: np.ndarray) -> "ImagePrints":
+        """The fingerprints of rows ``index`` ((k,) int), in that order, errors renumbered."""
+        arrays = {f.name: getattr(self, f.name)[index] for f in dataclasses.fields(self)
+                  if isinstance(getattr(self, f.name), np.ndarray)}
+        back = {int(old): new for new, old in enumerate(index.tolist())}
+        errors = {back[i]: msg for i, msg in self.errors.items() if i in back}
+        return dataclasses.replace(self, **arrays, errors=errors)
 
 
 @dataclass

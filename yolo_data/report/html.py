@@ -30,7 +30,7 @@ EXPLAIN = {
     "leakage": "pictures in two splits", "duplicates": "pictures twice in a split",
     "sequence-leakage": "video frames near a training frame",
     "label-conflict": "duplicates with other labels", "missing-class": "classes absent from a split",
-    "tiny-boxes": "boxes the candidate filter drops",
+    "tiny-boxes": "boxes the candidate filter drops", "data-changed": "splits changed since the checkpoint's training",
 }
 
 
@@ -263,6 +263,22 @@ def _sequences(f: dict) -> str:
     return intro + near + examples + listed
 
 
+def _checkpoint(f: dict) -> str:
+    """The checkpoint's splits against the dataset now (checkpoint.compare_record's figures)."""
+    c = f["checkpoint"]
+    if not c["recorded"]:
+        return (f"<p><code>{e(c['file'])}</code>: no record of its data (not trained through yolo_data's "
+                "Ultralytics plug-in): not compared.</p>")
+    bad = '<td class="l bad">{}</td>'
+    rows = [[e(name), e(r["text"]) if r["status"] in ("same", "not-compared") else bad.format(e(r["text"])),
+             _n(r["images_then"]), _n(r["images_now"]) if r["images_now"] is not None else "",
+             f"<code>{e(r['digest_then'])}</code>", f"<code>{e(r['digest_now'] or '')}</code>"]
+            for name, r in c["splits"].items()]
+    return (f"<p><code>{e(c['file'])}</code> was trained on <code>{e(c['data'])}</code> with yolo_data "
+            f"{e(c['yolo_data'])}.</p>" + _table(["split", "data", "images then", "images now", "digest then",
+                                                  "digest now"], rows, left=2))
+
+
 def _pictures(f: dict, images: Dict[str, str]) -> str:
     out = []
     batches = [k for k in f.get("pictures", []) if k.startswith("batch")]
@@ -294,6 +310,7 @@ def render(figures: dict, images: Optional[Dict[str, str]] = None) -> str:
         f"sizes at img_size {st['img_size']} · {len(f['names'])} classes · made in {f['seconds']:.1f} s</div>"
         f"<h2 id='findings'>Findings</h2>{_findings(f)}"
         f"<h2 id='splits'>Splits</h2>{_splits(f)}"
+        + (f"<h2 id='checkpoint'>Checkpoint</h2>{_checkpoint(f)}" if "checkpoint" in f else "") +
         f"<h2 id='bands'>Bands</h2>{_bands(f)}"
         f"<h2 id='problems'>Problems</h2>{_problems(f)}"
         f"<h2 id='classes'>Classes</h2>{_classes(f)}"
