@@ -228,14 +228,43 @@ def frame_count(text: str) -> int:
     return k
 
 
-def report_main(argv=None) -> int:
-    """``yolo-data report DATA``: write DATA's dataset report (HTML and JSON); exit 1 when a category
-    of ``--fail-on`` has findings or a split cannot be read, 2 when the data cannot be read at all."""
+def print_report(rep) -> None:
+    """The report's lines on the terminal: each split, the checkpoint's data, pictures, flat pictures, sequences,
+    findings and the files written."""
     from .report.checkpoint import checkpoint_lines
-    from .report.compose import FINDINGS, ReportOptions, write_report
     from .report.datastats import bands_text
     from .report.leakage import sequences_text
     from .labels.summary import plural
+    f = rep.figures
+    for name, s in f["splits"].items():
+        if "error" in s:
+            source = ", ".join(s["source"]) if isinstance(s["source"], list) else s["source"]
+            print(f"{name}: cannot read {source}: {s['error']}")
+        else:
+            cache = (f"label cache {'built in' if s['cache_built'] else 'read from'} {s['cache_file']}"
+                     if s["cache_file"] else "label cache not written")
+            print(f"{name}: {plural(s['images'], 'image')}, {plural(s['objects'], 'object')}, "
+                  f"{plural(s['backgrounds'], 'background')}, {s['left_out']:,} left out, "
+                  f"{plural(s['warnings'], 'warning')}; {cache}")
+            other = f" ({s['other_bands']:,} of other bands left out)" if s.get("other_bands") else ""
+            print(f"{name} images by bands: {bands_text(s['image_bands'])}{other}")
+    for line in checkpoint_lines(f.get("checkpoint")):
+        print(line)
+    if f["pictures"]:
+        print(f"pictures of {f['settings']['channels']}-channel batches show {f['pictures_show']}")
+    flat = f["duplicates"].get("flat", [])
+    if flat:
+        print(f"{plural(len(flat), 'flat picture')} (one colour: black, white or gray), grouped only with "
+              "byte-identical copies")
+    print(sequences_text(f))
+    print("findings: " + ", ".join(f"{k} {v:,}" for k, v in f["findings"].items()))
+    print(f"wrote {rep.html_file} and {rep.json_file} in {f['seconds']:.1f} s")
+
+
+def report_main(argv=None) -> int:
+    """``yolo-data report DATA``: write DATA's dataset report (HTML and JSON); exit 1 when a category
+    of ``--fail-on`` has findings or a split cannot be read, 2 when the data cannot be read at all."""
+    from .report.compose import FINDINGS, ReportOptions, write_report
     ap = argparse.ArgumentParser(
         prog="yolo-data report",
         description="Write a dataset report: counts, every problem, classes per split, object and image sizes, "
@@ -282,30 +311,7 @@ def report_main(argv=None) -> int:
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    f = rep.figures
-    for name, s in f["splits"].items():
-        if "error" in s:
-            source = ", ".join(s["source"]) if isinstance(s["source"], list) else s["source"]
-            print(f"{name}: cannot read {source}: {s['error']}")
-        else:
-            cache = (f"label cache {'built in' if s['cache_built'] else 'read from'} {s['cache_file']}"
-                     if s["cache_file"] else "label cache not written")
-            print(f"{name}: {plural(s['images'], 'image')}, {plural(s['objects'], 'object')}, "
-                  f"{plural(s['backgrounds'], 'background')}, {s['left_out']:,} left out, "
-                  f"{plural(s['warnings'], 'warning')}; {cache}")
-            other = f" ({s['other_bands']:,} of other bands left out)" if s.get("other_bands") else ""
-            print(f"{name} images by bands: {bands_text(s['image_bands'])}{other}")
-    for line in checkpoint_lines(f.get("checkpoint")):
-        print(line)
-    if f["pictures"]:
-        print(f"pictures of {f['settings']['channels']}-channel batches show {f['pictures_show']}")
-    flat = f["duplicates"].get("flat", [])
-    if flat:
-        print(f"{plural(len(flat), 'flat picture')} (one colour: black, white or gray), grouped only with "
-              "byte-identical copies")
-    print(sequences_text(f))
-    print("findings: " + ", ".join(f"{k} {v:,}" for k, v in f["findings"].items()))
-    print(f"wrote {rep.html_file} and {rep.json_file} in {f['seconds']:.1f} s")
+    print_report(rep)
     failed = rep.failed(fail_on)
     if failed:
         why = "; ".join(f"split {k} cannot be read, so nothing in it was checked: {v}"
