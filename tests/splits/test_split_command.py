@@ -280,3 +280,18 @@ def test_equal_groups_fill_the_asked_image_shares():
         done = assign_groups(group, label_image, label_class, {"train": 0.5, "val": 0.25, "test": 0.25}, seed)
         assert np.bincount(done.split, minlength=3).tolist() == [16, 8, 8], seed
         assert all(len(set(done.split[group == g].tolist())) == 1 for g in range(8))
+
+
+def test_frames_left_out_at_a_cut_link_nothing(tmp_path):
+    """Frames left out after a cut take no part in any grouping: a frame that only they join to the next piece
+    stays in its own piece."""
+    from yolo_data.splits import group_images
+    files = write_recordings(tmp_path, clips=1, frames=60)
+    # frame 15 is left out (cut at 15, --frames 2); one pattern joins frames 14 and 15, another 15 and 17
+    bridge = GroupBy(("sequence", r"regex:_00001[45]()\.jpg$", r"regex:_00001[57]()\.jpg$"), frames=2, chunk=15)
+    grouping = group_images(files, bridge)
+    kept = ~grouping.left_out
+    assert grouping.left_out.sum() == 6 and len(np.unique(grouping.group[kept])) == 4
+    piece = {f: int(re.search(r"_(\d+)\.jpg$", f).group(1)) // 15 for f in files}
+    for g in np.unique(grouping.group[kept]):
+        assert len({piece[f] for f, k, gg in zip(files, kept, grouping.group) if k and gg == g}) == 1

@@ -23,7 +23,8 @@ def format_summary(figures: dict) -> str:
     """The summary as lines of text: the groups, each split's share of the images against the asked one, the
     classes that miss most, and the classes that cannot be split or miss by more than the tolerance."""
     f = figures
-    lines = [f"{f['images']:,} images in {f['groups']:,} groups (largest {f['largest_group']:,} images) by "
+    left = f" ({f['left_out']:,} left out)" if f["left_out"] else ""
+    lines = [f"{f['images']:,} images{left} in {f['groups']:,} groups (largest {f['largest_group']:,} images) by "
              f"{','.join(f['group_by'])}"]
     lines += [f"  {n}" for n in f["notes"]]
     if f["left_out"]:

@@ -177,4 +177,8 @@ def group_images(paths: Sequence[str], by: GroupBy, workers: Optional[int] = Non
             part, found = by_regex(paths, way[len("regex:"):])
             notes.append(f"{way}: found in {found:,} of {n:,} paths")
         parts.append(part)
+    if left_out.any():  # a frame kept out of every split links nothing: two pieces it resembles stay apart
+        alone = np.flatnonzero(left_out)
+        for part in parts:
+            part[alone] = int(part.max()) + 1 + np.arange(len(alone))
     return Grouping(join(*parts) if n else np.zeros(0, np.int64), left_out, notes)

@@ -150,7 +150,7 @@ def summary_figures(pool: Pool, grouping, split: np.ndarray, names: List[str], f
     nc = max(len(pool.names), int(pool.label_class.max()) + 1 if len(pool.label_class) else 0)
     images, objects = shares(split, names, pool.label_image, pool.label_class, nc)
     kept = max(int(images.sum()), 1)
-    sizes = np.bincount(grouping.group)
+    sizes = np.unique(grouping.group[~grouping.left_out], return_counts=True)[1]  # the groups that were split
     class_groups = np.zeros(nc, np.int64)
     if len(pool.label_class):
         pairs = np.unique(grouping.group[pool.label_image] * nc + pool.label_class)
