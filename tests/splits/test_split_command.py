@@ -146,6 +146,9 @@ def test_one_long_video_cut_into_pieces(tmp_path):
     split = np.array([{"train": 0, "val": 1}.get(side.get(f), 2) for f in files])
     assert near_training(frames, np.where(split == 2, 1, split), k=2)[split == 1].sum() == 0
     assert len(lists["val"]) == 13  # one piece of 15 frames, its first 2 left out
+    summary = json.loads((out / "split.json").read_text())
+    assert summary["groups"] == 4 and summary["left_out"] == 6
+    assert summary["classes"][0]["groups"] == 4 and summary["classes"][0]["objects"] == 60 - 6
 
 
 def test_bad_requests_exit_2(clips, tmp_path, capsys):

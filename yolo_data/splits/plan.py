@@ -153,7 +153,8 @@ def summary_figures(pool: Pool, grouping, split: np.ndarray, names: List[str], f
     sizes = np.unique(grouping.group[~grouping.left_out], return_counts=True)[1]  # the groups that were split
     class_groups = np.zeros(nc, np.int64)
     if len(pool.label_class):
-        pairs = np.unique(grouping.group[pool.label_image] * nc + pool.label_class)
+        counted = ~grouping.left_out[pool.label_image]  # the objects of images left out count in no group
+        pairs = np.unique(grouping.group[pool.label_image[counted]] * nc + pool.label_class[counted])
         class_groups = np.bincount(pairs % nc, minlength=nc)
     total = objects.sum(0)
     rows, cannot, off = [], [], []
