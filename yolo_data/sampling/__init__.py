@@ -13,10 +13,10 @@ from .balance import (class_factors, class_image_counts, epoch_length, image_fac
     sampled_counts, systematic_counts, threshold_of)
 from .runstate import RunState
 from .sampler import ItemKey, ShardSampler, SharedEpoch, YoloSampler, digest, partner_group_size, weighted_draws
-from .seeds import SEED_SPAN, check_seed, epoch_rng, item_rng, quad_rng, seed_entropy
+from .seeds import SEED_SPAN, check_seed, epoch_rng, item_rng, quad_rng, seed_entropy, split_rng
 from .weights import labels_to_class_weights, labels_to_image_weights
 
-__all__ = ["SEED_SPAN", "check_seed", "epoch_rng", "item_rng", "quad_rng", "seed_entropy", "ItemKey", "ShardSampler",
+__all__ = ["SEED_SPAN", "check_seed", "epoch_rng", "item_rng", "quad_rng", "seed_entropy", "split_rng", "ItemKey", "ShardSampler",
            "SharedEpoch", "YoloSampler", "digest", "partner_group_size", "weighted_draws", "class_factors",
            "class_image_counts", "epoch_length", "image_factors", "repeat_draws", "repeat_factors",
            "sampled_counts", "systematic_counts", "threshold_of", "labels_to_class_weights",

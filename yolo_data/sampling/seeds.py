@@ -17,6 +17,8 @@ so results depend on neither global random state nor the number of workers and r
         no word, so a plain ``dataset[i]`` and the first place of an epoch share one generator
     quad_rng(seed, epoch, paths)                [e, epoch, crc32 of the four paths joined by NUL]
         the quad collate's coin for one group of four items
+    split_rng(seed)                             [e, 0x5B1]
+        the order of equal-sized groups when ``yolo-data split`` puts groups into splits (splits/assign.py)
 
 Within one seed and epoch the words 0x5A3 and 0xD5A7 keep the sampler's and the items' streams apart
 (an attempt stays below 0x5A3: a training item gives up after a few unreadable images).  The quad coin's
@@ -35,6 +37,7 @@ import numpy as np
 SEED_SPAN = 2**64  # seeds are taken modulo this: the entropy NumPy's SeedSequence is given is non-negative
 EPOCH_TAG = 0x5A3  # ends an epoch stream's list
 DRAW_TAG = 0xD5A7  # comes before an item's draw in its list
+SPLIT_TAG = 0x5B1  # ends the list of yolo-data split's stream
 
 
 def check_seed(seed, name: str = "seed") -> int:
@@ -118,3 +121,15 @@ def quad_rng(seed: int, epoch: int, paths: Sequence[str]) -> np.random.Generator
     """
     key = zlib.crc32("\0".join(paths).encode("utf-8", "surrogateescape"))
     return np.random.default_rng([seed_entropy(seed), epoch, key])
+
+
+def split_rng(seed: int) -> np.random.Generator:
+    """The generator of ``yolo-data split``'s draws (the order of groups of one size).
+
+    Args:
+        seed: the split's seed.
+
+    Returns:
+        A new generator; the same seed gives the same draws.
+    """
+    return np.random.default_rng([seed_entropy(seed), SPLIT_TAG])

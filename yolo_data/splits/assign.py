@@ -17,6 +17,8 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
+from ..sampling import split_rng
+
 
 @dataclass
 class Assignment:
@@ -82,7 +84,7 @@ def assign_groups(group: np.ndarray, label_image: np.ndarray, label_class: np.nd
     images = np.zeros(len(names), np.float64)
     image_goal = target * total_images
 
-    rng = np.random.default_rng(seed)
+    rng = split_rng(seed)
     order = np.lexsort((rng.permutation(len(sizes)), -sizes))  # largest first, ties in the seed's order
     where = np.empty(len(sizes), np.int8)
     for k in order.tolist():
