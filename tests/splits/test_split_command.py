@@ -298,3 +298,32 @@ def test_frames_left_out_at_a_cut_link_nothing(tmp_path):
     piece = {f: int(re.search(r"_(\d+)\.jpg$", f).group(1)) // 15 for f in files}
     for g in np.unique(grouping.group[kept]):
         assert len({piece[f] for f, k, gg in zip(files, kept, grouping.group) if k and gg == g}) == 1
+
+
+def test_labelme_folder_split_by_sequence(tmp_path):
+    """A LabelMe folder (a JSON beside each image): the splits are subset lists of the folder, clips whole, and
+    they load with LabelMe's labels."""
+    from yolo_data.build import build_loader
+    from yolo_data.settings import Settings
+    folder = tmp_path / "clips"
+    files = write_recordings(tmp_path, clips=5, frames=4, folder="clips")
+    h, w = 96, 128
+    for f in files:
+        txt = Path(f).with_suffix(".txt")
+        shapes = []
+        for row in txt.read_text().split("\n"):
+            if row:
+                c, x, y, bw, bh = (float(v) for v in row.split())
+                shapes.append({"label": "abc"[int(c)], "shape_type": "rectangle", "points": [
+                    [(x - bw / 2) * w, (y - bh / 2) * h], [(x + bw / 2) * w, (y + bh / 2) * h]], "flags": {}})
+        Path(f).with_suffix(".json").write_text(json.dumps({"version": "5.4.1", "shapes": shapes, "imagePath":
+                                                            Path(f).name, "imageHeight": h, "imageWidth": w}))
+        txt.unlink()
+    out = tmp_path / "out"
+    assert cli_main(["split", str(folder), "--val", "0.2", "--group-by", "sequence", "--out", str(out)]) == 0
+    val = json.loads((out / "val.subset.json").read_text())
+    assert val["source"] == [str(folder)] and len(val["images"]) == 4 and len({clip_of(f) for f in val["images"]}) == 1
+    loader = build_loader(str(out / "data.yaml"), Settings.evaluation(batch_size=4, img_size=128, workers=0,
+                                                                      split="val"))
+    assert sorted(loader.dataset.im_files) == sorted(val["images"])
+    assert all(len(loader.dataset.store.labels_of(i)) for i in range(4))
