@@ -152,6 +152,33 @@ def test_add_record_gives_the_file_and_its_same_copies_the_key(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "epoch0.pt", "last.pt"]  # no temporary left
 
 
+def test_adding_a_record_runs_nothing_and_keeps_every_tensor_where_torch_put_it(tmp_path):
+    """The record is added without unpickling the file (its hostile objects run nothing), the tensors load equal,
+    plainly and memory-mapped, every record of the archive stays 64-byte aligned, and a second record replaces
+    the first."""
+    import struct
+    import zipfile
+    marker = tmp_path / "marker"
+    f = hostile_checkpoint(tmp_path / "last.pt", marker, record=None)
+    add_record(f, RECORD)
+    assert ran(marker) == [] and read_record(f) == RECORD
+    newer = dict(RECORD, data="other.yaml")
+    add_record(f, newer)
+    assert ran(marker) == [] and read_record(f) == newer
+    blob = f.read_bytes()
+    for info in zipfile.ZipFile(f).infolist():  # where each record's bytes begin: after its local header
+        n, m = struct.unpack("<HH", blob[info.header_offset + 26:info.header_offset + 30])
+        assert (info.header_offset + 30 + n + m) % 64 == 0, info.filename
+    for mmap in (False, True):
+        ckpt = torch.load(f, weights_only=False, mmap=mmap)
+        assert ckpt["yolo_data"] == newer and ckpt["epoch"] == 3
+        assert torch.equal(ckpt["optimizer"]["w"], torch.ones(4)) and int(ckpt["optimizer"]["step"]) == 7
+        assert ckpt["layer"].weight.shape == (3, 2)
+    with pytest.raises(ValueError, match="not a checkpoint dict"):
+        torch.save([1, 2], tmp_path / "list.pt")
+        add_record(tmp_path / "list.pt", RECORD)
+
+
 def loaders_record(yaml: Path) -> dict:
     """The record the plug-in makes, from the train loader and a rect val loader of ``yaml``."""
     train = build_loader(yaml, Settings.training(img_size=64, batch_size=4, workers=0, early_start=False,

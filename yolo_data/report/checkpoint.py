@@ -20,6 +20,10 @@ with every global it names (Ultralytics' model classes, torch's rebuild function
 stranger's file names, ``os.system`` included) replaced by an inert placeholder and every tensor's
 storage by None, so no code of the file runs and no tensor is read; then only the ``yolo_data`` entry
 is kept, and only when it is plain data.
+
+Writing (:func:`add_record`, into the file Ultralytics has just saved): no object of the file is
+unpickled either.  The pickle of the dict ends with STOP; the key, the record and a SETITEM go before
+it, and the archive is written again with every other record copied byte for byte at torch's alignment.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import io
 import os
 import pickle
 import pickletools
+import struct
 import zipfile
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -38,6 +43,7 @@ RECORD_KEY = "yolo_data"
 RECORD_VERSION = 1
 MAX_PICKLE_BYTES = 64 << 20  # a model's data.pkl is a few MB at most; beyond this the file is refused
 MAX_DEPTH = 16  # of the record's nesting (it has 3 levels)
+ALIGNMENT = 64  # where torch.save puts each record of its archive (its .storage_alignment)
 
 
 def split_record(store, fraction=1.0) -> dict:
@@ -63,32 +69,67 @@ def make_record(data, splits: Dict[str, dict]) -> dict:
 
 
 def add_record(written, record: dict, copies=()) -> None:
-    """Give the checkpoint file ``written``, which this process has just written (trusted: it is
-    unpickled in full), ``record`` as its top-level key ``yolo_data``; and each file of ``copies`` that
-    holds the same bytes.  Each file is replaced whole: a temporary beside it, renamed over it.
+    """Give the checkpoint file ``written`` (torch.save's archive of a dict) ``record`` as its top-level key
+    ``yolo_data``; and each file of ``copies`` that holds the same bytes.  Nothing in the file is unpickled
+    (:func:`with_record`).  Each file is replaced whole: a temporary beside it, renamed over it.
 
     Args:
         written: torch.save's file of a checkpoint dict.
         record: from :func:`make_record`.
         copies: files that may have been written with the same bytes (missing ones are skipped).
+
+    Raises:
+        ValueError: ``written`` is not torch.save's archive of a dict (naming it).
     """
-    import torch
     written = Path(written)
     blob = written.read_bytes()
-    ckpt = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
-    ckpt[RECORD_KEY] = record
-    out = io.BytesIO()
-    torch.save(ckpt, out)
+    out = with_record(blob, record, written)
     same = [Path(c) for c in copies if Path(c).is_file() and Path(c).stat().st_size == len(blob)
             and Path(c).read_bytes() == blob]
     for path in [written] + same:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
-            tmp.write_bytes(out.getbuffer())
+            tmp.write_bytes(out)
             os.replace(tmp, path)
         finally:
             if tmp.exists():
                 tmp.unlink()
+
+
+def with_record(blob: bytes, record: dict, path) -> bytes:
+    """torch.save's archive ``blob`` of a dict, with ``record`` set as the dict's key ``yolo_data``.
+
+    The pickle of the dict ends with STOP; the key and the record's pickle (plain data) and a SETITEM go before
+    it, so loading sets the key last (a record already there is replaced).  No object of the file is unpickled:
+    the pickle is only parsed, with every global inert, to check that it is a dict.  The other records are
+    copied byte for byte, each at an offset that is a multiple of ALIGNMENT, as torch.save lays them out (a
+    storage loaded with ``mmap=True`` is mapped where it lies).
+    """
+    try:
+        src = zipfile.ZipFile(io.BytesIO(blob))
+        infos = src.infolist()
+        pkl = _data_pkl(infos, path)
+        old = src.read(pkl)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, EOFError) as e:
+        raise ValueError(f"{path}: not a torch checkpoint (torch.save's zip archive): {e}") from None
+    if type(_inert_load(old, path)) is not dict or not old.endswith(pickle.STOP):
+        raise ValueError(f"{path}: not a checkpoint dict: its record cannot be added")
+    value = io.BytesIO()
+    pickler = pickle.Pickler(value, protocol=2)
+    pickler.fast = True  # no memo entries: the pickle before it may still name its own
+    pickler.dump((RECORD_KEY, record))
+    # the pair's pickle is PROTO 2, key, record, TUPLE2, STOP: the key and the record are what SETITEM takes
+    body = value.getvalue()[2:-2]
+    new = old[:-1] + body + pickle.SETITEM + pickle.STOP
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as dst:
+        for info in infos:
+            entry = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+            start = out.tell() + 30 + len(info.filename.encode("utf-8")) + 4  # local header, then the padding's
+            pad = -start % ALIGNMENT
+            entry.extra = struct.pack("<HH", 0x4246, pad) + b"Z" * pad  # torch.save pads its records so too
+            dst.writestr(entry, new if info is pkl else src.read(info))
+    return out.getvalue()
 
 
 class _Inert:
@@ -132,18 +173,37 @@ class _InertUnpickler(pickle.Unpickler):
         return None
 
 
+def _data_pkl(infos: List[zipfile.ZipInfo], path) -> zipfile.ZipInfo:
+    """The ``<archive>/data.pkl`` entry among a torch archive's ``infos`` (ValueError naming ``path`` when
+    there is none, or it is larger than a checkpoint's)."""
+    pkl = [i for i in infos if i.filename.count("/") == 1 and i.filename.endswith("/data.pkl")]
+    if not pkl:
+        raise ValueError(f"{path}: a zip file without data.pkl, not a torch checkpoint")
+    if pkl[0].file_size > MAX_PICKLE_BYTES:
+        raise ValueError(f"{path}: its data.pkl has {pkl[0].file_size:,} bytes, more than a checkpoint's "
+                         f"({MAX_PICKLE_BYTES:,} at most)")
+    return pkl[0]
+
+
+def _inert_load(data: bytes, path):
+    """The pickle ``data`` loaded with every global inert and no storage read (ValueError naming ``path`` when it
+    cannot be)."""
+    try:
+        # every opcode's length checked against the bytes there are, before any is acted on: a length
+        # that lies would otherwise have the unpickler allocate it
+        for _ in pickletools.genops(data):
+            pass
+        return _InertUnpickler(io.BytesIO(data)).load()
+    except Exception as e:  # what a damaged or hostile pickle raises has no fixed list
+        raise ValueError(f"{path}: its data.pkl cannot be read as a checkpoint: {type(e).__name__}: {e}") from None
+
+
 def _pickle_bytes(path: Path) -> bytes:
     """The ``<archive>/data.pkl`` of the torch zip archive at ``path`` (ValueError naming the file when it
     is not one)."""
     try:
         with zipfile.ZipFile(path) as z:
-            pkl = [i for i in z.infolist() if i.filename.count("/") == 1 and i.filename.endswith("/data.pkl")]
-            if not pkl:
-                raise ValueError(f"{path}: a zip file without data.pkl, not a torch checkpoint")
-            if pkl[0].file_size > MAX_PICKLE_BYTES:
-                raise ValueError(f"{path}: its data.pkl has {pkl[0].file_size:,} bytes, more than a checkpoint's "
-                                 f"({MAX_PICKLE_BYTES:,} at most)")
-            with z.open(pkl[0]) as f:
+            with z.open(_data_pkl(z.infolist(), path)) as f:
                 data = f.read(MAX_PICKLE_BYTES + 1)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, EOFError) as e:
         raise ValueError(f"{path}: not a torch checkpoint (torch.save's zip archive): {e}") from None
@@ -198,15 +258,7 @@ def read_record(path) -> Optional[dict]:
             record this version reads.
     """
     path = Path(path)
-    data = _pickle_bytes(path)
-    try:
-        # every opcode's length checked against the bytes there are, before any is acted on: a length
-        # that lies would otherwise have the unpickler allocate it
-        for _ in pickletools.genops(data):
-            pass
-        obj = _InertUnpickler(io.BytesIO(data)).load()
-    except Exception as e:  # what a damaged or hostile pickle raises has no fixed list
-        raise ValueError(f"{path}: its data.pkl cannot be read as a checkpoint: {type(e).__name__}: {e}") from None
+    obj = _inert_load(_pickle_bytes(path), path)
     if type(obj) is not dict or RECORD_KEY not in obj:
         return None
     return _checked(obj[RECORD_KEY], path)
