@@ -172,6 +172,10 @@ def test_bad_requests_exit_2(clips, tmp_path, capsys):
     # every image in one folder: one group cannot fill two splits
     assert cli_main(["split", str(data), "--val", "0.2", "--group-by", "folder", "--out", out]) == 2
     assert "1 group(s) by folder: too few to fill 2 splits" in capsys.readouterr().err
+    # ten clips of eight frames: a test share of a few frames cannot be met by a whole clip
+    assert cli_main(["split", str(data), "--val", "0.2", "--test", "0.01", "--group-by", "sequence",
+                     "--out", out]) == 2
+    assert "no group went to test" in capsys.readouterr().err
     assert not Path(out).exists()  # nothing written when nothing was split
 
 

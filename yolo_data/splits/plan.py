@@ -121,7 +121,7 @@ def split_dataset(data, options: SplitOptions = SplitOptions()) -> SplitPlan:
 
     Raises:
         ValueError: shares out of range, a split that cannot be read, mixed label formats, or too few groups to
-            give every split an image.
+            give every split an image (nothing is split then).
     """
     t0 = time.perf_counter()
     fractions = options.fractions()
@@ -136,6 +136,10 @@ def split_dataset(data, options: SplitOptions = SplitOptions()) -> SplitPlan:
     t1 = time.perf_counter()
     done = assign_groups(grouping.group, pool.label_image, pool.label_class, fractions, options.seed,
                          grouping.left_out)
+    empty = [k for i, k in enumerate(done.names) if not (done.split == i).any()]
+    if empty:
+        raise ValueError(f"{data}: no group went to {', '.join(empty)}: {kept_groups:,} groups of "
+                         f"{len(pool.files):,} images cannot give it the share asked (ask a larger one)")
     figures = summary_figures(pool, grouping, done.split, done.names, done.fractions, options)
     figures["data"] = str(data)
     figures["seconds"] = {"read_and_group": round(t1 - t0, 3), "assign": round(time.perf_counter() - t1, 3)}
