@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, List
 
-from ..storage import backend_for, is_url
+from ..storage import backend_for, is_url, write_whole
 from .base import LabelFormat, SourceOptions, SplitSource
 from .problems import Problem
 
@@ -59,9 +59,7 @@ def read_subset(entry) -> dict:
 def write_subset(path: Path, source: List[str], images: List[str]) -> None:
     """Write the subset file ``path``: ``images`` of the split entries ``source``, whole or not at all."""
     text = json.dumps({"yolo_data_subset": VERSION, "source": list(source), "images": list(images)}, indent=0)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_whole(path, (text + "\n").encode("utf-8"))
 
 
 class SubsetFormat(LabelFormat):

@@ -28,7 +28,6 @@ it, and the archive is written again with every other record copied byte for byt
 from __future__ import annotations
 
 import io
-import os
 import pickle
 import pickletools
 import struct
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..labels.summary import plural
+from ..storage import write_whole
 from ..version import __version__
 
 RECORD_KEY = "yolo_data"
@@ -87,13 +87,7 @@ def add_record(written, record: dict, copies=()) -> None:
     same = [Path(c) for c in copies if Path(c).is_file() and Path(c).stat().st_size == len(blob)
             and Path(c).read_bytes() == blob]
     for path in [written] + same:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            tmp.write_bytes(out)
-            os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        write_whole(path, out)
 
 
 def with_record(blob: bytes, record: dict, path) -> bytes:

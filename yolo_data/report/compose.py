@@ -33,7 +33,6 @@ import base64
 import datetime
 import json
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -52,7 +51,7 @@ from ..labels.split import SplitLabels, fit_channels, load_split
 from ..labels.summary import progress_bar
 from ..sampling import balance
 from ..settings import Settings, TargetSettings
-from ..storage import is_url
+from ..storage import is_url, write_whole
 from . import datastats, dedupe, leakage, sequence
 from .checkpoint import compare_record, read_record
 
@@ -404,22 +403,11 @@ def write(report: Report, out) -> Report:
     from .html import render
     html_file, json_file = report_files(out)
     html_file.parent.mkdir(parents=True, exist_ok=True)
-    _write_text(json_file, json.dumps(report.figures, indent=1) + "\n")
+    write_whole(json_file, (json.dumps(report.figures, indent=1) + "\n").encode("utf-8"))
     images = {k: "data:image/jpeg;base64," + base64.b64encode(v).decode("ascii") for k, v in report.pictures.items()}
-    _write_text(html_file, render(report.figures, images))
+    write_whole(html_file, render(report.figures, images).encode("utf-8"))
     report.json_file, report.html_file = json_file, html_file
     return report
-
-
-def _write_text(path: Path, text: str) -> None:
-    """Written whole or not at all: a temporary beside it, renamed over it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def write_report(data, out="dataset_report", options: ReportOptions = ReportOptions()) -> Report:

@@ -8,14 +8,13 @@ alone would not find them.  Each file is written whole or not at all: a temporar
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Dict
 
 import yaml
 
 from ..formats.subset import SUFFIX, write_subset
-from ..storage import is_url
+from ..storage import is_url, write_whole
 from .plan import SplitPlan
 
 YAML_NAME = "data.yaml"
@@ -24,13 +23,7 @@ LEFT_OUT_NAME = "left_out.txt"
 
 
 def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8", errors="surrogateescape")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    write_whole(path, text.encode("utf-8", "surrogateescape"))  # a name that is not UTF-8 keeps its bytes
 
 
 def write_split(plan: SplitPlan, out) -> Dict[str, Path]:
@@ -54,15 +47,16 @@ def write_split(plan: SplitPlan, out) -> Dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     pool, written = plan.pool, {}
     plain = pool.kind == "yolo"
+    sides = plan.split.tolist()
     for s, name in enumerate(plan.names):
-        files = [f for f, where in zip(pool.files, plan.split.tolist()) if where == s]
+        files = [f for f, where in zip(pool.files, sides) if where == s]
         if plain:
             written[name] = out / f"{name}.txt"
             _write_text(written[name], "".join(f + "\n" for f in files))
         else:
             written[name] = out / f"{name}{SUFFIX}"
             write_subset(written[name], pool.source, files)
-    left = [f for f, where in zip(pool.files, plan.split.tolist()) if where < 0]
+    left = [f for f, where in zip(pool.files, sides) if where < 0]
     if left:
         written["left_out"] = out / LEFT_OUT_NAME
         _write_text(written["left_out"], "".join(f + "\n" for f in left))

@@ -42,12 +42,12 @@ from .base import (Backend, ListingError, ObjectInfo, StorageOptions, is_url, jo
 from .container import CacheError, NoSpaceError, check_trust
 from .keyspace import cut_after
 from .http import HttpBackend, http_backend, public_url
-from .local import LocalBackend, local_backend
+from .local import LocalBackend, local_backend, write_whole
 from .objectcache import ObjectCache
 from .parquetrows import parquet_rows_backend
 from .s3 import S3Backend, S3Options, s3_backend
 
-__all__ = ["Backend", "ObjectInfo", "ListingError", "StorageOptions", "Storage", "LocalBackend", "S3Backend",
+__all__ = ["write_whole", "Backend", "ObjectInfo", "ListingError", "StorageOptions", "Storage", "LocalBackend", "S3Backend",
            "S3Options", "HttpBackend", "public_url", "register", "unregister", "schemes", "backend_for", "using", "current_storage",
            "default_storage", "carried", "ensure_listed", "is_url", "join_url", "parent_url", "scheme_of",
            "text_tag", "cut_after", "ObjectCache", "CacheError", "NoSpaceError", "check_trust"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat as stat_module
+from pathlib import Path
 from typing import List, Optional, Tuple
 
 from .base import Backend, ObjectInfo, StorageOptions
@@ -74,12 +75,21 @@ class LocalBackend(Backend):
         return sorted(found, key=lambda o: o.url)
 
     def write(self, url: str, data: bytes) -> None:
-        """Write ``data`` whole: to a temporary name beside it, then renamed over it."""
-        path, _ = _split(url)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
+        """Write ``data`` whole (:func:`write_whole`)."""
+        write_whole(_split(url)[0], data)
+
+
+def write_whole(path, data: bytes) -> None:
+    """Write ``data`` to the local file ``path`` whole or not at all: to a temporary beside it
+    (``.<name>.<pid>.tmp``), renamed over it; the temporary is removed when anything fails."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
         os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 def local_backend(options: StorageOptions) -> LocalBackend:
